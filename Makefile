@@ -1,0 +1,25 @@
+# Developer entry points; see README.md. `make test PYTEST_ARGS="-k foo -x"` passes args to every pytest run.
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench clean distclean
+
+demo:
+	bash scripts/demo.sh
+
+test:
+	bash scripts/test.sh $(PYTEST_ARGS)
+
+lint:
+	bash scripts/venv.sh main
+	.venv/bin/ruff check .
+	.venv/bin/mypy
+
+bench:
+	bash scripts/bench.sh
+
+clean:
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench-results *.egg-info
+	find . -path ./.venv -prune -o -path ./.venv-dj52 -prune -o -name __pycache__ -type d -exec rm -rf {} +
+
+distclean: clean
+	rm -rf .venv .venv-dj52

@@ -1,0 +1,17 @@
+"""Provides the app config: autodiscovers ``tools`` modules and registers checks."""
+
+from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
+
+
+class GuardedToolsConfig(AppConfig):
+    name = "guarded_tools"
+    label = "guarded_tools"
+    verbose_name = _("Guarded tools")
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from guarded_tools import checks  # noqa: F401 - registers the system checks
+        from guarded_tools.registry import autodiscover
+
+        autodiscover()

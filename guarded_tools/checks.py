@@ -1,0 +1,144 @@
+"""Provides system checks for settings, databases and every registered tool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.apps import apps
+from django.conf import settings
+from django.core import checks
+
+from guarded_tools.conf import DEFAULTS
+
+POSITIVE_INTS = (
+    "MAX_BODY_BYTES",
+    "MAX_JSON_DEPTH",
+    "OUTPUT_BUDGET_BYTES",
+    "MESSAGE_MAX_CHARS",
+    "MAX_KEY_LENGTH",
+    "LEASE_SECONDS",
+    "SWEEP_BATCH_SIZE",
+    "CONFIRMATION_TTL_SECONDS",
+)
+
+
+def _known_permissions() -> set[str]:
+    """Codenames Django creates for installed models, without touching the database."""
+    known: set[str] = set()
+    for model in apps.get_models():
+        opts = model._meta
+        for action in opts.default_permissions:
+            known.add(f"{opts.app_label}.{action}_{opts.model_name}")
+        for codename, _name in opts.permissions:
+            known.add(f"{opts.app_label}.{codename}")
+    return known
+
+
+@checks.register(checks.Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = []
+    user = getattr(settings, "GUARDED_TOOLS", {}) or {}
+    if not isinstance(user, dict):
+        return [
+            checks.Error(
+                "GUARDED_TOOLS must be a dict.",
+                hint="Set GUARDED_TOOLS = {...} in your settings.",
+                id="guarded_tools.E001",
+            )
+        ]
+    for name in sorted(set(user) - set(DEFAULTS)):
+        messages.append(
+            checks.Error(
+                f"GUARDED_TOOLS has an unknown setting {name!r}.",
+                hint=f"Known settings: {', '.join(sorted(DEFAULTS))}.",
+                id="guarded_tools.E001",
+            )
+        )
+    for name in POSITIVE_INTS:
+        value = user.get(name, DEFAULTS[name])
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            messages.append(
+                checks.Error(
+                    f"GUARDED_TOOLS[{name!r}] must be a positive integer.",
+                    hint=f"The default is {DEFAULTS[name]}.",
+                    id="guarded_tools.E002",
+                )
+            )
+    return messages
+
+
+@checks.register(checks.Tags.database)
+def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    messages: list[checks.CheckMessage] = []
+    for alias, config in settings.DATABASES.items():
+        if config.get("ATOMIC_REQUESTS"):
+            messages.append(
+                checks.Warning(
+                    f"Database {alias!r} has ATOMIC_REQUESTS=True.",
+                    hint="guarded_tools views opt out of it, but calling a tool from your own"
+                    " atomic views would nest the claim in the request transaction and fail."
+                    " Wrap such views in transaction.non_atomic_requests.",
+                    id="guarded_tools.W001",
+                )
+            )
+        if config.get("ENGINE", "").endswith("sqlite3"):
+            options = config.get("OPTIONS", {})
+            if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+                messages.append(
+                    checks.Warning(
+                        f"SQLite database {alias!r} does not use IMMEDIATE transactions.",
+                        hint='Set OPTIONS={"transaction_mode": "IMMEDIATE", "init_command":'
+                        ' "PRAGMA journal_mode=WAL;"} so concurrent claims wait instead of'
+                        ' failing with "database is locked".',
+                        id="guarded_tools.W002",
+                    )
+                )
+    return messages
+
+
+@checks.register()
+def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    from guarded_tools.registry import registry
+
+    messages: list[checks.CheckMessage] = []
+    known = _known_permissions()
+    for definition in registry:
+        if definition.input_schema.get("type") != "object":
+            messages.append(
+                checks.Error(
+                    f"Tool {definition.name!r}: the input schema's top-level type is not"
+                    " 'object'.",
+                    hint="Tool inputs are JSON objects: set \"type\": \"object\".",
+                    id="guarded_tools.E003",
+                )
+            )
+        for perm in definition.permissions:
+            if perm not in known:
+                messages.append(
+                    checks.Error(
+                        f"Tool {definition.name!r} requires unknown permission {perm!r}.",
+                        hint="Use 'app_label.codename' of an installed model's permission.",
+                        id="guarded_tools.E004",
+                    )
+                )
+        key = definition.key_field
+        if key and key not in definition.input_schema.get("properties", {}):
+            messages.append(
+                checks.Error(
+                    f"Tool {definition.name!r} takes its idempotency key from {key!r},"
+                    " which its input schema does not declare.",
+                    hint=f"Add {key!r} (a string) to the schema's properties and required.",
+                    id="guarded_tools.E005",
+                )
+            )
+        if definition.idempotent and not definition.journal and definition.recover is None \
+                and not definition.atomic:
+            messages.append(
+                checks.Warning(
+                    f"Tool {definition.name!r} has no journal, no recover and is not atomic.",
+                    hint="Any failure after its claim will end as outcome_unknown. Enable the"
+                    " journal, add recover, or use atomic=True for a same-database effect.",
+                    id="guarded_tools.W003",
+                )
+            )
+    return messages

@@ -1,0 +1,92 @@
+"""Provides the ``GUARDED_TOOLS`` settings object, read lazily and reloaded in tests."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+from django.utils.module_loading import import_string
+
+DEFAULTS: dict[str, Any] = {
+    # Requests and responses
+    "MAX_BODY_BYTES": 256 * 1024,
+    "MAX_JSON_DEPTH": 64,
+    "OUTPUT_BUDGET_BYTES": 1024 * 1024,
+    "MESSAGE_MAX_CHARS": 1500,
+    "MAX_KEY_LENGTH": 255,
+    "MAX_ISSUES": 20,
+    # Idempotency and recovery
+    "LEASE_SECONDS": 300,
+    "RETENTION_DAYS": 30,
+    "SWEEP_BATCH_SIZE": 100,
+    "IDEMPOTENCY_HEADER": "Idempotency-Key",
+    # Confirmation queue
+    "CONFIRMATION_TTL_SECONDS": 24 * 3600,
+    "CONFIRMATION_MAX_WAIT_SECONDS": 30,
+    "CONFIRMATION_POLL_INTERVAL": 0.5,
+    "CONFIRMATION_ALLOW_SELF_APPROVAL": False,
+    "CONFIRMATION_SHARE_DECLINE_REASON": False,
+    "CONFIRMATION_REASON_MAX_CHARS": 300,
+    "EXECUTE_ON_APPROVAL": False,
+    # Extension points (import strings)
+    "PIPELINE_CLASS": "guarded_tools.pipeline.Pipeline",
+    "STORE_CLASS": "guarded_tools.store.OperationStore",
+    "OBSERVERS": [],
+    "ERROR_CATALOGS": [],
+    "DOCS_URL": "",
+    # MCP
+    "MCP_ALLOWED_ORIGINS": [],
+    "SERVER_NAME": "guarded-tools",
+}
+
+IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS"}
+
+
+class GuardedToolsSettings:
+    """Attribute access to ``settings.GUARDED_TOOLS`` with defaults.
+
+    Values are read from Django settings on first access and cached; the cache is
+    dropped whenever ``GUARDED_TOOLS`` changes (``override_settings`` in tests).
+    """
+
+    def __init__(self, defaults: dict[str, Any] | None = None) -> None:
+        self.defaults = defaults or DEFAULTS
+        self._cached: dict[str, Any] = {}
+
+    @property
+    def user_settings(self) -> dict[str, Any]:
+        return getattr(django_settings, "GUARDED_TOOLS", {}) or {}
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr.startswith("_") or attr not in self.defaults:
+            raise AttributeError(f"Invalid guarded_tools setting: {attr!r}")
+        if attr in self._cached:
+            return self._cached[attr]
+        value = self.user_settings.get(attr, self.defaults[attr])
+        if attr in IMPORT_STRINGS:
+            value = _import(value)
+        self._cached[attr] = value
+        return value
+
+    def reload(self) -> None:
+        self._cached.clear()
+
+
+def _import(value: Any) -> Any:
+    if isinstance(value, str):
+        return import_string(value)
+    if isinstance(value, (list, tuple)):
+        return [import_string(v) if isinstance(v, str) else v for v in value]
+    return value
+
+
+gt_settings = GuardedToolsSettings()
+
+
+def _reload(*, setting: str, **kwargs: Any) -> None:
+    if setting == "GUARDED_TOOLS":
+        gt_settings.reload()
+
+
+setting_changed.connect(_reload)

@@ -1,0 +1,452 @@
+"""Provides the errors the guard owns, each declaring its code, status and catalog entry.
+
+The guard raises errors only for decisions it owns. Anything else a context hook,
+store, handler or verifier raises keeps its identity in Python; over HTTP it becomes
+``internal_error`` with a correlation id, and its text goes only to the log.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from guarded_tools.catalog import ErrorCatalog, resolve_link
+from guarded_tools.repair import (
+    RETRY_POLICIES,
+    Repair,
+    RepairPlan,
+    RetryPolicy,
+    coerce_repair,
+    render_message,
+)
+
+_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+BUILTIN = ErrorCatalog(
+    "guarded_tools",
+    {
+        "invalid_input": {
+            "status": 422,
+            "retry": "after_repair",
+            "message": "The input does not match the tool's input schema.",
+            "why": "The guard validates every call against the tool's JSON Schema before"
+            " anything runs; nothing was executed and the idempotency key was not used.",
+            "fix": "Correct the fields listed in `issues` (read the tool's inputSchema from"
+            " GET tools/) and call again with the same idempotency key.",
+            "link": "#invalid_input",
+        },
+        "malformed_request": {
+            "status": 400,
+            "retry": "after_repair",
+            "message": "The request body is not a single valid JSON object.",
+            "why": "The body could not be parsed as strict JSON: it is not UTF-8, nests too"
+            " deep, repeats a key, uses NaN or Infinity, or is not an object.",
+            "fix": "Send one JSON object encoded as UTF-8 with Content-Type application/json.",
+            "link": "#malformed_request",
+        },
+        "request_too_large": {
+            "status": 413,
+            "retry": "after_repair",
+            "message": "The request body is larger than this site accepts.",
+            "why": "Bodies over the configured limit are refused before they are read whole.",
+            "fix": "Send a smaller input: split the work into several calls.",
+            "link": "#request_too_large",
+        },
+        "idempotency_key_missing": {
+            "status": 400,
+            "retry": "after_repair",
+            "message": "This tool needs an idempotency key and none was sent.",
+            "why": "Tools with an effect run at most once per key; without a key a retry"
+            " could run the effect twice.",
+            "fix": "Generate one unique key per intended operation (a UUID), send it in the"
+            " tool's key field or the Idempotency-Key header, and reuse it for every retry.",
+            "link": "#idempotency_key_missing",
+        },
+        "idempotency_key_invalid": {
+            "status": 400,
+            "retry": "after_repair",
+            "message": "The idempotency key is empty, too long or has control characters.",
+            "why": "Keys are 1 to 255 printable characters.",
+            "fix": "Use a UUID as the key.",
+            "link": "#idempotency_key_invalid",
+        },
+        "idempotency_key_reused": {
+            "status": 422,
+            "retry": "never",
+            "message": "This idempotency key was already used with a different input.",
+            "why": "A key names one intended operation; the same key with another input"
+            " would be a different operation.",
+            "fix": "Resend the original input unchanged to get its result, or use a new key"
+            " for a new operation.",
+            "link": "#idempotency_key_reused",
+        },
+        "operation_in_flight": {
+            "status": 409,
+            "retry": "as_is",
+            "message": "This operation is still running.",
+            "why": "Another call with the same key holds the claim; the handler runs only once.",
+            "fix": "Wait the Retry-After seconds, then repeat the identical call with the same key.",
+            "link": "#operation_in_flight",
+        },
+        "not_authenticated": {
+            "status": 401,
+            "retry": "after_repair",
+            "message": "Authentication is required to call this tool.",
+            "why": "The request carried no valid credentials for this site.",
+            "fix": "Send the credentials your host was configured with (for example an"
+            " Authorization: Token header) and call again.",
+            "link": "#not_authenticated",
+        },
+        "authorization_denied": {
+            "status": 403,
+            "retry": "never",
+            "message": "You are not allowed to do this.",
+            "why": "The authenticated principal lacks a permission or an object-level rule"
+            " refused it. Permissions are checked again on every call, replays included.",
+            "fix": "Stop and ask the user to have a site administrator grant the permission.",
+            "link": "#authorization_denied",
+        },
+        "confirmation_required": {
+            "status": 202,
+            "retry": "after_repair",
+            "message": "A person must approve this call before it runs.",
+            "why": "This tool asks a staff member to approve each call in the site's admin;"
+            " nothing has run yet.",
+            "fix": "Wait for the approval, then repeat the identical call with the same"
+            " idempotency key; do not create a new key.",
+            "link": "#confirmation_required",
+        },
+        "confirmation_declined": {
+            "status": 409,
+            "retry": "never",
+            "message": "The call was declined.",
+            "why": "The confirmation step refused this operation; nothing ran.",
+            "fix": "Tell the user it was declined and ask what to do instead.",
+            "link": "#confirmation_declined",
+        },
+        "confirmation_expired": {
+            "status": 409,
+            "retry": "never",
+            "message": "Nobody approved the call in time.",
+            "why": "Pending confirmations expire after a fixed time; nothing ran.",
+            "fix": "Ask the user whether the operation is still wanted; if so, call again"
+            " with a new idempotency key.",
+            "link": "#confirmation_expired",
+        },
+        "tool_not_found": {
+            "status": 404,
+            "retry": "never",
+            "message": "No tool with that name is available to you.",
+            "why": "The name is misspelled, or the tool is not offered to this principal.",
+            "fix": "List the tools with GET tools/ and use a listed name.",
+            "link": "#tool_not_found",
+        },
+        "operation_not_found": {
+            "status": 404,
+            "retry": "never",
+            "message": "No such operation.",
+            "why": "Operations are visible only to the principal that started them.",
+            "fix": "Use the operation id returned by your own call.",
+            "link": "#operation_not_found",
+        },
+        "verification_failed": {
+            "status": 502,
+            "retry": "never",
+            "message": "The operation ran but its result could not be verified.",
+            "why": "The tool's verifier did not confirm the intended result, so the outcome"
+            " is uncertain.",
+            "fix": "Do not retry with a new key; ask the user to check the result or have"
+            " a person reconcile the operation.",
+            "link": "#verification_failed",
+        },
+        "outcome_unknown": {
+            "status": 500,
+            "retry": "never",
+            "message": "The operation may or may not have taken effect.",
+            "why": "The handler failed after its effect boundary and recovery could not prove"
+            " success or non-execution; retrying could do it twice.",
+            "fix": "Do not retry with a new key. Tell the user a person must reconcile this"
+            " operation; its id is in `operation`.",
+            "link": "#outcome_unknown",
+        },
+        "rate_limited": {
+            "status": 429,
+            "retry": "as_is",
+            "message": "Too many calls.",
+            "why": "The site's throttle refused this call before it ran.",
+            "fix": "Wait the Retry-After seconds, then repeat the call.",
+            "link": "#rate_limited",
+        },
+        "internal_error": {
+            "status": 500,
+            "retry": "never",
+            "message": "The server failed while handling this call.",
+            "why": "An unexpected error occurred; its details are in the server log under"
+            " the correlation id.",
+            "fix": "Stop and report the correlation id to the site's operators.",
+            "link": "#internal_error",
+        },
+    },
+)
+
+
+class GuardError(Exception):
+    """Base of every error the guard renders for agents.
+
+    Subclasses declare ``code``; status, retry policy, default message and the
+    catalog's why/fix/link come from the catalog entry for that code.
+    """
+
+    code: str = "internal_error"
+    error_type: str = "guard_error"
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        code: str | None = None,
+        retry: RetryPolicy | None = None,
+        repair: Repair | RepairPlan | Mapping[str, Any] | None = None,
+        details: Mapping[str, Any] | None = None,
+        status: int | None = None,
+        why: str | None = None,
+        fix: str | None = None,
+        link: str | None = None,
+        extra: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if code is not None:
+            self.code = code
+        entry = BUILTIN.entries.get(self.code)
+        self.raw_message = message or (entry.message if entry else "The call failed.")
+        self.retry: RetryPolicy = retry or (entry.retry if entry else "never")  # type: ignore[assignment]
+        if self.retry not in RETRY_POLICIES:
+            raise ValueError(f"retry must be one of {RETRY_POLICIES}, not {self.retry!r}")
+        self.repair = coerce_repair(repair)
+        self.details = dict(details or {})
+        self.status_code = status or (entry.status if entry else 500)
+        self.why = why if why is not None else (entry.why if entry else "")
+        self.fix = fix if fix is not None else (entry.fix if entry else "")
+        self.link = link if link is not None else (entry.link if entry else "")
+        self.extra: dict[str, Any] = dict(extra or {})
+        self.headers: dict[str, str] = dict(headers or {})
+        super().__init__(self.message)
+
+    @property
+    def message(self) -> str:
+        """The portable message: code, retry policy in words, bounded next action."""
+        from guarded_tools.conf import gt_settings
+
+        try:
+            limit = gt_settings.MESSAGE_MAX_CHARS
+        except Exception:  # noqa: BLE001 - settings not configured (plain Python use)
+            limit = 1500
+        return render_message(self.code, self.raw_message, self.retry, self.repair, limit=limit)
+
+    def __str__(self) -> str:
+        return self.message
+
+    def as_dict(self, docs_url: str = "") -> dict[str, Any]:
+        """The structured error an agent receives; ``details`` stay server-side."""
+        data: dict[str, Any] = {
+            "type": self.error_type,
+            "code": self.code,
+            "message": self.message,
+            "retry": self.retry,
+        }
+        if self.repair is not None:
+            data["repair"] = self.repair.as_dict()
+        for name in ("why", "fix"):
+            if getattr(self, name):
+                data[name] = getattr(self, name)
+        link = resolve_link(self.link, docs_url)
+        if link:
+            data["link"] = link
+        data.update(self.extra)
+        return data
+
+
+class ToolError(GuardError):
+    """An expected business failure the handler raises, with what to do next.
+
+    Raised before the effect (or with the journal left empty) it is the
+    application's statement that nothing happened: the claim is released and a
+    repaired retry with the same key runs.
+    """
+
+    error_type = "tool_error"
+
+    def __init__(
+        self,
+        code: str,
+        message: str | None = None,
+        *,
+        retry: RetryPolicy | None = None,
+        retryable: bool | None = None,
+        repair: Repair | RepairPlan | Mapping[str, Any] | None = None,
+        details: Mapping[str, Any] | None = None,
+        status: int | None = None,
+        why: str | None = None,
+        fix: str | None = None,
+        link: str | None = None,
+    ) -> None:
+        if not _CODE.match(code or ""):
+            raise ValueError("A ToolError code is 1-64 lowercase letters, digits or '_'.")
+        if retry is None:
+            if retryable is None:
+                retry = "after_repair" if repair is not None else "never"
+            elif not retryable:
+                retry = "never"
+            else:
+                retry = "after_repair" if repair is not None else "as_is"
+        if status is not None and not 400 <= status < 500:
+            raise ValueError("A ToolError status is a 4xx code.")
+        super().__init__(
+            message or code.replace("_", " ").capitalize(),
+            code=code,
+            retry=retry,
+            repair=repair,
+            details=details,
+            status=status or 409,
+            why=why or "",
+            fix=fix or "",
+            link=link or "",
+        )
+
+    @property
+    def retryable(self) -> bool:
+        return self.retry != "never"
+
+
+class ValidationError(GuardError):
+    """The input does not match the tool's schema; ``issues`` say where."""
+
+    code = "invalid_input"
+    error_type = "validation_error"
+
+    def __init__(self, issues: list[dict[str, Any]], message: str | None = None) -> None:
+        self.issues = issues
+        super().__init__(message, repair=Repair(action="change_input", fields=_issue_fields(issues)))
+        self.extra["issues"] = issues
+
+
+def _issue_fields(issues: list[dict[str, Any]]) -> tuple[str, ...]:
+    fields: list[str] = []
+    for issue in issues:
+        path = issue.get("path") or []
+        name = ".".join(str(p) for p in path) or "(root)"
+        if name not in fields:
+            fields.append(name)
+    return tuple(fields[:8])
+
+
+class MalformedRequest(GuardError):
+    code = "malformed_request"
+    error_type = "request_error"
+
+
+class RequestTooLarge(GuardError):
+    code = "request_too_large"
+    error_type = "request_error"
+
+
+class IdempotencyKeyMissing(GuardError):
+    code = "idempotency_key_missing"
+    error_type = "idempotency_error"
+
+
+class IdempotencyKeyInvalid(GuardError):
+    code = "idempotency_key_invalid"
+    error_type = "idempotency_error"
+
+
+class IdempotencyKeyReused(GuardError):
+    code = "idempotency_key_reused"
+    error_type = "idempotency_error"
+
+
+class OperationInFlight(GuardError):
+    code = "operation_in_flight"
+    error_type = "idempotency_error"
+
+
+class NotAuthenticated(GuardError):
+    code = "not_authenticated"
+    error_type = "authorization_error"
+
+
+class AuthorizationError(GuardError):
+    """Raised when a permission or the ``authorize`` callable denies the call."""
+
+    code = "authorization_denied"
+    error_type = "authorization_error"
+
+
+class ConfirmationError(GuardError):
+    """The confirmation step declined the operation (or it expired)."""
+
+    code = "confirmation_declined"
+    error_type = "confirmation_error"
+
+
+class ConfirmationRequired(GuardError):
+    """A person must approve the call first; carries ``confirmation`` in ``extra``."""
+
+    code = "confirmation_required"
+    error_type = "confirmation_error"
+
+
+class ToolNotFound(GuardError):
+    code = "tool_not_found"
+    error_type = "request_error"
+
+
+class OperationNotFound(GuardError):
+    code = "operation_not_found"
+    error_type = "request_error"
+
+
+class RateLimited(GuardError):
+    code = "rate_limited"
+    error_type = "request_error"
+
+
+class VerificationError(GuardError):
+    """The verifier did not confirm the intended result (or timed out)."""
+
+    code = "verification_failed"
+    error_type = "verification_error"
+
+
+class OutcomeUnknownError(GuardError):
+    """The operation may have committed and recovery could not prove either way.
+
+    ``retryable`` is always false; ``__cause__`` keeps the execution or recovery
+    failure for the application's logs.
+    """
+
+    code = "outcome_unknown"
+    error_type = "outcome_unknown"
+    retryable = False
+
+    def __init__(self, message: str | None = None, **kwargs: Any) -> None:
+        kwargs.setdefault("repair", Repair(action="reconcile"))
+        super().__init__(message, retry="never", **kwargs)
+
+
+class InternalError(GuardError):
+    """What an agent sees of an exception the guard does not own."""
+
+    code = "internal_error"
+    error_type = "internal_error"
+
+    def __init__(self, correlation_id: str) -> None:
+        super().__init__(
+            f"The server failed while handling this call (correlation id {correlation_id}).",
+            extra={"correlation_id": correlation_id},
+        )
+
+
+class LeaseLost(Exception):
+    """This process no longer owns the operation: another took it over."""

@@ -1,0 +1,321 @@
+"""Provides the operation journal, the confirmation queue and the audit trail."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import models
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils.translation import gettext_lazy as _
+
+
+class OperationState(models.TextChoices):
+    IN_FLIGHT = "in_flight", _("in flight")
+    """A live owner holds the claim and its lease; the handler may be running."""
+    ABANDONED = "abandoned", _("abandoned")
+    """The handler failed after its effect boundary; recovery decides what happened."""
+    SUCCEEDED = "succeeded", _("succeeded")
+    """Completed; replays return the stored output."""
+    FAILED = "failed", _("failed")
+    """Terminal failure (set by a person); replays return the stored error."""
+    OUTCOME_UNKNOWN = "outcome_unknown", _("outcome unknown")
+    """Recovery could not prove success or non-execution; a person must reconcile."""
+    RELEASED = "released", _("released")
+    """Proven not executed; the key is fresh again and the next call claims it."""
+
+
+class OperationQuerySet(models.QuerySet["Operation"]):
+    def owned_by(self, scope: str) -> OperationQuerySet:
+        return self.filter(scope=scope)
+
+    def abandoned(self) -> OperationQuerySet:
+        """Claims with no live owner: abandoned, or in flight past their lease (DB clock)."""
+        return self.filter(
+            Q(state=OperationState.ABANDONED)
+            | Q(state=OperationState.IN_FLIGHT, lease_expires_at__lt=Now())
+        )
+
+    def unknown(self) -> OperationQuerySet:
+        return self.filter(state=OperationState.OUTCOME_UNKNOWN)
+
+    def in_flight(self) -> OperationQuerySet:
+        return self.filter(state=OperationState.IN_FLIGHT)
+
+    def completed_before(self, cutoff: Any) -> OperationQuerySet:
+        return self.filter(
+            state__in=[OperationState.SUCCEEDED, OperationState.RELEASED, OperationState.FAILED],
+            updated_at__lt=cutoff,
+        )
+
+
+class Operation(models.Model):
+    """One intended operation: a (tool, principal scope, idempotency key) claim."""
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    tool = models.CharField(_("tool"), max_length=200, help_text=_("Registered tool name."))
+    scope = models.CharField(
+        _("principal scope"),
+        max_length=200,
+        help_text=_("Whose key this is: keys never cross principals."),
+    )
+    key = models.CharField(_("idempotency key"), max_length=255)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("principal"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text=_("The user who called the tool, when there was one."),
+    )
+    fingerprint = models.CharField(
+        _("request fingerprint"),
+        max_length=64,
+        help_text=_("SHA-256 of the canonical JSON input."),
+    )
+    input = models.JSONField(_("input"), encoder=DjangoJSONEncoder, default=dict)
+    state = models.CharField(
+        _("state"), max_length=20, choices=OperationState.choices, default=OperationState.IN_FLIGHT
+    )
+    owner = models.CharField(
+        _("owner token"),
+        max_length=64,
+        blank=True,
+        help_text=_("Token of the process holding the claim; empty when nobody does."),
+    )
+    fence = models.PositiveIntegerField(
+        _("fence"), default=1, help_text=_("Raised on every takeover; stale owners update 0 rows.")
+    )
+    lease_expires_at = models.DateTimeField(
+        _("lease expires at"), null=True, blank=True, help_text=_("Database clock.")
+    )
+    output = models.JSONField(_("output"), encoder=DjangoJSONEncoder, null=True, blank=True)
+    error = models.JSONField(
+        _("error"),
+        encoder=DjangoJSONEncoder,
+        null=True,
+        blank=True,
+        help_text=_("The structured error replays return (failed or unknown outcome)."),
+    )
+    recovered = models.BooleanField(
+        _("recovered"), default=False, help_text=_("Completed by recovery, not by its handler.")
+    )
+    attempts = models.PositiveIntegerField(
+        _("attempts"), default=1, help_text=_("Fresh claims of this key (after releases).")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    completed_at = models.DateTimeField(_("completed at"), null=True, blank=True)
+
+    objects = OperationQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("operation")
+        verbose_name_plural = _("operations")
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tool", "scope", "key"], name="guarded_tools_operation_claim"
+            )
+        ]
+        indexes = [
+            models.Index(fields=["state", "lease_expires_at"], name="gt_operation_state_lease"),
+            models.Index(fields=["state", "updated_at"], name="gt_operation_state_updated"),
+        ]
+        permissions = [("reconcile_operation", _("Can reconcile operations"))]
+
+    def __str__(self) -> str:
+        return f"{self.tool} [{self.key[:40]}]"
+
+    def summary(self, *, replayed: bool = False) -> dict[str, Any]:
+        return {
+            "id": str(self.id),
+            "key": self.key,
+            "status": self.state,
+            "replayed": replayed,
+            "recovered": self.recovered,
+        }
+
+
+class JournalEntry(models.Model):
+    """What a handler wrote through its operation handle around its effect."""
+
+    class Kind(models.TextChoices):
+        ENTRY = "entry", _("entry")
+        """Written by the handler through ``ctx.operation.write``."""
+        LATE_RESULT = "late_result", _("late result")
+        """Result of an owner that lost its lease: evidence for reconciliation."""
+
+    operation = models.ForeignKey(
+        Operation,
+        verbose_name=_("operation"),
+        on_delete=models.CASCADE,
+        related_name="journal",
+    )
+    kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices, default=Kind.ENTRY)
+    data = models.JSONField(_("data"), encoder=DjangoJSONEncoder, null=True)
+    fence = models.PositiveIntegerField(_("fence"), help_text=_("Fence of the writer."))
+    removed = models.BooleanField(
+        _("removed"), default=False, help_text=_("Removed by the handler; kept for history.")
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("journal entry")
+        verbose_name_plural = _("journal entries")
+        ordering = ["operation", "id"]
+        indexes = [models.Index(fields=["operation", "kind", "removed"], name="gt_journal_live")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk}"
+
+
+class ConfirmationStatus(models.TextChoices):
+    PENDING = "pending", _("pending")
+    """Waiting for a person."""
+    APPROVED = "approved", _("approved")
+    """Approved; the next identical call (or the approval task) runs it once."""
+    DECLINED = "declined", _("declined")
+    """Declined by a person; the call will not run."""
+    EXPIRED = "expired", _("expired")
+    """Nobody decided before the time to live ran out."""
+    CONSUMED = "consumed", _("consumed")
+    """The approved execution has started; the approval cannot be used again."""
+
+
+class ConfirmationQuerySet(models.QuerySet["Confirmation"]):
+    def pending(self) -> ConfirmationQuerySet:
+        return self.filter(status=ConfirmationStatus.PENDING, expires_at__gt=Now())
+
+    def overdue(self) -> ConfirmationQuerySet:
+        return self.filter(status=ConfirmationStatus.PENDING, expires_at__lte=Now())
+
+
+def _default_expiry() -> Any:
+    from django.utils import timezone
+
+    from guarded_tools.conf import gt_settings
+
+    return timezone.now() + timedelta(seconds=gt_settings.CONFIRMATION_TTL_SECONDS)
+
+
+class Confirmation(models.Model):
+    """A call waiting for, or holding, a person's approval."""
+
+    id = models.UUIDField(_("id"), primary_key=True, default=uuid.uuid4, editable=False)
+    tool = models.CharField(_("tool"), max_length=200)
+    scope = models.CharField(_("principal scope"), max_length=200)
+    key = models.CharField(_("idempotency key"), max_length=255, blank=True)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("requested by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    fingerprint = models.CharField(_("input fingerprint"), max_length=64)
+    input = models.JSONField(
+        _("input"), encoder=DjangoJSONEncoder, help_text=_("The input the approver sees.")
+    )
+    status = models.CharField(
+        _("status"),
+        max_length=20,
+        choices=ConfirmationStatus.choices,
+        default=ConfirmationStatus.PENDING,
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("decided by"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
+    reason = models.TextField(_("reason"), blank=True)
+    operation = models.ForeignKey(
+        Operation,
+        verbose_name=_("operation"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="confirmations",
+    )
+    created_at = models.DateTimeField(_("requested at"), auto_now_add=True)
+    expires_at = models.DateTimeField(_("expires at"), default=_default_expiry)
+
+    objects = ConfirmationQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("confirmation")
+        verbose_name_plural = _("confirmations")
+        ordering = ["-created_at"]
+        indexes = [
+            models.Index(fields=["status", "expires_at"], name="gt_confirmation_status"),
+            models.Index(fields=["tool", "scope", "key"], name="gt_confirmation_call"),
+        ]
+        constraints = [
+            # One open request per call: repeats while pending return the same row.
+            models.UniqueConstraint(
+                fields=["tool", "scope", "key", "fingerprint"],
+                condition=Q(status="pending"),
+                name="guarded_tools_confirmation_one_pending",
+            )
+        ]
+        permissions = [("approve_confirmation", _("Can approve or decline confirmations"))]
+
+    def __str__(self) -> str:
+        return f"{self.tool} ({self.get_status_display()})"
+
+
+class AuditEntry(models.Model):
+    """A state change a person made: who, when, what and why."""
+
+    class Action(models.TextChoices):
+        APPROVE = "approve", _("approved confirmation")
+        DECLINE = "decline", _("declined confirmation")
+        MARK_SUCCEEDED = "mark_succeeded", _("marked operation succeeded")
+        MARK_NOT_EXECUTED = "mark_not_executed", _("marked operation not executed")
+        MARK_FAILED = "mark_failed", _("marked operation failed")
+
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        verbose_name=_("actor"),
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+    )
+    action = models.CharField(_("action"), max_length=32, choices=Action.choices)
+    operation = models.ForeignKey(
+        Operation,
+        verbose_name=_("operation"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audit",
+    )
+    confirmation = models.ForeignKey(
+        Confirmation,
+        verbose_name=_("confirmation"),
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="audit",
+    )
+    note = models.TextField(_("note"), blank=True)
+    data = models.JSONField(_("data"), encoder=DjangoJSONEncoder, null=True, blank=True)
+    created_at = models.DateTimeField(_("at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit trail")
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_action_display()} by {self.actor}"

@@ -1,0 +1,46 @@
+"""Provides the strict, size-limited JSON parser used by every tool endpoint."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework.parsers import BaseParser
+
+from guarded_tools.conf import gt_settings
+from guarded_tools.exceptions import RequestTooLarge
+from guarded_tools.validation import parse_json
+
+
+def read_limited(stream: Any, meta: Any, limit: int) -> bytes:
+    """Read at most ``limit`` bytes, refusing larger bodies before reading them whole."""
+    try:
+        declared = int(meta.get("CONTENT_LENGTH") or 0)
+    except (TypeError, ValueError):
+        declared = 0
+    if declared > limit:
+        raise RequestTooLarge()
+    if stream is None:
+        return b""
+    raw = stream.read(limit + 1)
+    if len(raw) > limit:
+        raise RequestTooLarge()
+    return bytes(raw)
+
+
+class StrictJSONParser(BaseParser):
+    """UTF-8 JSON with no duplicate keys, no NaN or Infinity, bounded size and depth."""
+
+    media_type = "application/json"
+
+    def parse(
+        self,
+        stream: Any,
+        media_type: str | None = None,
+        parser_context: dict[str, Any] | None = None,
+    ) -> Any:
+        request = (parser_context or {}).get("request")
+        meta = getattr(request, "META", {}) if request is not None else {}
+        raw = read_limited(stream, meta, gt_settings.MAX_BODY_BYTES)
+        if not raw.strip():
+            return {}
+        return parse_json(raw, max_depth=gt_settings.MAX_JSON_DEPTH)

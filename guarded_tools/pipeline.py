@@ -1,0 +1,645 @@
+"""Provides the guard pipeline: every stage of a tool call, top to bottom, in one class.
+
+    validate ─► context ─► authorize ─► confirm (always) ─► claim
+      ─► confirm (effect-only, fresh claims) ─► execute ─► [raised] recover
+      ─► output budget ─► verify ─► complete
+
+Each stage is a method a subclass may override (``PIPELINE_CLASS`` setting).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import logging
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections, transaction
+from django.utils import timezone
+
+from guarded_tools.cancellation import CancelSignal
+from guarded_tools.conf import gt_settings
+from guarded_tools.exceptions import (
+    AuthorizationError,
+    ConfirmationError,
+    GuardError,
+    IdempotencyKeyInvalid,
+    IdempotencyKeyMissing,
+    LeaseLost,
+    NotAuthenticated,
+    OperationInFlight,
+    OutcomeUnknownError,
+    ToolError,
+    VerificationError,
+)
+from guarded_tools.models import Operation, OperationState
+from guarded_tools.store import Claim, OperationHandle, OperationStore, fingerprint
+from guarded_tools.validation import validate
+
+if TYPE_CHECKING:
+    from guarded_tools.registry import Tool
+
+logger = logging.getLogger("guarded_tools")
+
+
+@dataclass
+class Invocation:
+    """One call of a tool, as the transport received it."""
+
+    input: Mapping[str, Any]
+    user: Any = None
+    principal: str | None = None
+    header_key: str | None = None
+    request: Any = None
+    signal: CancelSignal | None = None
+    wait: float = 0
+    context: Any = None
+    key: str | None = None
+    scope: str = ""
+    fingerprint: str = ""
+
+
+@dataclass
+class ToolContext:
+    """What a handler receives besides its input."""
+
+    user: Any
+    context: Any
+    signal: CancelSignal
+    operation: OperationHandle | None = None
+    request: Any = None
+    tool: Tool | None = None
+
+
+@dataclass
+class GuardResult:
+    """A successful call: the output and the operation it belongs to."""
+
+    output: Any
+    operation: dict[str, Any] | None = None
+    replayed: bool = False
+    recovered: bool = False
+
+
+@dataclass(frozen=True)
+class GuardEvent:
+    """Lifecycle metadata for ``observe``: never inputs, outputs or details."""
+
+    stage: str
+    tool: str
+    invocation_id: str
+    at: Any
+    operation_id: str | None = None
+    code: str | None = None
+    replayed: bool = False
+    recovered: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Observer:
+    """Emits events to the tool's and the site's observers; contains their errors."""
+
+    def __init__(self, definition: Tool) -> None:
+        self.tool = definition
+        self.sinks: list[Callable[[GuardEvent], Any]] = [
+            s for s in [definition.observe, *gt_settings.OBSERVERS] if s is not None
+        ]
+        self.invocation_id = ""
+        if self.sinks:
+            factory = definition.invocation_id or (lambda: uuid.uuid4().hex)
+            self.invocation_id = str(factory())
+        self.operation_id: str | None = None
+
+    def emit(self, stage: str, **meta: Any) -> None:
+        if not self.sinks:
+            return
+        now = (self.tool.now or timezone.now)()
+        event = GuardEvent(
+            stage=stage,
+            tool=self.tool.name,
+            invocation_id=self.invocation_id,
+            at=now,
+            operation_id=self.operation_id,
+            **meta,
+        )
+        for sink in self.sinks:
+            try:
+                sink(event)
+            except Exception:  # noqa: BLE001 - observers never change the outcome
+                logger.warning("observer failed at stage %s of %s", stage, self.tool.name)
+
+
+def principal_scope(user: Any, principal: str | None) -> str | None:
+    """Whose keys these are. Keys never cross principals."""
+    if principal:
+        return f"principal:{principal}"
+    if user is not None and getattr(user, "is_authenticated", False):
+        return f"{user._meta.label_lower}:{user.pk}"
+    return None
+
+
+def _decision(value: Any, yes: str) -> tuple[bool, str]:
+    """Hooks answer a bool or a mapping like ``{"allowed": bool, "reason": str}``."""
+    if isinstance(value, Mapping):
+        return bool(value.get(yes)), str(value.get("reason") or "")
+    return bool(value), ""
+
+
+class Pipeline:
+    """Runs one invocation of ``tool`` through every guard stage."""
+
+    store_class: type[OperationStore] | None = None
+
+    def __init__(self, definition: Tool) -> None:
+        self.tool = definition
+        self.store = (self.store_class or gt_settings.STORE_CLASS)()
+
+    # -- entry point ---------------------------------------------------------------------
+    def run(self, inv: Invocation) -> GuardResult:
+        obs = _Observer(self.tool)
+        obs.emit("started")
+        try:
+            result = self.guarded(inv, obs)
+        except OutcomeUnknownError as exc:
+            obs.emit("outcome_unknown", code=exc.code)
+            raise
+        except GuardError as exc:
+            obs.emit("failed", code=exc.code)
+            raise
+        except BaseException:
+            obs.emit("failed", code="internal_error")
+            raise
+        obs.emit("succeeded", replayed=result.replayed, recovered=result.recovered)
+        return result
+
+    def guarded(self, inv: Invocation, obs: _Observer) -> GuardResult:
+        inv.input = self.validate_input(inv)
+        inv.scope = self.identify(inv)
+        inv.context = self.resolve_context(inv)
+        self.check_authorization(inv, obs)
+        if self.tool.idempotent:
+            inv.key = self.resolve_key(inv)
+        inv.fingerprint = fingerprint(inv.input)
+        if self.tool.confirm_mode == "always":
+            self.confirm(inv, obs)
+        if not self.tool.idempotent:
+            return self.execute_unclaimed(inv, obs)
+        claim = self.claim(inv)
+        obs.operation_id = str(claim.operation.pk)
+        if claim.kind == "completed":
+            return self.replay(inv, claim.operation, obs)
+        if claim.kind == "in_flight":
+            raise OperationInFlight(
+                headers={"Retry-After": str(claim.retry_after)},
+                extra={"operation": claim.operation.summary()},
+            )
+        if claim.kind == "abandoned":
+            return self.recover_abandoned(inv, claim, obs)
+        return self.execute_fresh(inv, claim, obs)
+
+    # -- stages before the claim -----------------------------------------------------------
+    def validate_input(self, inv: Invocation) -> Mapping[str, Any]:
+        validate(
+            self.tool.validator,
+            inv.input,
+            known=self.tool.schema_names,
+            max_issues=gt_settings.MAX_ISSUES,
+        )
+        return inv.input
+
+    def identify(self, inv: Invocation) -> str:
+        scope = principal_scope(inv.user, inv.principal)
+        if scope is None:
+            if not self.tool.allow_anonymous:
+                raise NotAuthenticated()
+            scope = "anonymous"
+        return scope
+
+    def resolve_context(self, inv: Invocation) -> Any:
+        if self.tool.context is None:
+            return None
+        return self.tool.context(inv.input, user=inv.user, request=inv.request)
+
+    def check_authorization(self, inv: Invocation, obs: _Observer) -> None:
+        """Django permissions, then the object-level callable; on every call, replays too."""
+        if self.tool.permissions:
+            user = inv.user
+            if user is None or not getattr(user, "is_authenticated", False):
+                raise NotAuthenticated()
+            if not user.has_perms(self.tool.permissions):
+                raise AuthorizationError()
+        if self.tool.authorize is not None:
+            allowed, _reason = _decision(
+                self.tool.authorize(
+                    input=inv.input, context=inv.context, user=inv.user, signal=self._signal(inv)
+                ),
+                "allowed",
+            )
+            if not allowed:
+                # The reason is application text about the caller's request; it is
+                # logged, not sent, so that no data about other objects leaks.
+                raise AuthorizationError()
+        if self.tool.permissions or self.tool.authorize is not None:
+            obs.emit("authorized")
+
+    def confirm(self, inv: Invocation, obs: _Observer) -> None:
+        obs.emit("confirmation_requested")
+        if self.tool.queued_confirmation:
+            from guarded_tools.confirmations import require_approval
+
+            require_approval(self.tool, inv, obs)
+            obs.emit("confirmed")
+            return
+        hook = self.tool.confirm
+        request = hook["request"] if isinstance(hook, Mapping) else hook
+        assert callable(request)
+        confirmed, reason = _decision(
+            request(input=inv.input, context=inv.context, user=inv.user, signal=self._signal(inv)),
+            "confirmed",
+        )
+        if not confirmed:
+            obs.emit("declined")
+            raise ConfirmationError(
+                "The call was declined." + (f" Reason: {reason}" if reason else ""),
+                repair={"action": "ask_user", "instruction": "Ask the user how to proceed."},
+            )
+        obs.emit("confirmed")
+
+    def resolve_key(self, inv: Invocation) -> str:
+        spec = self.tool.idempotency_key
+        if callable(spec):
+            key: Any = spec(inv.input, context=inv.context)
+        elif isinstance(spec, str):
+            key = inv.input.get(spec)
+        else:
+            key = inv.header_key
+        if key is None or key == "":
+            raise IdempotencyKeyMissing(
+                repair={
+                    "action": "change_input",
+                    "fields": [spec] if isinstance(spec, str) else [],
+                    "instruction": "Send a new unique key (a UUID) and reuse it on every retry.",
+                }
+            )
+        if (
+            not isinstance(key, str)
+            or len(key) > gt_settings.MAX_KEY_LENGTH
+            or not key.isprintable()
+            or not key.strip()
+        ):
+            raise IdempotencyKeyInvalid()
+        return key
+
+    def claim(self, inv: Invocation) -> Claim:
+        try:
+            return self.store.claim(
+                tool=self.tool.name,
+                scope=inv.scope,
+                key=inv.key or "",
+                fp=inv.fingerprint,
+                input=inv.input,
+                user=inv.user,
+                lease_seconds=self.lease_seconds,
+            )
+        except RuntimeError as exc:
+            if "durable" in str(exc):
+                raise ImproperlyConfigured(
+                    "guarded_tools must commit its claim before the handler runs, but it was"
+                    " called inside a transaction (ATOMIC_REQUESTS or transaction.atomic)."
+                    " Call tools outside transactions; use atomic=True on the tool for a"
+                    " same-database effect."
+                ) from exc
+            raise
+
+    @property
+    def lease_seconds(self) -> int:
+        return int(self.tool.lease_seconds or gt_settings.LEASE_SECONDS)
+
+    # -- replays -------------------------------------------------------------------------
+    def replay(self, inv: Invocation, operation: Operation, obs: _Observer) -> GuardResult:
+        obs.emit("replayed")
+        if operation.state == OperationState.SUCCEEDED:
+            result = GuardResult(
+                output=operation.output,
+                operation=operation.summary(replayed=True),
+                replayed=True,
+                recovered=operation.recovered,
+            )
+            self.verify(inv, result, obs)
+            return result
+        raise self.stored_error(operation)
+
+    def stored_error(self, operation: Operation) -> GuardError:
+        """The terminal error a person or recovery stored, for every replay."""
+        data = dict(operation.error or {})
+        summary = operation.summary(replayed=True)
+        if operation.state == OperationState.OUTCOME_UNKNOWN:
+            return OutcomeUnknownError(extra={"operation": summary})
+        code = str(data.get("code") or "operation_failed")
+        error = ToolError(
+            code if code.replace("_", "").isalnum() and code.islower() else "operation_failed",
+            str(data.get("message") or "The operation failed."),
+            retry="never",
+            status=int(data.get("status") or 409),
+            repair=data.get("repair"),
+        )
+        error.extra["operation"] = summary
+        return error
+
+    # -- execution -----------------------------------------------------------------------
+    def execute_unclaimed(self, inv: Invocation, obs: _Observer) -> GuardResult:
+        ctx = self.make_context(inv, None)
+        output = self.call_handler(inv, ctx)
+        obs.emit("executed")
+        self.measure_output(output, obs)
+        result = GuardResult(output=output)
+        self.verify(inv, result, obs)
+        return result
+
+    def execute_fresh(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
+        if self.tool.confirm_mode == "effect-only":
+            try:
+                self.confirm(inv, obs)
+            except BaseException:
+                self.store.release(claim)  # nothing ran: the key is fresh again
+                raise
+        handle = OperationHandle(self.store, claim, self.lease_seconds)
+        ctx = self.make_context(inv, handle)
+        if self.tool.atomic:
+            return self.execute_atomic(inv, claim, ctx, obs)
+        try:
+            output = self.call_handler(inv, ctx)
+        except BaseException as exc:
+            return self.handle_failure(inv, claim, handle, exc, obs)
+        obs.emit("executed")
+        return self.finalize(inv, claim, output, obs, recovered=False)
+
+    def execute_atomic(
+        self, inv: Invocation, claim: Claim, ctx: ToolContext, obs: _Observer
+    ) -> GuardResult:
+        """Effect, journal, verify and completion commit together, or not at all."""
+        try:
+            with transaction.atomic(durable=True):
+                output = self.call_handler(inv, ctx)
+                obs.emit("executed")
+                result = self.finalize(inv, claim, output, obs, recovered=False)
+        except LeaseLost:
+            return self.after_lost_lease(claim, None)
+        except BaseException:
+            # Nothing committed: the claim can be released safely. If the release
+            # finds the claim completed, the commit happened after all: replay it.
+            if not self._try_release(claim):
+                operation = self.store.refresh(claim.operation)
+                if operation.state == OperationState.SUCCEEDED:
+                    return self.replay(inv, operation, obs)
+            raise
+        return result
+
+    def _try_release(self, claim: Claim) -> bool:
+        try:
+            return self.store.release(claim)
+        except Exception:  # noqa: BLE001 - the lease will expire and recovery decides
+            logger.exception("could not release operation %s", claim.operation.pk)
+            return True
+
+    def make_context(self, inv: Invocation, handle: OperationHandle | None) -> ToolContext:
+        return ToolContext(
+            user=inv.user,
+            context=inv.context,
+            signal=self._signal(inv),
+            operation=handle,
+            request=inv.request,
+            tool=self.tool,
+        )
+
+    def call_handler(self, inv: Invocation, ctx: ToolContext) -> Any:
+        return self.tool.handler(dict(inv.input), ctx)
+
+    def _signal(self, inv: Invocation) -> CancelSignal:
+        if inv.signal is None:
+            inv.signal = CancelSignal()
+        return inv.signal
+
+    # -- after the handler ---------------------------------------------------------------
+    def handle_failure(
+        self,
+        inv: Invocation,
+        claim: Claim,
+        handle: OperationHandle,
+        exc: BaseException,
+        obs: _Observer,
+    ) -> GuardResult:
+        """Release (proven pre-effect), recover, or abandon; never run the handler again."""
+        if isinstance(exc, LeaseLost):
+            return self.after_lost_lease(claim, None)
+        journal_empty = self.tool.journal and self.store.journal_empty(claim.operation)
+        if isinstance(exc, ToolError) and (not self.tool.journal or journal_empty):
+            self.store.release(claim)
+            raise exc
+        if self.tool.recover is not None:
+            result = self.run_recover(inv, claim, handle, exc, obs, journal_empty=journal_empty)
+            assert result is not None  # with an exception, "released" re-raises it
+            return result
+        if journal_empty:
+            self.store.release(claim)
+            raise exc
+        self.store.abandon(claim)
+        raise OutcomeUnknownError(
+            extra={"operation": claim.operation.summary()}
+        ) from exc
+
+    def run_recover(
+        self,
+        inv: Invocation,
+        claim: Claim,
+        handle: OperationHandle,
+        exc: BaseException | None,
+        obs: _Observer,
+        *,
+        journal_empty: bool,
+        terminal: bool = False,
+    ) -> GuardResult | None:
+        """Ask the tool's ``recover`` what really happened.
+
+        ``terminal`` is set when recovery itself took the claim over: a second
+        "not recovered" then means nobody can prove the outcome, so it is marked
+        unknown instead of abandoned again.
+        """
+        summary = claim.operation.summary()
+        assert self.tool.recover is not None
+        try:
+            decision = self.tool.recover(
+                input=dict(inv.input),
+                context=inv.context,
+                error=exc,
+                operation=handle,
+                signal=CancelSignal(),
+            )
+        except Exception as recovery_error:
+            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            raise OutcomeUnknownError(extra={"operation": summary}) from recovery_error
+        decision = dict(decision or {})
+        if decision.get("recovered"):
+            obs.emit("recovered", recovered=True)
+            return self.finalize(inv, claim, decision.get("output"), obs, recovered=True)
+        if decision.get("outcome") == "unknown":
+            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            raise OutcomeUnknownError(extra={"operation": summary}) from exc
+        if journal_empty:
+            self.store.release(claim)
+            if exc is not None:
+                raise exc
+            return None  # released: proven not executed
+        if terminal:
+            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+        else:
+            self.store.abandon(claim)
+        raise OutcomeUnknownError(extra={"operation": summary}) from exc
+
+    def recover_abandoned(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
+        """A caller met a claim with no live owner: recover it inline, never re-execute."""
+        from guarded_tools.recovery import recover_operation
+
+        outcome = recover_operation(claim.operation, store=self.store)
+        operation = self.store.refresh(claim.operation)
+        if outcome == "released" or operation.state == OperationState.RELEASED:
+            # Proven not executed: the key is fresh, so this call claims it normally.
+            claim = self.claim(inv)
+            obs.operation_id = str(claim.operation.pk)
+            if claim.kind == "fresh":
+                return self.execute_fresh(inv, claim, obs)
+            operation = claim.operation
+        if operation.state in (OperationState.SUCCEEDED, OperationState.FAILED,
+                               OperationState.OUTCOME_UNKNOWN):
+            return self.replay(inv, operation, obs)
+        raise OperationInFlight(
+            headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
+        )
+
+    def finalize(
+        self, inv: Invocation, claim: Claim, output: Any, obs: _Observer, *, recovered: bool
+    ) -> GuardResult:
+        """Budget, verify, complete: finalization the caller's cancellation cannot stop."""
+        self.measure_output(output, obs)
+        result = GuardResult(
+            output=output,
+            operation=claim.operation.summary(),
+            recovered=recovered,
+        )
+        try:
+            self.verify(inv, result, obs)
+        except VerificationError as exc:
+            if not self.tool.atomic:
+                self.store.mark_unknown(claim, exc.as_dict(), output=_storable(output))
+            exc.extra["operation"] = claim.operation.summary()
+            raise
+        if not self.store.complete(claim, _storable(output), recovered=recovered):
+            if self.tool.atomic:
+                raise LeaseLost(str(claim.operation.pk))
+            return self.after_lost_lease(claim, output)
+        result.operation = {**claim.operation.summary(), "status": OperationState.SUCCEEDED,
+                            "recovered": recovered}
+        return result
+
+    def after_lost_lease(self, claim: Claim, output: Any) -> GuardResult:
+        """Another process took the claim over: keep our result as evidence, never retry."""
+        logger.warning("operation %s: lease lost before completion", claim.operation.pk)
+        if output is not None:
+            self.store.record_late_result(claim, {"output": _storable(output)})
+        operation = self.store.refresh(claim.operation)
+        if operation.state == OperationState.SUCCEEDED:
+            return GuardResult(
+                output=operation.output,
+                operation=operation.summary(replayed=True),
+                replayed=True,
+                recovered=operation.recovered,
+            )
+        raise OutcomeUnknownError(extra={"operation": operation.summary()})
+
+    def measure_output(self, output: Any, obs: _Observer) -> None:
+        budget = self.tool.output_budget_bytes or gt_settings.OUTPUT_BUDGET_BYTES
+        try:
+            size = len(json.dumps(output, cls=DjangoJSONEncoder).encode("utf-8"))
+        except (TypeError, ValueError):
+            obs.emit("output_unmeasurable")
+            logger.warning("tool %s returned an output that is not JSON", self.tool.name)
+            return
+        if size > budget:
+            obs.emit("output_oversized", extra={"bytes": size, "budget": budget})
+            logger.warning(
+                "tool %s output is %d bytes, over its budget of %d", self.tool.name, size, budget
+            )
+            return
+        obs.emit("output_validated", extra={"bytes": size})
+
+    def verify(self, inv: Invocation, result: GuardResult, obs: _Observer) -> None:
+        """Run ``verify`` with its own signal, bounded by ``verify_timeout``."""
+        verifier = self.tool.verify
+        if verifier is None:
+            return
+        signal = CancelSignal()
+        kwargs = {
+            "input": dict(inv.input),
+            "output": result.output,
+            "context": inv.context,
+            "replayed": result.replayed,
+            "recovered": result.recovered,
+            "signal": signal,
+        }
+        timeout = self.tool.verify_timeout
+        if timeout is None:
+            decision = verifier(**kwargs)
+        else:
+            decision = _call_with_deadline(verifier, kwargs, timeout, signal)
+        verified, reason = _decision(decision, "verified")
+        if not verified:
+            logger.warning("tool %s: verification failed: %s", self.tool.name, reason)
+            raise VerificationError()
+        obs.emit("verified")
+
+
+def _call_with_deadline(
+    fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, signal: CancelSignal
+) -> Any:
+    def target() -> Any:
+        try:
+            return fn(**kwargs)
+        finally:
+            connections.close_all()
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gt-verify")
+    future = pool.submit(target)
+    try:
+        return future.result(timeout=timeout)
+    except concurrent.futures.TimeoutError:
+        signal.abort("verify_timeout")
+        raise VerificationError("Verification did not finish in time.") from None
+    finally:
+        pool.shutdown(wait=False)
+
+
+class _Unstorable(DjangoJSONEncoder):
+    def default(self, o: Any) -> Any:
+        try:
+            return super().default(o)
+        except TypeError:
+            return {"__unserializable__": type(o).__name__}
+
+
+def _storable(output: Any) -> Any:
+    """Outputs are stored as JSON; anything that is not becomes a typed placeholder."""
+    try:
+        json.dumps(output, cls=DjangoJSONEncoder)
+        return output
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(output, cls=_Unstorable))
+
+
+def get_pipeline(definition: Tool) -> Pipeline:
+    cls = gt_settings.PIPELINE_CLASS
+    return cls(definition)  # type: ignore[no-any-return]

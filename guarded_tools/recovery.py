@@ -1,0 +1,162 @@
+"""Provides recovery of abandoned operations: the sweep, and inline recovery on retry.
+
+A takeover is a compare-and-set (fence + 1, new owner). It never runs the handler:
+only the tool's ``recover`` hook, which reads authoritative state. The operation
+then completes, is released (only when an empty journal proves no effect), or is
+marked ``outcome_unknown`` for a person to reconcile.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Literal
+
+from django.db import connection, transaction
+from django.db.models.functions import Now
+
+from guarded_tools.conf import gt_settings
+from guarded_tools.exceptions import GuardError
+from guarded_tools.models import Confirmation, ConfirmationStatus, Operation
+from guarded_tools.registry import NotRegistered, Tool, registry
+from guarded_tools.store import Claim, OperationHandle, OperationStore
+
+logger = logging.getLogger("guarded_tools.recovery")
+
+Outcome = Literal["completed", "released", "unknown", "skipped"]
+
+
+@dataclass
+class SweepReport:
+    """What one sweep did, by outcome."""
+
+    taken: int = 0
+    completed: int = 0
+    released: int = 0
+    unknown: int = 0
+    skipped: int = 0
+    confirmations_expired: int = 0
+    purged: int = 0
+    errors: list[str] = field(default_factory=list)
+
+    def add(self, outcome: Outcome) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "taken": self.taken,
+            "completed": self.completed,
+            "released": self.released,
+            "unknown": self.unknown,
+            "skipped": self.skipped,
+            "confirmations_expired": self.confirmations_expired,
+            "purged": self.purged,
+        }
+
+
+def _lease(definition: Tool | None) -> int:
+    if definition is not None and definition.lease_seconds:
+        return int(definition.lease_seconds)
+    return int(gt_settings.LEASE_SECONDS)
+
+
+def recover_claimed(operation: Operation, claim: Claim, store: OperationStore) -> Outcome:
+    """Decide an operation this process has just taken over. Never runs the handler."""
+    from guarded_tools.pipeline import Invocation, _Observer, get_pipeline
+
+    try:
+        definition = registry.get(operation.tool)
+    except NotRegistered:
+        # Nobody here can read authoritative state for an unknown tool.
+        store.mark_unknown(claim, {"code": "outcome_unknown", "reason": "tool not registered"})
+        return "unknown"
+    journal_empty = definition.atomic or (
+        definition.journal and store.journal_empty(operation)
+    )
+    if definition.recover is None:
+        if journal_empty:
+            store.release(claim)
+            return "released"
+        store.mark_unknown(claim, {"code": "outcome_unknown"})
+        return "unknown"
+    pipeline = get_pipeline(definition)
+    inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
+    try:
+        inv.context = pipeline.resolve_context(inv)
+        handle = OperationHandle(store, claim, _lease(definition))
+        result = pipeline.run_recover(
+            inv, claim, handle, None, _Observer(definition),
+            journal_empty=journal_empty, terminal=True,
+        )
+    except GuardError:
+        return "unknown"
+    except Exception:
+        logger.exception("recovery of operation %s failed", operation.pk)
+        store.mark_unknown(claim, {"code": "outcome_unknown"})
+        return "unknown"
+    return "released" if result is None else "completed"
+
+
+def recover_operation(operation: Operation, *, store: OperationStore | None = None) -> Outcome:
+    """Take one abandoned operation over and recover it (inline, on a caller's retry)."""
+    store = store or gt_settings.STORE_CLASS()
+    definition = registry.find(operation.tool)
+    claim = store.takeover(operation, _lease(definition))
+    if claim is None:
+        return "skipped"
+    return recover_claimed(claim.operation, claim, store)
+
+
+def take_batch(store: OperationStore, limit: int) -> list[Claim]:
+    """Take over up to ``limit`` abandoned operations in one short transaction.
+
+    On PostgreSQL the candidates are locked with ``SKIP LOCKED`` so that several
+    sweepers share the work instead of waiting on each other; the takeover itself
+    is still a compare-and-set, so SQLite (which serializes writers) is safe too.
+    """
+    claims: list[Claim] = []
+    with transaction.atomic():
+        candidates = Operation.objects.abandoned().order_by("lease_expires_at")
+        if connection.features.has_select_for_update_skip_locked:
+            candidates = candidates.select_for_update(skip_locked=True)
+        for operation in candidates[:limit]:
+            claim = store.takeover(operation, _lease(registry.find(operation.tool)))
+            if claim is not None:
+                claims.append(claim)
+    return claims
+
+
+def expire_confirmations() -> int:
+    return Confirmation.objects.overdue().update(status=ConfirmationStatus.EXPIRED)
+
+
+def purge_completed(days: int | None = None) -> int:
+    days = gt_settings.RETENTION_DAYS if days is None else days
+    if not days:
+        return 0
+    cutoff = Now() - timedelta(days=days)
+    ids = list(Operation.objects.completed_before(cutoff).values_list("pk", flat=True)[:1000])
+    if not ids:
+        return 0
+    deleted, _ = Operation.objects.filter(pk__in=ids).delete()
+    return len(ids) if deleted else 0
+
+
+def sweep(*, batch_size: int | None = None, store: OperationStore | None = None) -> SweepReport:
+    """Recover one bounded batch of abandoned operations; expire and purge old rows."""
+    store = store or gt_settings.STORE_CLASS()
+    report = SweepReport()
+    for claim in take_batch(store, batch_size or gt_settings.SWEEP_BATCH_SIZE):
+        report.taken += 1
+        try:
+            report.add(recover_claimed(claim.operation, claim, store))
+        except Exception as exc:  # the next sweep will see it again once its lease expires
+            logger.exception("sweep: operation %s", claim.operation.pk)
+            report.errors.append(type(exc).__name__)
+    report.confirmations_expired = expire_confirmations()
+    report.purged = purge_completed()
+    return report
+
+
+__all__ = ["SweepReport", "recover_operation", "sweep"]

@@ -1,0 +1,241 @@
+"""Provides tool definitions, the ``@tool`` decorator, ``guard()`` and the registry."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from guarded_tools.validation import compile_schema, schema_names
+
+if TYPE_CHECKING:
+    from jsonschema import Draft202012Validator
+
+    from guarded_tools.cancellation import CancelSignal
+    from guarded_tools.pipeline import GuardResult
+
+Handler = Callable[..., Any]
+CONFIRM_MODES = ("always", "effect-only")
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Tool:
+    """A guarded tool: the handler plus every policy the pipeline applies to it.
+
+    Built by :func:`tool` (registered, reachable over HTTP) or :func:`guard`
+    (unregistered, called from Python). Calling it runs the whole pipeline.
+    """
+
+    name: str
+    handler: Handler
+    description: str = ""
+    title: str | None = None
+    input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
+    output_schema: Mapping[str, Any] | None = None
+    permissions: tuple[str, ...] = ()
+    authorize: Callable[..., Any] | None = None
+    context: Callable[..., Any] | None = None
+    confirm: Callable[..., Any] | str | Mapping[str, Any] | None = None
+    idempotency_key: str | Callable[..., str] | None = None
+    journal: bool = True
+    recover: Callable[..., Any] | None = None
+    verify: Callable[..., Any] | None = None
+    verify_timeout: float | None = None
+    output_budget_bytes: int | None = None
+    observe: Callable[..., Any] | None = None
+    invocation_id: Callable[[], str] | None = None
+    now: Callable[[], Any] | None = None
+    read_only: bool = False
+    destructive: bool | None = None
+    atomic: bool = False
+    lease_seconds: int | None = None
+    allow_anonymous: bool = False
+    confirmation_ttl: int | None = None
+    validator: Draft202012Validator = field(init=False, repr=False)
+    schema_names: frozenset[str] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.name or len(self.name) > 128:
+            raise ValueError("A tool name is 1 to 128 characters.")
+        object.__setattr__(self, "permissions", tuple(self.permissions))
+        schema = dict(self.input_schema)
+        object.__setattr__(self, "validator", compile_schema(schema, name=self.name))
+        object.__setattr__(self, "schema_names", schema_names(schema))
+        if self.output_schema is not None:
+            compile_schema(dict(self.output_schema), name=self.name)
+        if isinstance(self.confirm, str) and self.confirm not in CONFIRM_MODES:
+            raise ValueError(f"confirm must be a callable, a mapping or one of {CONFIRM_MODES}.")
+        if isinstance(self.confirm, Mapping) and not callable(self.confirm.get("request")):
+            raise ValueError("confirm={'mode': 'effect-only', 'request': fn} needs a callable.")
+        if self.verify_timeout is not None and self.verify_timeout <= 0:
+            raise ValueError("verify_timeout is a positive number of seconds.")
+        if self.output_budget_bytes is not None and self.output_budget_bytes <= 0:
+            raise ValueError("output_budget_bytes is a positive integer.")
+
+    # -- derived policy -------------------------------------------------------------
+    @property
+    def idempotent(self) -> bool:
+        """Read-only tools run without a claim; every other tool needs a key."""
+        return not self.read_only
+
+    @property
+    def confirm_mode(self) -> str | None:
+        """``always``, ``effect-only`` or None; callables are always-confirm."""
+        if self.confirm is None:
+            return None
+        if isinstance(self.confirm, str):
+            return self.confirm
+        if isinstance(self.confirm, Mapping):
+            return str(self.confirm.get("mode", "always"))
+        return "always"
+
+    @property
+    def queued_confirmation(self) -> bool:
+        """True when a person approves calls in the admin (string modes)."""
+        return isinstance(self.confirm, str)
+
+    @property
+    def annotations(self) -> dict[str, Any]:
+        destructive = self.destructive if self.destructive is not None else not self.read_only
+        return {
+            "title": self.title or self.name.replace("_", " ").capitalize(),
+            "readOnlyHint": self.read_only,
+            "destructiveHint": bool(destructive) and not self.read_only,
+            "idempotentHint": self.read_only or self.idempotent,
+            "openWorldHint": False,
+        }
+
+    @property
+    def key_field(self) -> str | None:
+        return self.idempotency_key if isinstance(self.idempotency_key, str) else None
+
+    def describe(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "name": self.name,
+            "title": self.annotations["title"],
+            "description": self.description,
+            "inputSchema": dict(self.input_schema),
+            "annotations": self.annotations,
+            "confirmation": self.confirm_mode,
+            "idempotencyKey": (
+                None
+                if not self.idempotent
+                else {"field": self.key_field}
+                if self.key_field
+                else {"header": "Idempotency-Key"}
+            ),
+        }
+        if self.output_schema is not None:
+            data["outputSchema"] = dict(self.output_schema)
+        return data
+
+    def __call__(
+        self,
+        input: Mapping[str, Any],
+        *,
+        user: Any = None,
+        principal: str | None = None,
+        idempotency_key: str | None = None,
+        request: Any = None,
+        signal: CancelSignal | None = None,
+    ) -> GuardResult:
+        """Run the guard pipeline for one call and return its result."""
+        from guarded_tools.pipeline import Invocation, get_pipeline
+
+        invocation = Invocation(
+            input=input,
+            user=user,
+            principal=principal,
+            header_key=idempotency_key,
+            request=request,
+            signal=signal,
+        )
+        return get_pipeline(self).run(invocation)
+
+
+class AlreadyRegistered(Exception):
+    pass
+
+
+class NotRegistered(KeyError):
+    pass
+
+
+class ToolRegistry:
+    """Every tool registered in this process, by name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._tools: dict[str, Tool] = {}
+
+    def register(self, definition: Tool) -> Tool:
+        with self._lock:
+            if definition.name in self._tools:
+                raise AlreadyRegistered(f"A tool named {definition.name!r} is already registered.")
+            self._tools[definition.name] = definition
+        return definition
+
+    def unregister(self, name: str) -> None:
+        with self._lock:
+            if self._tools.pop(name, None) is None:
+                raise NotRegistered(name)
+
+    def get(self, name: str) -> Tool:
+        try:
+            return self._tools[name]
+        except KeyError:
+            raise NotRegistered(name) from None
+
+    def find(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._tools.clear()
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(sorted(self._tools.values(), key=lambda t: t.name))
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+registry = ToolRegistry()
+
+
+def tool(
+    name: str | None = None, *, registry: ToolRegistry | None = None, **options: Any
+) -> Callable[[Handler], Tool]:
+    """Register the decorated ``handler(input, ctx)`` as an agent-callable tool."""
+    target = registry if registry is not None else globals()["registry"]
+
+    def decorator(handler: Handler) -> Tool:
+        description = options.pop("description", None) or (handler.__doc__ or "").strip()
+        definition = Tool(
+            name=name or handler.__name__, handler=handler, description=description, **options
+        )
+        return target.register(definition)
+
+    return decorator
+
+
+def guard(execute: Handler, **options: Any) -> Tool:
+    """Wrap a plain ``execute(input, ctx)`` with the same pipeline, without HTTP.
+
+    The result is not registered; call it with ``principal=`` (or ``user=``) and
+    ``idempotency_key=`` when it has an effect.
+    """
+    options.setdefault("name", getattr(execute, "__name__", "guarded"))
+    options.setdefault("allow_anonymous", True)
+    return Tool(handler=execute, **options)
+
+
+def autodiscover() -> None:
+    """Import the ``tools`` module of every installed app."""
+    from django.utils.module_loading import autodiscover_modules
+
+    autodiscover_modules("tools")

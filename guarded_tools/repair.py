@@ -1,0 +1,213 @@
+"""Provides repair actions and plans, and the bounded text an agent reads for them."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+Action = Literal[
+    "change_input",
+    "call_tool",
+    "refresh_state",
+    "retry_same_operation",
+    "ask_user",
+    "reconcile",
+    "stop",
+]
+ACTIONS: tuple[str, ...] = (
+    "change_input",
+    "call_tool",
+    "refresh_state",
+    "retry_same_operation",
+    "ask_user",
+    "reconcile",
+    "stop",
+)
+RetryPolicy = Literal["never", "as_is", "after_repair"]
+RETRY_POLICIES: tuple[str, ...] = ("never", "as_is", "after_repair")
+
+#: A portable plan: what every agent host is expected to carry intact.
+MAX_STEPS = 5
+MAX_FIELDS = 8
+MAX_INSTRUCTION_CHARS = 240
+MAX_NAME_CHARS = 64
+
+_WS = re.compile(r"\s+")
+_NAME = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+
+def normalize(text: Any, limit: int) -> str:
+    """Collapse whitespace (control characters included) and bound the length."""
+    value = _WS.sub(" ", "".join(ch if ch.isprintable() else " " for ch in str(text))).strip()
+    if len(value) > limit:
+        value = value[: max(limit - 1, 0)].rstrip() + "…"
+    return value
+
+
+def safe_name(text: Any) -> str:
+    """A tool or field name reduced to identifier characters, bounded."""
+    return _NAME.sub("", str(text))[:MAX_NAME_CHARS] or "?"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Repair:
+    """One concrete next action an agent should take before retrying."""
+
+    action: Action
+    instruction: str = ""
+    tool: str | None = None
+    fields: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.action not in ACTIONS:
+            raise ValueError(
+                f"Unknown repair action {self.action!r}; use one of {', '.join(ACTIONS)}."
+            )
+        if self.action in ("call_tool",) and not self.tool:
+            raise ValueError("A call_tool repair must name the tool to call.")
+        object.__setattr__(self, "fields", tuple(self.fields))
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"action": self.action}
+        if self.tool:
+            data["tool"] = self.tool
+        if self.instruction:
+            data["instruction"] = self.instruction
+        if self.fields:
+            data["fields"] = list(self.fields)
+        return data
+
+    def sentence(self) -> str:
+        """The bounded, portable sentence for this action."""
+        tool = safe_name(self.tool) if self.tool else ""
+        lead = {
+            "change_input": "change the input",
+            "call_tool": f"call the tool '{tool}' and wait for its result before continuing",
+            "refresh_state": "refresh the state you rely on",
+            "retry_same_operation": (
+                f"retry the same operation{' with ' + repr(tool) if tool else ''}"
+                ", keeping its idempotency key"
+            ),
+            "ask_user": "ask the user",
+            "reconcile": "have a person reconcile this operation; do not retry it with a new key",
+            "stop": "stop; do not call this tool again for this request",
+        }[self.action]
+        if self.fields:
+            names = ", ".join(safe_name(f) for f in self.fields[:MAX_FIELDS])
+            lead += f" (fields: {names})"
+        instruction = normalize(self.instruction, MAX_INSTRUCTION_CHARS)
+        return f"{lead}. {instruction}" if instruction else f"{lead}."
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepairPlan:
+    """An ordered plan of dependent repair steps.
+
+    ``preserve`` names input fields whose original values must survive the repair;
+    ``update`` names fields to replace from the repair's output. Values are never
+    copied into the message.
+    """
+
+    steps: tuple[Repair, ...]
+    preserve: tuple[str, ...] = ()
+    update: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        steps = tuple(coerce_step(s) for s in self.steps)
+        if not steps:
+            raise ValueError("A repair plan needs at least one step.")
+        object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "preserve", tuple(self.preserve))
+        object.__setattr__(self, "update", tuple(self.update))
+
+    def as_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"steps": [s.as_dict() for s in self.steps]}
+        if self.preserve:
+            data["preserve"] = list(self.preserve)
+        if self.update:
+            data["update"] = list(self.update)
+        return data
+
+    def sentence(self) -> str:
+        shown = self.steps[:MAX_STEPS]
+        parts = [
+            f"run these {len(self.steps)} steps in order, one at a time, not in parallel:"
+        ]
+        for number, step in enumerate(shown, start=1):
+            parts.append(f"{number}. {step.sentence()}")
+        if len(self.steps) > len(shown):
+            parts.append(f"({len(self.steps) - len(shown)} more steps are in the structured repair.)")
+        if self.preserve:
+            parts.append("Keep the original values of: " + _names(self.preserve) + ".")
+        if self.update:
+            parts.append("Replace from the repair's results: " + _names(self.update) + ".")
+        return " ".join(parts)
+
+
+def _names(values: Sequence[str]) -> str:
+    names = ", ".join(safe_name(v) for v in values[:MAX_FIELDS])
+    if len(values) > MAX_FIELDS:
+        names += f" and {len(values) - MAX_FIELDS} more"
+    return names
+
+
+def coerce_step(value: Repair | Mapping[str, Any]) -> Repair:
+    if isinstance(value, Repair):
+        return value
+    if not isinstance(value, Mapping):
+        raise TypeError("A repair step is a Repair or a mapping with an 'action'.")
+    data = dict(value)
+    return Repair(
+        action=data.get("action"),  # type: ignore[arg-type]
+        instruction=data.get("instruction", ""),
+        tool=data.get("tool"),
+        fields=tuple(data.get("fields", ())),
+    )
+
+
+def coerce_repair(
+    value: Repair | RepairPlan | Mapping[str, Any] | Iterable[Any] | None,
+) -> Repair | RepairPlan | None:
+    """Accept a ``Repair``, a ``RepairPlan``, or the equivalent plain dict."""
+    if value is None or isinstance(value, (Repair, RepairPlan)):
+        return value
+    if isinstance(value, Mapping):
+        if "steps" in value:
+            return RepairPlan(
+                steps=tuple(coerce_step(s) for s in value["steps"]),
+                preserve=tuple(value.get("preserve", ())),
+                update=tuple(value.get("update", ())),
+            )
+        return coerce_step(value)
+    return RepairPlan(steps=tuple(coerce_step(s) for s in value))
+
+
+RETRY_WORDS = {
+    "never": "Do not retry this call.",
+    "as_is": "You may retry the same call unchanged.",
+    "after_repair": "Retry only after the repair below, with the same idempotency key.",
+}
+
+
+def render_message(
+    code: str,
+    message: str,
+    retry: str,
+    repair: Repair | RepairPlan | None,
+    *,
+    limit: int = 1500,
+) -> str:
+    """The portable message: stands alone when every other field is stripped.
+
+    ``code`` and the retry policy in words come first so that truncation never
+    loses them; the ``Next action:`` sentence is bounded on its own.
+    """
+    head = normalize(message, 400) or "The call failed."
+    if not head.endswith((".", "!", "?", "…")):
+        head += "."
+    text = f"{head} [{safe_name(code)}] {RETRY_WORDS.get(retry, RETRY_WORDS['never'])}"
+    if repair is not None:
+        text += " Next action: " + repair.sentence()
+    return normalize(text, limit)

@@ -1,0 +1,202 @@
+"""Provides strict JSON parsing and JSON Schema validation with agent-safe issues.
+
+Issue messages are written from the *schema* (trusted), never from the instance:
+a value or property name an attacker sent is never echoed back to an agent.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from jsonschema import Draft202012Validator
+from jsonschema import ValidationError as SchemaError
+from jsonschema.exceptions import SchemaError as InvalidSchema
+
+from guarded_tools.exceptions import MalformedRequest, ValidationError
+from guarded_tools.repair import normalize
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in result:
+            raise _DuplicateKey("duplicate key")
+        result[key] = value
+    return result
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError("NaN and Infinity are not JSON")
+
+
+def parse_json(raw: bytes, *, max_depth: int) -> Any:
+    """Parse ``raw`` as strict JSON: UTF-8, no duplicate keys, no NaN, bounded depth."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise MalformedRequest("The request body is not valid UTF-8.") from None
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    try:
+        value = json.loads(
+            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants
+        )
+    except _DuplicateKey:
+        raise MalformedRequest("The request body repeats a key inside one object.") from None
+    except RecursionError:
+        raise MalformedRequest("The request body nests too deeply.") from None
+    except ValueError:
+        raise MalformedRequest("The request body is not valid JSON.") from None
+    check_depth(value, max_depth)
+    return value
+
+
+def check_depth(value: Any, max_depth: int) -> None:
+    """Refuse structures nested deeper than ``max_depth`` (iteratively: no recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                raise MalformedRequest(f"The request body nests deeper than {max_depth} levels.")
+            children: Iterable[Any] = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+
+
+def compile_schema(schema: dict[str, Any], *, name: str) -> Draft202012Validator:
+    """Check ``schema`` against Draft 2020-12 and build its validator once."""
+    try:
+        Draft202012Validator.check_schema(schema)
+    except InvalidSchema as exc:
+        raise ValueError(f"Tool {name!r} has an invalid JSON Schema: {exc.message}") from exc
+    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+
+
+def schema_names(schema: Any) -> frozenset[str]:
+    """Every property name the schema itself declares (trusted path segments)."""
+    names: set[str] = set()
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            props = node.get("properties")
+            if isinstance(props, dict):
+                names.update(k for k in props if isinstance(k, str))
+            required = node.get("required")
+            if isinstance(required, list):
+                names.update(k for k in required if isinstance(k, str))
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return frozenset(names)
+
+
+def _value(value: Any, limit: int = 80) -> str:
+    """A schema-side value shown in a message (trusted, but still bounded)."""
+    try:
+        text = json.dumps(value, ensure_ascii=True, sort_keys=True)
+    except (TypeError, ValueError):
+        text = "?"
+    return normalize(text, limit)
+
+
+def _describe(error: SchemaError) -> str:
+    kw = str(error.validator)
+    v = error.validator_value
+    messages = {
+        "type": lambda: f"must be of type {_value(v)}",
+        "required": lambda: "is missing a required property"
+        + (f" {_value(_missing(error))}" if _missing(error) else ""),
+        "enum": lambda: f"must be one of {_value(v, 160)}",
+        "const": lambda: f"must equal {_value(v)}",
+        "minimum": lambda: f"must be >= {_value(v)}",
+        "maximum": lambda: f"must be <= {_value(v)}",
+        "exclusiveMinimum": lambda: f"must be > {_value(v)}",
+        "exclusiveMaximum": lambda: f"must be < {_value(v)}",
+        "multipleOf": lambda: f"must be a multiple of {_value(v)}",
+        "minLength": lambda: f"must have at least {_value(v)} characters",
+        "maxLength": lambda: f"must have at most {_value(v)} characters",
+        "pattern": lambda: f"must match the pattern {_value(v)}",
+        "format": lambda: f"must be a valid {_value(v)}",
+        "minItems": lambda: f"must have at least {_value(v)} items",
+        "maxItems": lambda: f"must have at most {_value(v)} items",
+        "uniqueItems": lambda: "must not contain duplicate items",
+        "minProperties": lambda: f"must have at least {_value(v)} properties",
+        "maxProperties": lambda: f"must have at most {_value(v)} properties",
+        "additionalProperties": lambda: "has properties the schema does not allow",
+        "unevaluatedProperties": lambda: "has properties the schema does not allow",
+        "propertyNames": lambda: "has a property name the schema does not allow",
+        "additionalItems": lambda: "has more items than the schema allows",
+        "unevaluatedItems": lambda: "has more items than the schema allows",
+        "dependentRequired": lambda: "is missing a property that another property requires",
+        "oneOf": lambda: "must match exactly one of the allowed shapes",
+        "anyOf": lambda: "must match at least one of the allowed shapes",
+        "not": lambda: "matches a shape the schema forbids",
+        "false": lambda: "is not allowed",
+    }
+    builder = messages.get(kw)
+    return builder() if builder else f"does not satisfy the schema keyword {_value(kw)}"
+
+
+def _missing(error: SchemaError) -> str | None:
+    """The name of a missing required property, taken from the schema's list."""
+    required = error.validator_value if isinstance(error.validator_value, list) else []
+    instance = error.instance if isinstance(error.instance, dict) else {}
+    for name in required:
+        if name not in instance:
+            return name
+    return None
+
+
+def safe_path(path: Iterable[Any], known: frozenset[str]) -> list[str | int]:
+    """Path segments an agent may see: indexes, and names the schema declares."""
+    result: list[str | int] = []
+    for part in path:
+        if isinstance(part, int):
+            result.append(part)
+        elif isinstance(part, str) and part in known and _IDENT.match(part):
+            result.append(part)
+        else:
+            result.append("<property>")
+    return result
+
+
+def validate(
+    validator: Draft202012Validator,
+    instance: Any,
+    *,
+    known: frozenset[str],
+    max_issues: int = 20,
+) -> None:
+    """Raise :class:`ValidationError` with bounded, value-free issues."""
+    issues: list[dict[str, Any]] = []
+    try:
+        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.path))
+    except RecursionError:
+        raise MalformedRequest("The input nests too deeply.") from None
+    for error in errors:
+        path = safe_path(error.absolute_path, known)
+        message = _describe(error)
+        issues.append({"path": path, "keyword": str(error.validator), "message": message})
+        if len(issues) >= max_issues:
+            break
+    if not issues:
+        return
+    first = "; ".join(
+        f"{_pointer(i['path'])} {i['message']}" for i in issues[:3]
+    )
+    more = f" (and {len(issues) - 3} more issues)" if len(issues) > 3 else ""
+    raise ValidationError(issues, f"The input is invalid: {first}{more}.")
+
+
+def _pointer(path: list[str | int]) -> str:
+    return "/" + "/".join(str(p) for p in path) if path else "the input"

@@ -1,0 +1,146 @@
+"""Provides the REST endpoints: tool list and calls, operations, the error catalog."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import transaction
+from django.http import HttpResponse
+from django.utils.decorators import method_decorator
+from rest_framework.permissions import AllowAny
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from guarded_tools import catalog
+from guarded_tools.conf import gt_settings
+from guarded_tools.exceptions import MalformedRequest, NotAuthenticated, OperationNotFound, ToolNotFound
+from guarded_tools.handlers import exception_handler
+from guarded_tools.models import Operation
+from guarded_tools.parsers import StrictJSONParser
+from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline, principal_scope
+from guarded_tools.registry import Tool, registry
+
+_PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
+
+
+def visible_tools(user: Any) -> list[Tool]:
+    """The tools this caller may call (permissions only; object rules run per call)."""
+    authenticated = getattr(user, "is_authenticated", False)
+    return [
+        t
+        for t in registry
+        if (authenticated or (t.allow_anonymous and t.read_only))
+        and (not t.permissions or (authenticated and user.has_perms(t.permissions)))
+    ]
+
+
+def prefer_wait(request: Request) -> float:
+    """``Prefer: wait=N`` (RFC 7240), bounded by the site's setting."""
+    match = _PREFER_WAIT.search(request.headers.get("Prefer", ""))
+    if not match:
+        return 0
+    return float(min(int(match.group(1)), gt_settings.CONFIRMATION_MAX_WAIT_SECONDS))
+
+
+def success_payload(result: GuardResult) -> dict[str, Any]:
+    data: dict[str, Any] = {"output": result.output}
+    if result.operation is not None:
+        data["operation"] = result.operation
+    return data
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class GuardedAPIView(APIView):
+    """Base view: strict JSON in, JSON out, every error rendered for agents.
+
+    The site's DRF authentication and throttle classes apply unchanged. Views are
+    never wrapped in ``ATOMIC_REQUESTS``: a claim must commit before its handler runs.
+    """
+
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+
+class ToolListView(GuardedAPIView):
+    def get(self, request: Request) -> Response:
+        if not request.user.is_authenticated and not any(
+            t.allow_anonymous and t.read_only for t in registry
+        ):
+            raise NotAuthenticated()
+        return Response({"tools": [t.describe() for t in visible_tools(request.user)]})
+
+
+class ToolCallView(GuardedAPIView):
+    def post(self, request: Request, name: str) -> Response:
+        definition = registry.find(name)
+        if definition is None:
+            raise ToolNotFound()
+        body = request.data
+        if not isinstance(body, dict):
+            raise MalformedRequest("The request body must be a JSON object (the tool's input).")
+        if not definition.read_only and not request.user.is_authenticated:
+            raise NotAuthenticated()
+        result = self.call(request, definition, body)
+        response = Response(success_payload(result), status=200)
+        if result.replayed:
+            response["Idempotent-Replayed"] = "true"
+        return response
+
+    def call(self, request: Request, definition: Tool, body: dict[str, Any]) -> GuardResult:
+        invocation = Invocation(
+            input=body,
+            user=request.user,
+            header_key=request.headers.get(gt_settings.IDEMPOTENCY_HEADER),
+            request=request,
+            wait=prefer_wait(request),
+        )
+        return get_pipeline(definition).run(invocation)
+
+
+class OperationDetailView(GuardedAPIView):
+    def get(self, request: Request, pk: str) -> Response:
+        scope = principal_scope(request.user, None)
+        if scope is None:
+            raise NotAuthenticated()
+        # Another principal's operation answers exactly like a missing one.
+        operation = Operation.objects.filter(pk=pk, scope=scope).first()
+        if operation is None:
+            raise OperationNotFound()
+        data = {**operation.summary(), "tool": operation.tool,
+                "created_at": operation.created_at, "completed_at": operation.completed_at}
+        if operation.state == "succeeded":
+            data["output"] = operation.output
+        elif operation.error:
+            from guarded_tools.pipeline import Pipeline
+
+            tool = registry.find(operation.tool)
+            if tool is not None:
+                data["error"] = Pipeline(tool).stored_error(operation).as_dict(
+                    gt_settings.DOCS_URL
+                )
+        return Response(data)
+
+
+class ErrorCatalogView(GuardedAPIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    def get(self, request: Request) -> Response:
+        return Response(catalog.export_json(gt_settings.DOCS_URL))
+
+
+class LlmsTxtView(GuardedAPIView):
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    def get(self, request: Request) -> HttpResponse:
+        text = catalog.export_llms_txt(gt_settings.DOCS_URL, gt_settings.SERVER_NAME)
+        return HttpResponse(text, content_type="text/plain; charset=utf-8")

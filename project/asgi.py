@@ -1,0 +1,8 @@
+"""ASGI entry point of the demo site."""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
+application = get_asgi_application()

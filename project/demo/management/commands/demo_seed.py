@@ -1,0 +1,54 @@
+"""Creates the demo's users, token, orders, slots and accounts (idempotent)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.core.management.base import BaseCommand
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from project.demo.models import Account, Order, Slot
+
+AGENT_TOKEN = "demo-agent-token-0000000000000000000000"
+
+
+class Command(BaseCommand):
+    help = "Create the demo users (agent, staff, approver), a token, and seed data."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        User = get_user_model()
+        agent, _ = User.objects.get_or_create(username="agent", defaults={"email": "agent@example.com"})
+        agent.set_password("agent")
+        agent.save()
+        agent.user_permissions.add(
+            *Permission.objects.filter(
+                codename__in=["change_order", "add_ledgerentry"], content_type__app_label="demo"
+            )
+        )
+        Token.objects.filter(user=agent).exclude(key=AGENT_TOKEN).delete()
+        Token.objects.get_or_create(user=agent, key=AGENT_TOKEN)
+        for name in ("staff", "approver"):
+            staff, _ = User.objects.get_or_create(username=name, defaults={"is_staff": True})
+            staff.is_staff = True
+            staff.is_superuser = True
+            staff.set_password(name)
+            staff.save()
+        for number, status in (("A-1001", "open"), ("A-1002", "shipped"), ("A-1003", "open")):
+            Order.objects.get_or_create(
+                number=number, defaults={"customer": agent, "status": status, "total": Decimal("49.90")}
+            )
+        if not Slot.objects.exists():
+            start = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+            for i in range(4):
+                Slot.objects.create(starts_at=start + timedelta(hours=i), resource="Room A")
+        if not Account.objects.filter(owner=agent).exists():
+            Account.objects.create(owner=agent, name="Checking", balance=Decimal("1000.00"))
+            Account.objects.create(owner=agent, name="Savings", balance=Decimal("250.00"))
+        self.stdout.write(self.style.SUCCESS(
+            f"Demo data ready. Agent token: {AGENT_TOKEN}  Admin: staff/staff, approver/approver"
+        ))

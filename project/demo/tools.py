@@ -1,0 +1,303 @@
+"""The demo site's agent tools: one per feature of guarded_tools."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+
+from guarded_tools import ToolError, tool
+from guarded_tools.catalog import ErrorCatalog
+from project.demo import effects
+from project.demo.models import Account, LedgerEntry, Order, PaymentAuthorization, Slot
+
+DEMO_ERRORS = ErrorCatalog(
+    "demo",
+    {
+        "order_already_shipped": {
+            "status": 409,
+            "retry": "never",
+            "message": "Shipped orders cannot be cancelled.",
+            "why": "The order left the warehouse; cancelling is no longer possible here.",
+            "fix": "Stop and tell the user to request a return instead.",
+            "link": "#order_already_shipped",
+        },
+        "slot_stale": {
+            "status": 409,
+            "retry": "after_repair",
+            "message": "The selected slot is no longer available.",
+            "why": "Someone booked the slot after you listed it.",
+            "fix": "Call list_available_slots, choose a current slot, and retry with the same"
+            " operationId.",
+            "link": "#slot_stale",
+        },
+        "payment_source_stale": {
+            "status": 409,
+            "retry": "after_repair",
+            "message": "The source account changed after the payment was authorized.",
+            "why": "The authorization is bound to the account's state when it was prepared.",
+            "fix": "Refresh the accounts, prepare a new authorization, and retry the payment"
+            " with the same operationId, amount and receiverId.",
+            "link": "#payment_source_stale",
+        },
+        "insufficient_funds": {
+            "status": 409,
+            "retry": "never",
+            "message": "The source account cannot cover this amount.",
+            "why": "The balance is lower than the amount.",
+            "fix": "Stop and ask the user to choose a smaller amount or another account.",
+            "link": "#insufficient_funds",
+        },
+    },
+)
+
+OPERATION_ID = {"type": "string", "minLength": 1, "maxLength": 255,
+                "title": "Operation id", "description": "A new UUID per intended operation."}
+
+
+def _order_of(user: Any, order_id: int) -> Order | None:
+    return Order.objects.filter(pk=order_id, customer=user).first()
+
+
+@tool(
+    name="list_orders",
+    description="List your orders with their status.",
+    input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+    output_schema={
+        "type": "object",
+        "properties": {"orders": {"type": "array", "items": {"type": "object"}}},
+        "required": ["orders"],
+    },
+    read_only=True,
+)
+def list_orders(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    orders = Order.objects.filter(customer=ctx.user).order_by("number")
+    return {
+        "orders": [
+            {"id": o.pk, "number": o.number, "status": o.status, "total": str(o.total)}
+            for o in orders
+        ]
+    }
+
+
+@tool(
+    name="cancel_order",
+    description="Cancel one of your orders that has not shipped.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "operationId": OPERATION_ID,
+            "orderId": {"type": "integer", "minimum": 1, "title": "Order"},
+        },
+        "required": ["operationId", "orderId"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {"orderId": {"type": "integer"}, "status": {"type": "string"}},
+        "required": ["orderId", "status"],
+    },
+    permissions=["demo.change_order"],
+    authorize=lambda input, user, **_: _order_of(user, input["orderId"]) is not None,
+    idempotency_key="operationId",
+    atomic=True,
+)
+def cancel_order(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    order = Order.objects.select_for_update().get(pk=input["orderId"])
+    if order.status == Order.Status.SHIPPED:
+        raise DEMO_ERRORS.error("order_already_shipped", details={"order": order.pk})
+    order.status = Order.Status.CANCELLED
+    order.save(update_fields=["status"])
+    return {"orderId": order.pk, "status": order.status}
+
+
+@tool(
+    name="list_available_slots",
+    description="List the bookable slots that are still free.",
+    input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+    read_only=True,
+)
+def list_available_slots(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    slots = Slot.objects.filter(booked_by__isnull=True).order_by("starts_at")
+    return {
+        "slots": [
+            {"id": s.pk, "resource": s.resource, "startsAt": s.starts_at.isoformat()}
+            for s in slots
+        ]
+    }
+
+
+@tool(
+    name="book_slot",
+    description="Book a free slot. If it was taken meanwhile, list the slots again.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "operationId": OPERATION_ID,
+            "slotId": {"type": "integer", "minimum": 1, "title": "Slot"},
+        },
+        "required": ["operationId", "slotId"],
+        "additionalProperties": False,
+    },
+    idempotency_key="operationId",
+    atomic=True,
+)
+def book_slot(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    taken = Slot.objects.filter(pk=input["slotId"], booked_by__isnull=True).update(
+        booked_by=ctx.user
+    )
+    if not taken:
+        raise ToolError(
+            "slot_stale",
+            "The selected slot is no longer available.",
+            retry="after_repair",
+            repair={
+                "action": "call_tool",
+                "tool": "list_available_slots",
+                "instruction": "Choose a current slot, then retry with the same operationId.",
+            },
+            why=DEMO_ERRORS["slot_stale"].why,
+            fix=DEMO_ERRORS["slot_stale"].fix,
+            link=DEMO_ERRORS["slot_stale"].link,
+        )
+    return {"slotId": input["slotId"], "booked": True}
+
+
+@tool(
+    name="list_payment_accounts",
+    description="List your accounts with balances and their current version.",
+    input_schema={"type": "object", "properties": {}, "additionalProperties": False},
+    read_only=True,
+)
+def list_payment_accounts(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {
+        "accounts": [
+            {"id": a.pk, "name": a.name, "balance": str(a.balance), "version": a.version}
+            for a in Account.objects.filter(owner=ctx.user).order_by("pk")
+        ]
+    }
+
+
+@tool(
+    name="prepare_payment_authorization",
+    description="Authorize a payment from one of your accounts in its current state.",
+    input_schema={
+        "type": "object",
+        "properties": {"sourceId": {"type": "integer", "minimum": 1, "title": "Source account"}},
+        "required": ["sourceId"],
+        "additionalProperties": False,
+    },
+    authorize=lambda input, user, **_: Account.objects.filter(
+        pk=input["sourceId"], owner=user
+    ).exists(),
+    atomic=True,
+)
+def prepare_payment_authorization(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    account = Account.objects.get(pk=input["sourceId"])
+    auth = PaymentAuthorization.objects.create(source=account, source_version=account.version)
+    return {"authorizationId": auth.pk}
+
+
+def _payment_output(entry: LedgerEntry) -> dict[str, Any]:
+    return {"paymentId": entry.pk, "amount": str(entry.amount), "receiverId": entry.receiver_id}
+
+
+def recover_payment(*, input: dict[str, Any], operation: Any, **_: Any) -> dict[str, Any]:
+    """The ledger is the authority: a row with our reference means the payment happened.
+
+    The transfer commits together with a journal write, which is a compare-and-set on
+    the operation's fence: once recovery has taken the operation over, a stalled
+    owner can never commit the transfer. So no ledger row proves no payment, and
+    recovery clears the journal, which lets the guard release the key.
+    """
+    entry = LedgerEntry.objects.filter(reference=input["operationId"]).first()
+    if entry is not None:
+        return {"recovered": True, "output": _payment_output(entry)}
+    operation.remove()
+    return {"recovered": False}
+
+
+def verify_payment(*, input: dict[str, Any], output: dict[str, Any], **_: Any) -> bool:
+    return LedgerEntry.objects.filter(
+        reference=input["operationId"], amount=Decimal(input["amount"])
+    ).exists()
+
+
+@tool(
+    name="send_payment",
+    description="Send money from one of your accounts to another account. A person approves"
+    " each payment before it runs.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "operationId": OPERATION_ID,
+            "sourceId": {"type": "integer", "minimum": 1, "title": "From account"},
+            "receiverId": {"type": "integer", "minimum": 1, "title": "To account"},
+            "amount": {"type": "string", "pattern": r"^\d{1,9}(\.\d{1,2})?$", "title": "Amount"},
+            "authorizationId": {"type": "integer", "minimum": 1, "title": "Authorization"},
+        },
+        "required": ["operationId", "sourceId", "receiverId", "amount", "authorizationId"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {
+            "paymentId": {"type": "integer"},
+            "amount": {"type": "string"},
+            "receiverId": {"type": "integer"},
+        },
+        "required": ["paymentId", "amount", "receiverId"],
+    },
+    permissions=["demo.add_ledgerentry"],
+    authorize=lambda input, user, **_: Account.objects.filter(
+        pk=input["sourceId"], owner=user
+    ).exists(),
+    idempotency_key="operationId",
+    confirm="effect-only",
+    journal=True,
+    recover=recover_payment,
+    verify=verify_payment,
+    verify_timeout=None,
+)
+def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    source = Account.objects.get(pk=input["sourceId"])
+    auth = PaymentAuthorization.objects.filter(
+        pk=input["authorizationId"], source=source
+    ).first()
+    if auth is None or auth.source_version != source.version:
+        raise DEMO_ERRORS.error(
+            "payment_source_stale",
+            repair={
+                "steps": [
+                    {"action": "call_tool", "tool": "list_payment_accounts",
+                     "instruction": "Refresh the source account state."},
+                    {"action": "call_tool", "tool": "prepare_payment_authorization",
+                     "instruction": "Create a replacement authorization."},
+                    {"action": "retry_same_operation", "tool": "send_payment",
+                     "instruction": "Retry with the replacement authorization."},
+                ],
+                "preserve": ["operationId", "amount", "receiverId"],
+                "update": ["authorizationId"],
+            },
+        )
+    amount = Decimal(input["amount"])
+    if source.balance < amount:
+        raise DEMO_ERRORS.error("insufficient_funds")
+    receiver = Account.objects.get(pk=input["receiverId"])
+    ctx.operation.write({"phase": "transferring", "reference": input["operationId"]})
+    effects.before_effect(input["operationId"])
+    with transaction.atomic():
+        # Fenced: if another process took the operation over, this raises and the
+        # transfer rolls back, so a stalled owner can never pay twice.
+        ctx.operation.write({"phase": "transferred", "reference": input["operationId"]})
+        entry = LedgerEntry.objects.create(
+            reference=input["operationId"], source=source, receiver=receiver, amount=amount
+        )
+        Account.objects.filter(pk=source.pk).update(
+            balance=F("balance") - amount, version=F("version") + 1
+        )
+        Account.objects.filter(pk=receiver.pk).update(balance=F("balance") + amount)
+    effects.after_effect(input["operationId"])
+    return _payment_output(entry)

@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The test command (`make test`): pytest on Django 6 and 5.2, each on SQLite and PostgreSQL; args go to every pytest run.
+# Env: DATABASE_URL=... uses that PostgreSQL instead of a throwaway cluster; GT_TEST_QUICK=1 skips Django 5.2; CI=true makes PostgreSQL mandatory.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root" || exit 1
+
+results=(); failed=0
+run() {  # run LABEL VENV ENV-ARGS... : one pytest run, result recorded (exit 5 "no tests" counts as failure)
+  local label="$1" venv="$2" rc; shift 2
+  printf '\n== pytest: %s ==\n' "$label"
+  env "$@" "$venv/bin/python" -m pytest "${pytest_args[@]}"; rc=$?
+  if [[ $rc -eq 0 ]]; then results+=("ok      $label"); else results+=("FAILED  $label (exit $rc)"); failed=1; fi
+}
+pytest_args=("$@")
+
+scripts/venv.sh main || { echo "test.sh: could not set up .venv" >&2; exit 1; }
+
+# PostgreSQL: the given DATABASE_URL, else a throwaway cluster removed on exit.
+pg_url="${DATABASE_URL:-}"
+if [[ -z "$pg_url" ]]; then
+  pgdir="$(mktemp -d /tmp/guarded-pg.XXXXXX)"  # under /tmp: user postgres must reach it
+  trap 'scripts/pg.sh stop "$pgdir" >/dev/null 2>&1 || true' EXIT
+  trap 'exit 130' INT TERM
+  pg_url="$(scripts/pg.sh start "$pgdir" | tail -n1)" || pg_url=""
+fi
+if [[ -z "$pg_url" ]]; then
+  if [[ "${CI:-}" == true ]]; then
+    echo "test.sh: ERROR: PostgreSQL could not be started, and CI requires the PostgreSQL runs" >&2
+    results+=("FAILED  PostgreSQL could not be started"); failed=1
+  else
+    echo "test.sh: WARNING: PostgreSQL could not be started; skipping PostgreSQL runs" >&2
+    results+=("SKIPPED PostgreSQL runs (no server)")
+  fi
+fi
+
+run "Django 6 / SQLite" .venv -u DATABASE_URL
+[[ -n "$pg_url" ]] && run "Django 6 / PostgreSQL" .venv DATABASE_URL="$pg_url"
+
+if [[ "${GT_TEST_QUICK:-}" == 1 ]]; then
+  results+=("SKIPPED Django 5.2 runs (GT_TEST_QUICK=1)")
+elif scripts/venv.sh dj52; then
+  run "Django 5.2 / SQLite" .venv-dj52 -u DATABASE_URL
+  [[ -n "$pg_url" ]] && run "Django 5.2 / PostgreSQL" .venv-dj52 DATABASE_URL="$pg_url"
+else
+  results+=("FAILED  could not set up .venv-dj52"); failed=1
+fi
+
+printf '\n== test.sh summary ==\n'; printf '  %s\n' "${results[@]}"
+exit "$failed"
