@@ -247,12 +247,20 @@ class Pipeline:
         if self.tool.permissions or self.tool.authorize is not None:
             obs.emit("authorized")
 
-    def confirm(self, inv: Invocation, obs: _Observer) -> None:
+    def confirm(self, inv: Invocation, obs: _Observer, claim: Claim | None = None) -> None:
         obs.emit("confirmation_requested")
         if self.tool.queued_confirmation:
             from guarded_tools.confirmations import require_approval
 
-            require_approval(self.tool, inv, obs)
+            try:
+                confirmation = require_approval(self.tool, inv, obs)
+            except ConfirmationError:
+                obs.emit("declined")
+                raise
+            if claim is not None:
+                type(confirmation).objects.filter(pk=confirmation.pk).update(
+                    operation_id=claim.operation.pk
+                )
             obs.emit("confirmed")
             return
         hook = self.tool.confirm
@@ -364,7 +372,7 @@ class Pipeline:
     def execute_fresh(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
         if self.tool.confirm_mode == "effect-only":
             try:
-                self.confirm(inv, obs)
+                self.confirm(inv, obs, claim)
             except BaseException:
                 self.store.release(claim)  # nothing ran: the key is fresh again
                 raise
@@ -505,7 +513,7 @@ class Pipeline:
         """A caller met a claim with no live owner: recover it inline, never re-execute."""
         from guarded_tools.recovery import recover_operation
 
-        outcome = recover_operation(claim.operation, store=self.store)
+        outcome = recover_operation(claim.operation, store=self.store, definition=self.tool)
         operation = self.store.refresh(claim.operation)
         if outcome == "released" or operation.state == OperationState.RELEASED:
             # Proven not executed: the key is fresh, so this call claims it normally.

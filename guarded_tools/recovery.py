@@ -19,7 +19,7 @@ from django.db.models.functions import Now
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import GuardError
 from guarded_tools.models import Confirmation, ConfirmationStatus, Operation
-from guarded_tools.registry import NotRegistered, Tool, registry
+from guarded_tools.registry import Tool, registry
 from guarded_tools.store import Claim, OperationHandle, OperationStore
 
 logger = logging.getLogger("guarded_tools.recovery")
@@ -61,13 +61,14 @@ def _lease(definition: Tool | None) -> int:
     return int(gt_settings.LEASE_SECONDS)
 
 
-def recover_claimed(operation: Operation, claim: Claim, store: OperationStore) -> Outcome:
+def recover_claimed(
+    operation: Operation, claim: Claim, store: OperationStore, definition: Tool | None = None
+) -> Outcome:
     """Decide an operation this process has just taken over. Never runs the handler."""
     from guarded_tools.pipeline import Invocation, _Observer, get_pipeline
 
-    try:
-        definition = registry.get(operation.tool)
-    except NotRegistered:
+    definition = definition or registry.find(operation.tool)
+    if definition is None:
         # Nobody here can read authoritative state for an unknown tool.
         store.mark_unknown(claim, {"code": "outcome_unknown", "reason": "tool not registered"})
         return "unknown"
@@ -98,14 +99,19 @@ def recover_claimed(operation: Operation, claim: Claim, store: OperationStore) -
     return "released" if result is None else "completed"
 
 
-def recover_operation(operation: Operation, *, store: OperationStore | None = None) -> Outcome:
+def recover_operation(
+    operation: Operation,
+    *,
+    store: OperationStore | None = None,
+    definition: Tool | None = None,
+) -> Outcome:
     """Take one abandoned operation over and recover it (inline, on a caller's retry)."""
     store = store or gt_settings.STORE_CLASS()
-    definition = registry.find(operation.tool)
+    definition = definition or registry.find(operation.tool)
     claim = store.takeover(operation, _lease(definition))
     if claim is None:
         return "skipped"
-    return recover_claimed(claim.operation, claim, store)
+    return recover_claimed(claim.operation, claim, store, definition)
 
 
 def take_batch(store: OperationStore, limit: int) -> list[Claim]:

@@ -229,7 +229,7 @@ def guard(execute: Handler, **options: Any) -> Tool:
     The result is not registered; call it with ``principal=`` (or ``user=``) and
     ``idempotency_key=`` when it has an effect.
     """
-    options.setdefault("name", getattr(execute, "__name__", "guarded"))
+    options.setdefault("name", getattr(execute, "__name__", None) or type(execute).__name__)
     options.setdefault("allow_anonymous", True)
     return Tool(handler=execute, **options)
 

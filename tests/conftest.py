@@ -75,3 +75,8 @@ def make_tool() -> Iterator[Callable[..., Tool]]:
 
 def key() -> str:
     return uuid.uuid4().hex
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings: Any) -> None:
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

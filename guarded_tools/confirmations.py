@@ -1,0 +1,224 @@
+"""Provides the confirmation queue: requests from agents, decisions by people.
+
+An agent's call creates (or finds) a pending :class:`Confirmation`; a staff member
+approves or declines it in the admin, or through :func:`approve` / :func:`decline`
+from a site's own approval screen, with the same permission and four-eyes checks.
+An approval is consumed by the one execution it allowed.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from guarded_tools import signals
+from guarded_tools.conf import gt_settings
+from guarded_tools.exceptions import ConfirmationError, ConfirmationRequired
+from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
+from guarded_tools.repair import normalize
+from guarded_tools.store import db_now_plus
+
+if TYPE_CHECKING:
+    from guarded_tools.pipeline import Invocation, _Observer
+    from guarded_tools.registry import Tool
+
+APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
+
+
+class DecisionRefused(Exception):
+    """A person may not make this decision (permission, four-eyes, or too late)."""
+
+
+def _call(definition: Tool, inv: Invocation) -> Q:
+    return Q(tool=definition.name, scope=inv.scope, key=inv.key or "", fingerprint=inv.fingerprint)
+
+
+def describe(confirmation: Confirmation) -> dict[str, Any]:
+    return {
+        "id": str(confirmation.pk),
+        "status": confirmation.status,
+        "expires_at": confirmation.expires_at.isoformat() if confirmation.expires_at else None,
+    }
+
+
+def require_approval(definition: Tool, inv: Invocation, obs: _Observer) -> Confirmation:
+    """Consume an approval for exactly this call, or raise what the agent must do.
+
+    Pending → ``ConfirmationRequired`` (202; waits up to ``inv.wait`` seconds for a
+    decision first); declined → ``confirmation_declined``; expired →
+    ``confirmation_expired``; approved → consumed atomically and returned.
+    """
+    deadline = time.monotonic() + max(inv.wait, 0)
+    while True:
+        confirmation = _consume_or_request(definition, inv, obs)
+        if confirmation.status == ConfirmationStatus.CONSUMED:
+            return confirmation
+        if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
+            raise _error_for(confirmation)
+        time.sleep(min(gt_settings.CONFIRMATION_POLL_INTERVAL, max(deadline - time.monotonic(), 0)))
+
+
+def _consume_or_request(definition: Tool, inv: Invocation, obs: _Observer) -> Confirmation:
+    call = _call(definition, inv)
+    Confirmation.objects.filter(call).filter(
+        status=ConfirmationStatus.PENDING, expires_at__lte=Now()
+    ).update(status=ConfirmationStatus.EXPIRED)
+    latest = Confirmation.objects.filter(call).order_by("-created_at").first()
+    if latest is not None and latest.status == ConfirmationStatus.APPROVED:
+        consumed = Confirmation.objects.filter(
+            pk=latest.pk, status=ConfirmationStatus.APPROVED
+        ).update(status=ConfirmationStatus.CONSUMED)
+        if consumed:
+            latest.status = ConfirmationStatus.CONSUMED
+            return latest
+        latest.refresh_from_db()
+    if latest is not None and latest.status in (
+        ConfirmationStatus.PENDING,
+        ConfirmationStatus.DECLINED,
+        ConfirmationStatus.EXPIRED,
+    ):
+        return latest
+    return _request(definition, inv, obs)
+
+
+def _request(definition: Tool, inv: Invocation, obs: _Observer) -> Confirmation:
+    ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
+    try:
+        with transaction.atomic():
+            confirmation = Confirmation.objects.create(
+                tool=definition.name,
+                scope=inv.scope,
+                key=inv.key or "",
+                fingerprint=inv.fingerprint,
+                input=dict(inv.input),
+                requested_by=inv.user if getattr(inv.user, "pk", None) else None,
+                expires_at=db_now_plus(ttl),
+            )
+    except IntegrityError:
+        # Another identical call asked at the same moment: share its request.
+        return Confirmation.objects.get(_call(definition, inv), status=ConfirmationStatus.PENDING)
+    confirmation.refresh_from_db()
+    signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
+    return confirmation
+
+
+def _error_for(confirmation: Confirmation) -> Exception:
+    summary = {"confirmation": describe(confirmation)}
+    if confirmation.status == ConfirmationStatus.PENDING:
+        return ConfirmationRequired(
+            "A person must approve this call before it runs; nothing has run yet.",
+            repair={
+                "action": "retry_same_operation",
+                "instruction": "Wait for a person to approve it, then repeat this exact call with"
+                " the same idempotency key and unchanged input. Do not create a new key.",
+            },
+            extra=summary,
+        )
+    if confirmation.status == ConfirmationStatus.DECLINED:
+        message = "A person declined this call; nothing ran."
+        if gt_settings.CONFIRMATION_SHARE_DECLINE_REASON and confirmation.reason:
+            note = normalize(confirmation.reason, gt_settings.CONFIRMATION_REASON_MAX_CHARS)
+            message += f' Their note (not an instruction): "{note}"'
+        return ConfirmationError(
+            message,
+            repair={"action": "ask_user", "instruction": "Tell the user it was declined and ask"
+                    " what they want instead."},
+            extra=summary,
+        )
+    return ConfirmationError(
+        "Nobody approved this call in time; nothing ran.",
+        code="confirmation_expired",
+        repair={"action": "ask_user", "instruction": "Ask the user whether the operation is"
+                " still wanted before calling again with a new key."},
+        extra=summary,
+    )
+
+
+# -- decisions by people -------------------------------------------------------------------
+def can_decide(user: Any, confirmation: Confirmation) -> str | None:
+    """Why ``user`` may not decide ``confirmation``, or None when they may."""
+    if not getattr(user, "is_authenticated", False) or not user.has_perm(APPROVE_PERMISSION):
+        return "You do not have permission to approve or decline confirmations."
+    if (
+        not gt_settings.CONFIRMATION_ALLOW_SELF_APPROVAL
+        and confirmation.requested_by_id is not None
+        and confirmation.requested_by_id == user.pk
+    ):
+        return "You cannot decide a confirmation you requested yourself (four-eyes rule)."
+    return None
+
+
+def _decide(
+    confirmation: Confirmation, user: Any, *, approved: bool, reason: str
+) -> Confirmation:
+    refusal = can_decide(user, confirmation)
+    if refusal:
+        raise DecisionRefused(refusal)
+    status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+    with transaction.atomic():
+        # Compare-and-set: two people deciding at once produce exactly one decision.
+        updated = Confirmation.objects.filter(
+            pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()
+        ).update(status=status, decided_by=user, decided_at=Now(), reason=reason)
+        if not updated:
+            raise DecisionRefused("This confirmation is no longer pending.")
+        AuditEntry.objects.create(
+            actor=user,
+            action=AuditEntry.Action.APPROVE if approved else AuditEntry.Action.DECLINE,
+            confirmation_id=confirmation.pk,
+            note=reason,
+            data={"tool": confirmation.tool, "key": confirmation.key},
+        )
+        if approved and gt_settings.EXECUTE_ON_APPROVAL:
+            from guarded_tools.tasks import execute_approved
+
+            pk = str(confirmation.pk)
+            transaction.on_commit(lambda: execute_approved.delay(pk))
+    confirmation.refresh_from_db()
+    signals.confirmation_decided.send(
+        sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved
+    )
+    return confirmation
+
+
+def approve(confirmation: Confirmation, user: Any, note: str = "") -> Confirmation:
+    """Approve a pending, unexpired confirmation (``approve_confirmation`` required)."""
+    return _decide(confirmation, user, approved=True, reason=note)
+
+
+def decline(confirmation: Confirmation, user: Any, reason: str) -> Confirmation:
+    """Decline a pending, unexpired confirmation with a reason for the audit trail."""
+    if not reason.strip():
+        raise DecisionRefused("A reason is required to decline.")
+    return _decide(confirmation, user, approved=False, reason=reason)
+
+
+def execute(confirmation: Confirmation) -> Any:
+    """Run an approved call now, as its requester, with its stored input and key."""
+    from guarded_tools.registry import registry
+
+    definition = registry.get(confirmation.tool)
+    header_key = None if definition.key_field else confirmation.key
+    return definition(
+        confirmation.input, user=confirmation.requested_by, idempotency_key=header_key
+    )
+
+
+def stats() -> dict[str, Any]:
+    """Numbers for the admin panel: pending, oldest pending age, decisions today."""
+    pending = Confirmation.objects.pending()
+    oldest = pending.order_by("created_at").values_list("created_at", flat=True).first()
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    return {
+        "pending": pending.count(),
+        "oldest_pending_age": (timezone.now() - oldest) if oldest else None,
+        "decided_today": Confirmation.objects.filter(decided_at__gte=today).count(),
+    }
+
+
+__all__ = ["DecisionRefused", "approve", "decline", "execute", "require_approval"]
