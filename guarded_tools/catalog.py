@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from guarded_tools.repair import RETRY_POLICIES, coerce_repair
+
 if TYPE_CHECKING:
     from guarded_tools.exceptions import ToolError
     from guarded_tools.repair import Repair, RepairPlan
+
+_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,9 +67,28 @@ class ErrorCatalog:
         catalogs.add(self)
 
     def add(self, code: str, **spec: Any) -> CatalogEntry:
+        """Define ``code``; refused when it is malformed or already defined anywhere.
+
+        An agent sees only the code, so one code means one thing across every
+        catalog (redefining a whole catalog under its own namespace replaces it).
+        """
+        if not isinstance(code, str) or not _CODE.match(code):
+            raise ValueError(
+                f"Error code {code!r} is not 1-64 lowercase letters, digits or '_'."
+            )
         if code in self.entries:
             raise ValueError(f"Error code {code!r} is already defined in {self.namespace!r}.")
+        owner = catalogs.owner(code)
+        if owner is not None and owner.namespace != self.namespace:
+            raise ValueError(f"Error code {code!r} is already defined in {owner.namespace!r}.")
         entry = CatalogEntry(code=code, **{"status": 409, **spec})
+        if entry.retry not in RETRY_POLICIES:
+            raise ValueError(f"Error {code!r}: retry must be one of {RETRY_POLICIES}.")
+        if not isinstance(entry.status, int) or not 100 <= entry.status <= 599:
+            raise ValueError(f"Error {code!r}: status must be an HTTP status code.")
+        if entry.repair is not None:
+            # Refuse a bad repair where it is written, not when the error is raised.
+            object.__setattr__(entry, "repair", coerce_repair(entry.repair))
         self.entries[code] = entry
         return entry
 
@@ -111,6 +135,18 @@ class CatalogSet:
         with self._lock:
             self._catalogs[catalog.namespace] = catalog
 
+    def remove(self, namespace: str) -> None:
+        """Forget a catalog (tests, or a plugin being unloaded)."""
+        with self._lock:
+            self._catalogs.pop(namespace, None)
+
+    def owner(self, code: str) -> ErrorCatalog | None:
+        """The catalog that defines ``code``, if any."""
+        for catalog in list(self._catalogs.values()):
+            if code in catalog.entries:
+                return catalog
+        return None
+
     def lookup(self, code: str) -> CatalogEntry | None:
         for catalog in reversed(list(self._catalogs.values())):
             if code in catalog.entries:
@@ -136,6 +172,11 @@ def export_json(docs_url: str = "") -> dict[str, Any]:
     }
 
 
+def _line(text: str) -> str:
+    """Catalog text on one Markdown line (definitions may span source lines)."""
+    return " ".join(str(text).split())
+
+
 def export_llms_txt(docs_url: str = "", title: str = "guarded_tools") -> str:
     lines = [
         f"# {title}: errors",
@@ -151,8 +192,8 @@ def export_llms_txt(docs_url: str = "", title: str = "guarded_tools") -> str:
         for entry in catalog:
             link = resolve_link(entry.link, docs_url)
             lines.append(f"### {entry.code} (HTTP {entry.status}, retry: {entry.retry})")
-            lines.append(f"- why: {entry.why}")
-            lines.append(f"- fix: {entry.fix}")
+            lines.append(f"- why: {_line(entry.why)}")
+            lines.append(f"- fix: {_line(entry.fix)}")
             if link:
                 lines.append(f"- link: {link}")
             lines.append("")

@@ -220,7 +220,9 @@ class GuardError(Exception):
             self.code = code
         entry = BUILTIN.entries.get(self.code)
         self.raw_message = message or (entry.message if entry else "The call failed.")
-        self.retry: RetryPolicy = retry or (entry.retry if entry else "never")  # type: ignore[assignment]
+        if retry is None:
+            retry = entry.retry if entry else "never"  # type: ignore[assignment]
+        self.retry: RetryPolicy = retry  # type: ignore[assignment]
         if self.retry not in RETRY_POLICIES:
             raise ValueError(f"retry must be one of {RETRY_POLICIES}, not {self.retry!r}")
         self.repair = coerce_repair(repair)
@@ -247,6 +249,11 @@ class GuardError(Exception):
     def __str__(self) -> str:
         return self.message
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The default rebuilds with ``cls(*self.args)``, which does not match the
+        # subclasses' signatures (``ToolError(code, ...)``, ``InternalError(id)``).
+        return (_restore, (type(self), self.args, self.__dict__.copy()))
+
     def as_dict(self, docs_url: str = "") -> dict[str, Any]:
         """The structured error an agent receives; ``details`` stay server-side."""
         data: dict[str, Any] = {
@@ -265,6 +272,14 @@ class GuardError(Exception):
             data["link"] = link
         data.update(self.extra)
         return data
+
+
+def _restore(cls: type[GuardError], args: tuple[Any, ...], state: dict[str, Any]) -> GuardError:
+    """Rebuild a pickled or copied error without calling its ``__init__``."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    error.__dict__.update(state)
+    return error
 
 
 class ToolError(GuardError):
@@ -332,11 +347,21 @@ class ValidationError(GuardError):
 
 
 def _issue_fields(issues: list[dict[str, Any]]) -> tuple[str, ...]:
+    """The fields to change: each issue's path up to its first undisclosed segment.
+
+    A root-level issue (or one under a property the schema does not declare) names no
+    field: ``(root)`` or ``<property>`` would read as a field called ``root`` or
+    ``property`` once reduced to a safe name.
+    """
     fields: list[str] = []
     for issue in issues:
-        path = issue.get("path") or []
-        name = ".".join(str(p) for p in path) or "(root)"
-        if name not in fields:
+        parts: list[str] = []
+        for part in issue.get("path") or []:
+            if part == "<property>":
+                break
+            parts.append(str(part))
+        name = ".".join(parts)
+        if name and name not in fields:
             fields.append(name)
     return tuple(fields[:8])
 

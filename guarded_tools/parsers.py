@@ -21,10 +21,19 @@ def read_limited(stream: Any, meta: Any, limit: int) -> bytes:
         raise RequestTooLarge()
     if stream is None:
         return b""
-    raw = stream.read(limit + 1)
-    if len(raw) > limit:
+    # One read() may return fewer bytes than asked for (sockets, chunked bodies):
+    # read until end of stream or until one byte past the limit proves it too large.
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = stream.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(bytes(chunk))
+        size += len(chunk)
+    if size > limit:
         raise RequestTooLarge()
-    return bytes(raw)
+    return b"".join(chunks)
 
 
 class StrictJSONParser(BaseParser):

@@ -38,7 +38,13 @@ from guarded_tools.exceptions import (
     VerificationError,
 )
 from guarded_tools.models import Operation, OperationState
-from guarded_tools.store import Claim, OperationHandle, OperationStore, fingerprint
+from guarded_tools.store import (
+    Claim,
+    OperationHandle,
+    OperationStore,
+    storable_json,
+    fingerprint,
+)
 from guarded_tools.validation import validate
 
 if TYPE_CHECKING:
@@ -543,10 +549,10 @@ class Pipeline:
             self.verify(inv, result, obs)
         except VerificationError as exc:
             if not self.tool.atomic:
-                self.store.mark_unknown(claim, exc.as_dict(), output=_storable(output))
+                self.store.mark_unknown(claim, exc.as_dict(), output=storable_json(output))
             exc.extra["operation"] = claim.operation.summary()
             raise
-        if not self.store.complete(claim, _storable(output), recovered=recovered):
+        if not self.store.complete(claim, storable_json(output), recovered=recovered):
             if self.tool.atomic:
                 raise LeaseLost(str(claim.operation.pk))
             return self.after_lost_lease(claim, output)
@@ -558,7 +564,7 @@ class Pipeline:
         """Another process took the claim over: keep our result as evidence, never retry."""
         logger.warning("operation %s: lease lost before completion", claim.operation.pk)
         if output is not None:
-            self.store.record_late_result(claim, {"output": _storable(output)})
+            self.store.record_late_result(claim, {"output": storable_json(output)})
         operation = self.store.refresh(claim.operation)
         if operation.state == OperationState.SUCCEEDED:
             return GuardResult(
@@ -629,23 +635,6 @@ def _call_with_deadline(
         raise VerificationError("Verification did not finish in time.") from None
     finally:
         pool.shutdown(wait=False)
-
-
-class _Unstorable(DjangoJSONEncoder):
-    def default(self, o: Any) -> Any:
-        try:
-            return super().default(o)
-        except TypeError:
-            return {"__unserializable__": type(o).__name__}
-
-
-def _storable(output: Any) -> Any:
-    """Outputs are stored as JSON; anything that is not becomes a typed placeholder."""
-    try:
-        json.dumps(output, cls=DjangoJSONEncoder)
-        return output
-    except (TypeError, ValueError):
-        return json.loads(json.dumps(output, cls=_Unstorable))
 
 
 def get_pipeline(definition: Tool) -> Pipeline:

@@ -40,6 +40,8 @@ _NAME = re.compile(r"[^A-Za-z0-9_.\-/]")
 
 def normalize(text: Any, limit: int) -> str:
     """Collapse whitespace (control characters included) and bound the length."""
+    if limit <= 0:
+        return ""
     value = _WS.sub(" ", "".join(ch if ch.isprintable() else " " for ch in str(text))).strip()
     if len(value) > limit:
         value = value[: max(limit - 1, 0)].rstrip() + "…"
@@ -49,6 +51,15 @@ def normalize(text: Any, limit: int) -> str:
 def safe_name(text: Any) -> str:
     """A tool or field name reduced to identifier characters, bounded."""
     return _NAME.sub("", str(text))[:MAX_NAME_CHARS] or "?"
+
+
+def _name_tuple(value: Any) -> tuple[str, ...]:
+    """Field names as a tuple; one bare string is one name, not its characters."""
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        return (value,)
+    return tuple(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,7 +78,9 @@ class Repair:
             )
         if self.action in ("call_tool",) and not self.tool:
             raise ValueError("A call_tool repair must name the tool to call.")
-        object.__setattr__(self, "fields", tuple(self.fields))
+        if self.instruction is None:
+            object.__setattr__(self, "instruction", "")
+        object.__setattr__(self, "fields", _name_tuple(self.fields))
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"action": self.action}
@@ -79,7 +92,7 @@ class Repair:
             data["fields"] = list(self.fields)
         return data
 
-    def sentence(self) -> str:
+    def sentence(self, instruction_limit: int = MAX_INSTRUCTION_CHARS) -> str:
         """The bounded, portable sentence for this action."""
         tool = safe_name(self.tool) if self.tool else ""
         lead = {
@@ -95,9 +108,8 @@ class Repair:
             "stop": "stop; do not call this tool again for this request",
         }[self.action]
         if self.fields:
-            names = ", ".join(safe_name(f) for f in self.fields[:MAX_FIELDS])
-            lead += f" (fields: {names})"
-        instruction = normalize(self.instruction, MAX_INSTRUCTION_CHARS)
+            lead += f" (fields: {_names(self.fields)})"
+        instruction = normalize(self.instruction, min(instruction_limit, MAX_INSTRUCTION_CHARS))
         return f"{lead}. {instruction}" if instruction else f"{lead}."
 
 
@@ -119,8 +131,8 @@ class RepairPlan:
         if not steps:
             raise ValueError("A repair plan needs at least one step.")
         object.__setattr__(self, "steps", steps)
-        object.__setattr__(self, "preserve", tuple(self.preserve))
-        object.__setattr__(self, "update", tuple(self.update))
+        object.__setattr__(self, "preserve", _name_tuple(self.preserve))
+        object.__setattr__(self, "update", _name_tuple(self.update))
 
     def as_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"steps": [s.as_dict() for s in self.steps]}
@@ -130,13 +142,13 @@ class RepairPlan:
             data["update"] = list(self.update)
         return data
 
-    def sentence(self) -> str:
+    def sentence(self, instruction_limit: int = MAX_INSTRUCTION_CHARS) -> str:
         shown = self.steps[:MAX_STEPS]
-        parts = [
-            f"run these {len(self.steps)} steps in order, one at a time, not in parallel:"
-        ]
+        count = len(self.steps)
+        steps = f"these {count} steps" if count != 1 else "this 1 step"
+        parts = [f"run {steps} in order, one at a time, not in parallel:"]
         for number, step in enumerate(shown, start=1):
-            parts.append(f"{number}. {step.sentence()}")
+            parts.append(f"{number}. {step.sentence(instruction_limit)}")
         if len(self.steps) > len(shown):
             parts.append(f"({len(self.steps) - len(shown)} more steps are in the structured repair.)")
         if self.preserve:
@@ -161,9 +173,9 @@ def coerce_step(value: Repair | Mapping[str, Any]) -> Repair:
     data = dict(value)
     return Repair(
         action=data.get("action"),  # type: ignore[arg-type]
-        instruction=data.get("instruction", ""),
+        instruction=data.get("instruction") or "",
         tool=data.get("tool"),
-        fields=tuple(data.get("fields", ())),
+        fields=_name_tuple(data.get("fields")),
     )
 
 
@@ -177,8 +189,8 @@ def coerce_repair(
         if "steps" in value:
             return RepairPlan(
                 steps=tuple(coerce_step(s) for s in value["steps"]),
-                preserve=tuple(value.get("preserve", ())),
-                update=tuple(value.get("update", ())),
+                preserve=_name_tuple(value.get("preserve")),
+                update=_name_tuple(value.get("update")),
             )
         return coerce_step(value)
     return RepairPlan(steps=tuple(coerce_step(s) for s in value))
@@ -189,6 +201,20 @@ RETRY_WORDS = {
     "as_is": "You may retry the same call unchanged.",
     "after_repair": "Retry only after the repair below, with the same idempotency key.",
 }
+#: ``after_repair`` with no structured repair: there is nothing "below" to point at.
+RETRY_AFTER_FIX = "Retry only after fixing the cause, with the same idempotency key."
+
+MESSAGE_MAX_CHARS = 1500
+MAX_HEAD_CHARS = 400
+#: Instruction bounds tried, longest first, until the ``Next action:`` sentence fits.
+_INSTRUCTION_STEPS = (MAX_INSTRUCTION_CHARS, 160, 120, 80, 60, 40, 20, 0)
+
+
+def retry_words(retry: str, has_repair: bool) -> str:
+    """The retry policy in words (unknown policies read as ``never``)."""
+    if retry == "after_repair" and not has_repair:
+        return RETRY_AFTER_FIX
+    return RETRY_WORDS.get(retry, RETRY_WORDS["never"])
 
 
 def render_message(
@@ -197,17 +223,30 @@ def render_message(
     retry: str,
     repair: Repair | RepairPlan | None,
     *,
-    limit: int = 1500,
+    limit: int = MESSAGE_MAX_CHARS,
 ) -> str:
     """The portable message: stands alone when every other field is stripped.
 
-    ``code`` and the retry policy in words come first so that truncation never
-    loses them; the ``Next action:`` sentence is bounded on its own.
+    It reads ``<message> [<code>] <retry policy> Next action: <repair>``. The code
+    and the retry policy always fit whole (when ``limit`` leaves room for them at
+    all): the human message is shortened first to leave room for them and for the
+    start of the ``Next action:`` sentence, whose instructions are then shortened
+    until it fits; whatever is still over ``limit`` is cut at the end.
     """
-    head = normalize(message, 400) or "The call failed."
+    limit = max(int(limit), 0)
+    tag = f"[{safe_name(code)}] {retry_words(retry, repair is not None)}"
+    room = limit - len(tag) - 1  # one space between the head and the tag
+    if repair is not None:
+        room //= 2  # leave at least as much for the Next action sentence
+    head = normalize(message, min(MAX_HEAD_CHARS, room) - 1) or "The call failed."
     if not head.endswith((".", "!", "?", "…")):
         head += "."
-    text = f"{head} [{safe_name(code)}] {RETRY_WORDS.get(retry, RETRY_WORDS['never'])}"
+    text = f"{head} {tag}" if len(head) <= room else tag
     if repair is not None:
-        text += " Next action: " + repair.sentence()
+        budget = limit - len(text) - len(" Next action: ")
+        for bound in _INSTRUCTION_STEPS:
+            sentence = repair.sentence(bound)
+            if len(sentence) <= budget:
+                break
+        text += " Next action: " + sentence
     return normalize(text, limit)

@@ -42,6 +42,23 @@ def db_now_plus(seconds: float) -> ExpressionWrapper:
     return ExpressionWrapper(Now() + Value(timedelta(seconds=seconds)), output_field=DateTimeField())
 
 
+class _Placeholders(DjangoJSONEncoder):
+    def default(self, o: Any) -> Any:
+        try:
+            return super().default(o)
+        except TypeError:
+            return {"__unserializable__": type(o).__name__}
+
+
+def storable_json(value: Any) -> Any:
+    """Outputs are stored as JSON; anything that is not becomes a typed placeholder."""
+    try:
+        json.dumps(value, cls=DjangoJSONEncoder)
+        return value
+    except (TypeError, ValueError):
+        return json.loads(json.dumps(value, cls=_Placeholders))
+
+
 def new_token() -> str:
     return uuid.uuid4().hex
 

@@ -7,8 +7,10 @@ a value or property name an attacker sent is never echoed back to an agent.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable
+from itertools import islice
 from typing import Any
 
 from jsonschema import Draft202012Validator
@@ -19,6 +21,7 @@ from guarded_tools.exceptions import MalformedRequest, ValidationError
 from guarded_tools.repair import normalize
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class _DuplicateKey(ValueError):
@@ -38,6 +41,13 @@ def _no_constants(name: str) -> Any:
     raise ValueError("NaN and Infinity are not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999 would otherwise become Infinity
+        raise ValueError("number out of range")
+    return value
+
+
 def parse_json(raw: bytes, *, max_depth: int) -> Any:
     """Parse ``raw`` as strict JSON: UTF-8, no duplicate keys, no NaN, bounded depth."""
     try:
@@ -48,7 +58,10 @@ def parse_json(raw: bytes, *, max_depth: int) -> Any:
         text = text[1:]
     try:
         value = json.loads(
-            text, object_pairs_hook=_no_duplicates, parse_constant=_no_constants
+            text,
+            object_pairs_hook=_no_duplicates,
+            parse_constant=_no_constants,
+            parse_float=_finite_float,
         )
     except _DuplicateKey:
         raise MalformedRequest("The request body repeats a key inside one object.") from None
@@ -57,7 +70,25 @@ def parse_json(raw: bytes, *, max_depth: int) -> Any:
     except ValueError:
         raise MalformedRequest("The request body is not valid JSON.") from None
     check_depth(value, max_depth)
+    _check_strings(value)
     return value
+
+
+def _check_strings(value: Any) -> None:
+    """Refuse lone surrogates (``"\\ud800"``): they cannot be encoded as UTF-8 later."""
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            if _SURROGATE.search(item):
+                raise MalformedRequest(
+                    "The request body has a string with an unpaired surrogate escape."
+                )
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
 
 
 def check_depth(value: Any, max_depth: int) -> None:
@@ -78,7 +109,39 @@ def compile_schema(schema: dict[str, Any], *, name: str) -> Draft202012Validator
         Draft202012Validator.check_schema(schema)
     except InvalidSchema as exc:
         raise ValueError(f"Tool {name!r} has an invalid JSON Schema: {exc.message}") from exc
-    return Draft202012Validator(schema, format_checker=Draft202012Validator.FORMAT_CHECKER)
+    return Draft202012Validator(
+        _without_false_subschemas(schema), format_checker=Draft202012Validator.FORMAT_CHECKER
+    )
+
+
+_FORBID: dict[str, Any] = {"not": {}}
+_SCHEMA_VALUE = ("contains", "propertyNames", "not", "if", "then", "else")
+_SCHEMA_OR_FALSE = ("additionalProperties", "unevaluatedProperties", "items", "unevaluatedItems")
+_SCHEMA_MAP = ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas")
+_SCHEMA_LIST = ("allOf", "anyOf", "oneOf", "prefixItems")
+
+
+def _without_false_subschemas(schema: Any) -> Any:
+    """A copy of ``schema`` with each ``false`` subschema spelled ``{"not": {}}``.
+
+    jsonschema reports a ``false`` subschema with no keyword and without its path
+    segment (``properties: {"x": false}`` fails at the root, not at ``/x``); the
+    equivalent ``{"not": {}}`` fails at the right path. ``false`` stays where the
+    keyword itself handles it (``additionalProperties: false`` and the like).
+    """
+    if schema is False:
+        return dict(_FORBID)
+    if not isinstance(schema, dict):
+        return schema
+    result = dict(schema)
+    for key, value in schema.items():
+        if key in _SCHEMA_VALUE or (key in _SCHEMA_OR_FALSE and isinstance(value, dict)):
+            result[key] = _without_false_subschemas(value)
+        elif key in _SCHEMA_MAP and isinstance(value, dict):
+            result[key] = {k: _without_false_subschemas(v) for k, v in value.items()}
+        elif key in _SCHEMA_LIST and isinstance(value, list):
+            result[key] = [_without_false_subschemas(v) for v in value]
+    return result
 
 
 def schema_names(schema: Any) -> frozenset[str]:
@@ -109,8 +172,13 @@ def _value(value: Any, limit: int = 80) -> str:
     return normalize(text, limit)
 
 
+def _keyword(error: SchemaError) -> str:
+    """The failing keyword; a ``false`` schema has none in jsonschema."""
+    return "false" if error.validator is None else str(error.validator)
+
+
 def _describe(error: SchemaError) -> str:
-    kw = str(error.validator)
+    kw = _keyword(error)
     v = error.validator_value
     messages = {
         "type": lambda: f"must be of type {_value(v)}",
@@ -136,11 +204,13 @@ def _describe(error: SchemaError) -> str:
         "unevaluatedProperties": lambda: "has properties the schema does not allow",
         "propertyNames": lambda: "has a property name the schema does not allow",
         "additionalItems": lambda: "has more items than the schema allows",
+        "items": lambda: "has more items than the schema allows",
+        "contains": lambda: "does not contain enough items of the required shape",
         "unevaluatedItems": lambda: "has more items than the schema allows",
         "dependentRequired": lambda: "is missing a property that another property requires",
         "oneOf": lambda: "must match exactly one of the allowed shapes",
         "anyOf": lambda: "must match at least one of the allowed shapes",
-        "not": lambda: "matches a shape the schema forbids",
+        "not": lambda: "is not allowed" if v == {} else "matches a shape the schema forbids",
         "false": lambda: "is not allowed",
     }
     builder = messages.get(kw)
@@ -148,13 +218,18 @@ def _describe(error: SchemaError) -> str:
 
 
 def _missing(error: SchemaError) -> str | None:
-    """The name of a missing required property, taken from the schema's list."""
+    """The name of a missing required property, taken from the schema's list.
+
+    jsonschema yields one error per missing name, and says which only in its own
+    message (built from the schema's name, so comparing with it is safe).
+    """
     required = error.validator_value if isinstance(error.validator_value, list) else []
     instance = error.instance if isinstance(error.instance, dict) else {}
-    for name in required:
-        if name not in instance:
+    missing = [name for name in required if isinstance(name, str) and name not in instance]
+    for name in missing:
+        if error.message == f"{name!r} is a required property":
             return name
-    return None
+    return missing[0] if missing else None
 
 
 def safe_path(path: Iterable[Any], known: frozenset[str]) -> list[str | int]:
@@ -178,24 +253,38 @@ def validate(
     max_issues: int = 20,
 ) -> None:
     """Raise :class:`ValidationError` with bounded, value-free issues."""
-    issues: list[dict[str, Any]] = []
+    max_issues = max(max_issues, 1)
+    # Collect a bounded number of errors: an array of 100,000 wrong items must not
+    # build 100,000 error objects (nor sort them) to report twenty.
+    scan = max(max_issues * 5, 100)
     try:
-        errors = sorted(validator.iter_errors(instance), key=lambda e: list(e.path))
+        found = list(islice(validator.iter_errors(instance), scan + 1))
     except RecursionError:
         raise MalformedRequest("The input nests too deeply.") from None
-    for error in errors:
-        path = safe_path(error.absolute_path, known)
-        message = _describe(error)
-        issues.append({"path": path, "keyword": str(error.validator), "message": message})
-        if len(issues) >= max_issues:
-            break
-    if not issues:
+    if not found:
         return
-    first = "; ".join(
-        f"{_pointer(i['path'])} {i['message']}" for i in issues[:3]
-    )
-    more = f" (and {len(issues) - 3} more issues)" if len(issues) > 3 else ""
+    exact = len(found) <= scan
+    errors = sorted(found[:scan], key=lambda e: _order(e.absolute_path))
+    issues: list[dict[str, Any]] = [
+        {
+            "path": safe_path(error.absolute_path, known),
+            "keyword": _keyword(error),
+            "message": _describe(error),
+        }
+        for error in errors[:max_issues]
+    ]
+    first = "; ".join(f"{_pointer(i['path'])} {i['message']}" for i in issues[:3])
+    more = ""
+    if not exact:
+        more = f" (and over {scan - 3} more issues)"
+    elif len(found) > 3:
+        more = f" (and {len(found) - 3} more issues)"
     raise ValidationError(issues, f"The input is invalid: {first}{more}.")
+
+
+def _order(path: Iterable[Any]) -> list[tuple[int, int, str]]:
+    """A sort key for instance paths that never compares an index with a name."""
+    return [(0, p, "") if isinstance(p, int) else (1, 0, str(p)) for p in path]
 
 
 def _pointer(path: list[str | int]) -> str:

@@ -19,6 +19,8 @@ DEBUG = os.environ.get("DJANGO_DEBUG", "1") == "1"
 ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver", "[::1]"]
 
 INSTALLED_APPS = [
+    # Before the admin so that its admin/index.html adds the guarded_tools panel.
+    "guarded_tools",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -28,7 +30,6 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
-    "guarded_tools",
     "project.demo",
 ]
 

@@ -1,0 +1,230 @@
+"""The admin screens and actions, through Django's test client (browsers: test_browser.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.test import Client
+
+from guarded_tools.models import AuditEntry, Confirmation, Operation, OperationState
+from guarded_tools.store import fingerprint
+from tests.conftest import key
+
+pytestmark = pytest.mark.django_db
+
+CONF_LIST = "/admin/guarded_tools/confirmation/"
+OPS_LIST = "/admin/guarded_tools/operation/"
+
+
+@pytest.fixture
+def requester(user_factory: Any) -> Any:
+    return user_factory("requester")
+
+
+@pytest.fixture
+def pending(make_tool: Any, requester: Any, client_for: Any) -> Confirmation:
+    definition = make_tool(confirm="always", description="Refund a customer.",
+                           input_schema={"type": "object", "properties": {
+                               "operationId": {"type": "string"},
+                               "amount": {"type": "string", "title": "Refund amount"}}})
+    client_for(requester).post(f"/agent/tools/{definition.name}/",
+                               {"operationId": key(), "amount": "<b>12.00</b>"}, format="json")
+    return Confirmation.objects.get()
+
+
+def staff_client(user_factory: Any, *perms: str, name: str = "staffer") -> Client:
+    user = user_factory(name, is_staff=True, perms=perms)
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+VIEW_CONF = ("guarded_tools.view_confirmation",)
+APPROVER = (*VIEW_CONF, "guarded_tools.approve_confirmation")
+
+
+def test_detail_page_shows_input_with_titles_escaped(user_factory: Any,
+                                                     pending: Confirmation) -> None:
+    client = staff_client(user_factory, *APPROVER)
+    page = client.get(f"{CONF_LIST}{pending.pk}/change/").content.decode()
+    assert "Refund a customer." in page and "Refund amount" in page
+    assert "requester" in page
+    assert "&lt;b&gt;12.00&lt;/b&gt;" in page and "<b>12.00</b>" not in page
+    assert 'value="approve"' in page and 'value="decline"' in page
+
+
+def test_actions_are_invisible_without_permission(user_factory: Any,
+                                                  pending: Confirmation) -> None:
+    viewer = staff_client(user_factory, *VIEW_CONF)
+    page = viewer.get(CONF_LIST).content.decode()
+    assert "approve_selected" not in page
+    detail = viewer.get(f"{CONF_LIST}{pending.pk}/change/").content.decode()
+    assert 'value="approve"' not in detail
+    # Crafted POSTs are refused too: the action and the button endpoint.
+    viewer.post(CONF_LIST, {"action": "approve_selected", ACTION_CHECKBOX_NAME: [pending.pk]})
+    denied = viewer.post(f"{CONF_LIST}{pending.pk}/decide/", {"decision": "approve"})
+    assert denied.status_code == 403
+    pending.refresh_from_db()
+    assert pending.status == "pending" and not AuditEntry.objects.exists()
+
+
+def test_approve_action_reports_counts_and_audits(user_factory: Any,
+                                                  pending: Confirmation) -> None:
+    client = staff_client(user_factory, *APPROVER)
+    response = client.post(CONF_LIST, {"action": "approve_selected",
+                                       ACTION_CHECKBOX_NAME: [pending.pk]}, follow=True)
+    assert "1 confirmation approved." in response.content.decode()
+    pending.refresh_from_db()
+    assert pending.status == "approved" and pending.decided_by.username == "staffer"
+    again = client.post(CONF_LIST, {"action": "approve_selected",
+                                    ACTION_CHECKBOX_NAME: [pending.pk]}, follow=True)
+    assert "0 confirmations approved." in again.content.decode()
+    assert AuditEntry.objects.filter(action="approve").count() == 1
+
+
+def test_decline_action_asks_for_a_reason(user_factory: Any, pending: Confirmation) -> None:
+    client = staff_client(user_factory, *APPROVER)
+    form = client.post(CONF_LIST, {"action": "decline_selected",
+                                   ACTION_CHECKBOX_NAME: [pending.pk]})
+    assert form.status_code == 200 and 'name="reason"' in form.content.decode()
+    client.post(CONF_LIST, {"action": "decline_selected", ACTION_CHECKBOX_NAME: [pending.pk],
+                            "reason": "Amount too high"}, follow=True)
+    pending.refresh_from_db()
+    assert pending.status == "declined" and pending.reason == "Amount too high"
+    assert AuditEntry.objects.get().note == "Amount too high"
+
+
+def test_buttons_on_the_detail_page(user_factory: Any, pending: Confirmation) -> None:
+    client = staff_client(user_factory, *APPROVER)
+    response = client.post(f"{CONF_LIST}{pending.pk}/decide/", {"decision": "decline",
+                                                               "reason": ""}, follow=True)
+    assert "A reason is required" in response.content.decode()
+    client.post(f"{CONF_LIST}{pending.pk}/decide/", {"decision": "approve"})
+    pending.refresh_from_db()
+    assert pending.status == "approved"
+
+
+def test_four_eyes_in_the_admin(user_factory: Any, make_tool: Any, client_for: Any) -> None:
+    me = user_factory("me", is_staff=True, perms=APPROVER)
+    definition = make_tool(confirm="always")
+    client_for(me).post(f"/agent/tools/{definition.name}/", {"operationId": key()},
+                        format="json")
+    client = Client()
+    client.force_login(me)
+    confirmation = Confirmation.objects.get()
+    page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert "four-eyes" in page
+    client.post(f"{CONF_LIST}{confirmation.pk}/decide/", {"decision": "approve"})
+    confirmation.refresh_from_db()
+    assert confirmation.status == "pending"
+
+
+def test_changelist_filters_search_and_panel(user_factory: Any, pending: Confirmation) -> None:
+    client = staff_client(user_factory, *APPROVER)
+    page = client.get(CONF_LIST + "?status__exact=pending&q=requester").content.decode()
+    row = f'value="{pending.pk}"'
+    assert row in page and 'data-testid="pending-count">1<' in page
+    assert row not in client.get(CONF_LIST + "?q=nobody").content.decode()
+    assert row not in client.get(CONF_LIST + "?status__exact=declined").content.decode()
+    index = client.get("/admin/").content.decode()
+    assert 'data-testid="pending-count">1<' in index
+
+
+# -- reconciliation --------------------------------------------------------------------------
+@pytest.fixture
+def unknown(make_tool: Any, requester: Any) -> Operation:
+    definition = make_tool(output_schema={"type": "object", "required": ["paid"],
+                                          "properties": {"paid": {"type": "boolean"}}})
+    k = key()
+    return Operation.objects.create(
+        tool=definition.name, scope=f"auth.user:{requester.pk}", key=k, user=requester,
+        fingerprint=fingerprint({"operationId": k}), input={"operationId": k},
+        state=OperationState.OUTCOME_UNKNOWN,
+    )
+
+
+RECONCILER = ("guarded_tools.view_operation", "guarded_tools.reconcile_operation")
+
+
+def test_unknown_outcomes_are_listed_first_with_dashboard(user_factory: Any,
+                                                          unknown: Operation) -> None:
+    Operation.objects.create(tool="x", scope="s", key="newer", fingerprint="f",
+                             state=OperationState.SUCCEEDED)
+    client = staff_client(user_factory, *RECONCILER)
+    page = client.get(OPS_LIST).content.decode()
+    assert page.index(unknown.key[:20]) < page.index("newer")
+    assert 'data-testid="unknown-count">1<' in page
+
+
+def test_mark_succeeded_validates_output_then_replays_it(user_factory: Any, unknown: Operation,
+                                                         requester: Any, client_for: Any) -> None:
+    client = staff_client(user_factory, *RECONCILER)
+    data = {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [unknown.pk]}
+    form = client.post(OPS_LIST, data)
+    assert 'name="output"' in form.content.decode()
+    bad = client.post(OPS_LIST, {**data, "note": "checked bank", "output": '{"paid": "yes"}'})
+    assert "output schema" in bad.content.decode()
+    client.post(OPS_LIST, {**data, "note": "checked bank", "output": '{"paid": true}'})
+    unknown.refresh_from_db()
+    assert unknown.state == "succeeded" and unknown.output == {"paid": True}
+    audit = AuditEntry.objects.get()
+    assert audit.action == "mark_succeeded" and audit.note == "checked bank"
+    replay = client_for(requester).post(f"/agent/tools/{unknown.tool}/",
+                                        unknown.input, format="json")
+    assert replay.status_code == 200 and replay.json()["output"] == {"paid": True}
+
+
+def test_mark_not_executed_releases_the_key(user_factory: Any, unknown: Operation,
+                                            requester: Any, client_for: Any) -> None:
+    client = staff_client(user_factory, *RECONCILER)
+    client.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [unknown.pk],
+                           "note": "bank has no record"})
+    unknown.refresh_from_db()
+    assert unknown.state == "released"
+    retry = client_for(requester).post(f"/agent/tools/{unknown.tool}/", unknown.input,
+                                       format="json")
+    assert retry.status_code == 200 and retry.json()["operation"]["replayed"] is False
+
+
+def test_mark_failed_is_what_replays_get(user_factory: Any, unknown: Operation,
+                                         requester: Any, client_for: Any) -> None:
+    client = staff_client(user_factory, *RECONCILER)
+    client.post(OPS_LIST, {"action": "mark_failed", ACTION_CHECKBOX_NAME: [unknown.pk],
+                           "note": "bounced", "code": "payment_bounced",
+                           "message": "The bank bounced it."})
+    replay = client_for(requester).post(f"/agent/tools/{unknown.tool}/", unknown.input,
+                                        format="json")
+    assert replay.status_code == 409
+    error = replay.json()["error"]
+    assert error["code"] == "payment_bounced" and error["retry"] == "never"
+
+
+def test_reconcile_needs_its_permission(user_factory: Any, unknown: Operation) -> None:
+    viewer = staff_client(user_factory, "guarded_tools.view_operation")
+    assert "mark_failed" not in viewer.get(OPS_LIST).content.decode()
+    viewer.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [unknown.pk],
+                           "note": "sneaky"})
+    unknown.refresh_from_db()
+    assert unknown.state == "outcome_unknown" and not AuditEntry.objects.exists()
+
+
+def test_only_unknown_operations_can_be_reconciled(user_factory: Any, unknown: Operation) -> None:
+    Operation.objects.filter(pk=unknown.pk).update(state=OperationState.SUCCEEDED)
+    client = staff_client(user_factory, *RECONCILER)
+    response = client.post(OPS_LIST, {"action": "mark_not_executed",
+                                      ACTION_CHECKBOX_NAME: [unknown.pk], "note": "x"},
+                           follow=True)
+    assert "nothing to reconcile" in response.content.decode()
+    unknown.refresh_from_db()
+    assert unknown.state == "succeeded"
+
+
+def test_operation_detail_shows_journal_and_late_results(user_factory: Any,
+                                                         unknown: Operation) -> None:
+    unknown.journal.create(data={"upstream": "req-42"}, fence=1)
+    unknown.journal.create(kind="late_result", data={"output": {"late": 1}}, fence=1)
+    client = staff_client(user_factory, *RECONCILER)
+    page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert "req-42" in page and "late result" in page
