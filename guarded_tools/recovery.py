@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from django.db import connection, transaction
+from django.db import connection, connections, transaction
 from django.db.models.functions import Now
 
 from guarded_tools.conf import gt_settings
@@ -53,6 +53,17 @@ class SweepReport:
             "confirmations_expired": self.confirmations_expired,
             "purged": self.purged,
         }
+
+
+def close_old_connections() -> None:
+    """Drop broken or expired connections, as Django does between requests.
+
+    Connections inside a transaction are left alone (an eager task in a test, or a
+    caller's atomic block): closing them would break the caller.
+    """
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close_if_unusable_or_obsolete()
 
 
 def _lease(definition: Tool | None) -> int:

@@ -5,20 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from celery import shared_task
-from django.db import connections
 
 from guarded_tools.conf import gt_settings
-
-
-def close_old_connections() -> None:
-    """Drop broken or expired connections, as Django does between requests.
-
-    Connections inside a transaction are left alone (an eager task in a test, or a
-    caller's atomic block), since closing them would break the caller.
-    """
-    for conn in connections.all(initialized_only=True):
-        if not conn.in_atomic_block:
-            conn.close_if_unusable_or_obsolete()
+from guarded_tools.recovery import close_old_connections
 
 
 @shared_task(

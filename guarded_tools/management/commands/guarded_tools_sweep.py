@@ -6,9 +6,9 @@ import time
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
-from django.db import DatabaseError, close_old_connections
+from django.db import DatabaseError
 
-from guarded_tools.recovery import sweep
+from guarded_tools.recovery import close_old_connections, sweep
 
 
 class Command(BaseCommand):

@@ -1,0 +1,52 @@
+"""System checks: settings, databases and every registered tool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from guarded_tools.checks import check_databases, check_settings, check_tools
+
+
+def ids(messages: list[Any]) -> list[str]:
+    return [m.id for m in messages]
+
+
+def test_the_demo_site_passes_every_check() -> None:
+    assert check_settings() == [] and check_tools() == [] and check_databases() == []
+
+
+def test_unknown_and_invalid_settings(settings: Any) -> None:
+    settings.GUARDED_TOOLS = {"LEASE_SECONDZ": 5, "LEASE_SECONDS": -1}
+    assert ids(check_settings()) == ["guarded_tools.E001", "guarded_tools.E002"]
+    settings.GUARDED_TOOLS = ["not", "a", "dict"]
+    assert ids(check_settings()) == ["guarded_tools.E001"]
+
+
+def test_atomic_requests_and_sqlite_mode(monkeypatch: Any) -> None:
+    from types import SimpleNamespace
+
+    databases = {
+        "default": {"ENGINE": "django.db.backends.postgresql", "ATOMIC_REQUESTS": True},
+        "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+    }
+    monkeypatch.setattr("guarded_tools.checks.settings", SimpleNamespace(DATABASES=databases))
+    found = ids(check_databases())
+    assert "guarded_tools.W001" in found and "guarded_tools.W002" in found
+
+
+def test_tool_checks(make_tool: Any) -> None:
+    make_tool(input_schema={"type": "array"}, idempotency_key=None)
+    make_tool(permissions=["demo.fly_order"])
+    make_tool(input_schema={"type": "object", "properties": {}})  # key field undeclared
+    make_tool(journal=False)
+    found = ids(check_tools())
+    for code in ("E003", "E004", "E005", "W003"):
+        assert f"guarded_tools.{code}" in found
+    assert all(m.hint for m in check_tools())
+
+
+def test_invalid_schema_is_refused_at_registration(make_tool: Any) -> None:
+    with pytest.raises(ValueError, match="invalid JSON Schema"):
+        make_tool(input_schema={"type": "object", "properties": {"a": {"type": "nope"}}})

@@ -1,0 +1,175 @@
+"""Recovery of abandoned operations: sweep(), the management command, retention."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.utils import timezone
+
+from guarded_tools.models import Confirmation, JournalEntry, Operation, OperationState
+from guarded_tools.recovery import recover_operation, sweep
+from guarded_tools.store import fingerprint
+from tests.conftest import key
+
+pytestmark = pytest.mark.django_db
+
+
+class Recorder:
+    def __init__(self, decision: Any) -> None:
+        self.decision = decision
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, **kw: Any) -> Any:
+        self.calls.append(kw)
+        if isinstance(self.decision, BaseException):
+            raise self.decision
+        return self.decision
+
+
+def abandoned(definition: Any, *, journal: Any = None, state: str = "in_flight",
+              expired: bool = True) -> Operation:
+    k = key()
+    operation = Operation.objects.create(
+        tool=definition.name, scope="principal:svc", key=k,
+        fingerprint=fingerprint({"operationId": k}), input={"operationId": k},
+        owner="dead" if state == "in_flight" else "", state=state,
+        lease_expires_at=timezone.now() + timedelta(seconds=-5 if expired else 300),
+    )
+    if journal is not None:
+        JournalEntry.objects.create(operation=operation, data=journal, fence=1)
+    return operation
+
+
+def never(input: Any, ctx: Any) -> Any:
+    raise AssertionError("a takeover must never run the handler")
+
+
+def test_sweep_completes_what_recover_proves(make_tool: Any) -> None:
+    recover = Recorder({"recovered": True, "output": {"paid": True}})
+    verified: list[Any] = []
+    definition = make_tool(never, recover=recover,
+                           verify=lambda **kw: verified.append(kw["recovered"]) or True)
+    operation = abandoned(definition, journal={"sent": True})
+    report = sweep()
+    assert (report.taken, report.completed) == (1, 1)
+    operation.refresh_from_db()
+    assert operation.state == "succeeded" and operation.recovered
+    assert operation.output == {"paid": True} and operation.fence == 2
+    assert recover.calls[0]["error"] is None
+    assert recover.calls[0]["operation"].read() == {"sent": True}
+    assert verified == [True]
+    assert sweep().taken == 0  # nothing left; a second sweep is harmless
+
+
+def test_replay_after_sweep_returns_the_recovered_output(make_tool: Any) -> None:
+    definition = make_tool(never, recover=Recorder({"recovered": True, "output": {"n": 1}}))
+    operation = abandoned(definition, journal={"x": 1})
+    sweep()
+    result = definition(operation.input, principal="svc")
+    assert result.replayed and result.recovered and result.output == {"n": 1}
+
+
+def test_sweep_releases_only_with_an_empty_journal(make_tool: Any) -> None:
+    definition = make_tool(never)
+    empty = abandoned(definition)
+    written = abandoned(definition, journal={"sent": True})
+    report = sweep()
+    assert (report.released, report.unknown) == (1, 1)
+    empty.refresh_from_db()
+    written.refresh_from_db()
+    assert empty.state == "released" and written.state == "outcome_unknown"
+
+
+def test_recover_not_recovered_or_raising_is_unknown(make_tool: Any) -> None:
+    for decision in ({"recovered": False}, ConnectionError("bank down")):
+        definition = make_tool(never, recover=Recorder(decision))
+        operation = abandoned(definition, journal={"sent": True})
+        sweep()
+        operation.refresh_from_db()
+        assert operation.state == "outcome_unknown"
+
+
+def test_abandoned_state_is_swept_even_without_a_lease(make_tool: Any) -> None:
+    definition = make_tool(never, recover=Recorder({"recovered": True, "output": {}}))
+    operation = abandoned(definition, journal={"x": 1}, state="abandoned")
+    Operation.objects.filter(pk=operation.pk).update(lease_expires_at=None)
+    assert sweep().completed == 1
+
+
+def test_live_leases_are_left_alone(make_tool: Any, monkeypatch: Any) -> None:
+    definition = make_tool(never, recover=Recorder({"recovered": True, "output": {}}))
+    operation = abandoned(definition, expired=False)
+    # The application server's clock running an hour fast must not cause a takeover:
+    # every lease comparison happens on the database clock.
+    monkeypatch.setattr(timezone, "now", lambda: timezone.datetime.now(
+        tz=timezone.get_current_timezone()) + timedelta(hours=1))
+    assert sweep().taken == 0
+    operation.refresh_from_db()
+    assert operation.state == "in_flight" and operation.fence == 1
+
+
+def test_unregistered_tool_is_marked_unknown() -> None:
+    k = key()
+    operation = Operation.objects.create(
+        tool="gone", scope="s", key=k, fingerprint="f", owner="dead",
+        lease_expires_at=timezone.now() - timedelta(seconds=5))
+    assert sweep().unknown == 1
+    operation.refresh_from_db()
+    assert operation.state == "outcome_unknown"
+
+
+def test_takeover_is_a_compare_and_set(make_tool: Any) -> None:
+    definition = make_tool(never, recover=Recorder({"recovered": True, "output": {}}))
+    operation = abandoned(definition, journal={"x": 1})
+    stale = Operation.objects.get(pk=operation.pk)
+    assert recover_operation(operation) == "completed"
+    assert recover_operation(stale) == "skipped"  # same fence read before: 0 rows
+
+
+def test_sweep_batches_are_bounded(make_tool: Any) -> None:
+    definition = make_tool(never)
+    for _ in range(5):
+        abandoned(definition)
+    assert sweep(batch_size=2).taken == 2
+    assert sweep(batch_size=10).taken == 3
+
+
+def test_sweep_expires_confirmations_and_purges_old_operations(make_tool: Any,
+                                                               settings: Any) -> None:
+    Confirmation.objects.create(tool="t", scope="s", key="k", fingerprint="f", input={},
+                                expires_at=timezone.now() - timedelta(seconds=1))
+    old = Operation.objects.create(tool="t", scope="s", key="old", fingerprint="f",
+                                   state=OperationState.SUCCEEDED)
+    Operation.objects.filter(pk=old.pk).update(updated_at=timezone.now() - timedelta(days=40))
+    fresh = Operation.objects.create(tool="t", scope="s", key="new", fingerprint="f",
+                                     state=OperationState.SUCCEEDED)
+    unknown = Operation.objects.create(tool="t", scope="s", key="unk", fingerprint="f",
+                                       state=OperationState.OUTCOME_UNKNOWN)
+    Operation.objects.filter(pk=unknown.pk).update(updated_at=timezone.now() - timedelta(days=40))
+    report = sweep()
+    assert report.confirmations_expired == 1 and report.purged == 1
+    assert set(Operation.objects.values_list("key", flat=True)) == {"new", "unk"}
+    assert Confirmation.objects.get().status == "expired"
+    assert fresh.pk
+
+
+def test_management_command_once(make_tool: Any) -> None:
+    definition = make_tool(never)
+    abandoned(definition)
+    out = StringIO()
+    call_command("guarded_tools_sweep", "--once", stdout=out)
+    assert "taken=1" in out.getvalue() and "released=1" in out.getvalue()
+
+
+def test_celery_task_runs_the_sweep(make_tool: Any) -> None:
+    from guarded_tools.tasks import sweep as sweep_task
+
+    definition = make_tool(never)
+    abandoned(definition)
+    result = sweep_task.apply().get()
+    assert result["released"] == 1
+    assert sweep_task.ignore_result is True
