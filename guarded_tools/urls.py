@@ -6,10 +6,17 @@ from guarded_tools import views
 
 app_name = "guarded_tools"
 
-urlpatterns = [
+#: The REST routes, also what the OpenAPI document describes.
+rest_urlpatterns = [
     path("tools/", views.ToolListView.as_view(), name="tool-list"),
     path("tools/<str:name>/", views.ToolCallView.as_view(), name="tool-call"),
     path("operations/<uuid:pk>/", views.OperationDetailView.as_view(), name="operation-detail"),
     path("errors.json", views.ErrorCatalogView.as_view(), name="errors-json"),
     path("llms.txt", views.LlmsTxtView.as_view(), name="llms-txt"),
+]
+
+urlpatterns = [
+    *rest_urlpatterns,
+    path("openapi.json", views.OpenAPIView.as_view(), name="openapi"),
+    path("docs/", views.SwaggerView.as_view(), name="docs"),
 ]

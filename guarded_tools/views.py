@@ -144,3 +144,24 @@ class LlmsTxtView(GuardedAPIView):
     def get(self, request: Request) -> HttpResponse:
         text = catalog.export_llms_txt(gt_settings.DOCS_URL, gt_settings.SERVER_NAME)
         return HttpResponse(text, content_type="text/plain; charset=utf-8")
+
+
+class OpenAPIView(GuardedAPIView):
+    """The OpenAPI 3.1 document of the tools this caller may call (needs drf-spectacular)."""
+
+    throttle_classes: list[Any] = []
+
+    def get(self, request: Request) -> Response:
+        from guarded_tools.openapi import build_document
+
+        return Response(build_document(request, visible_tools(request.user)))
+
+
+class SwaggerView(APIView):
+    """A Swagger UI page for people, reading ``openapi.json``."""
+
+    def get(self, request: Request) -> HttpResponse:
+        from drf_spectacular.views import SpectacularSwaggerView
+
+        view = SpectacularSwaggerView.as_view(url_name="guarded_tools:openapi")
+        return view(request._request)

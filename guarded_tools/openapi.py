@@ -1,0 +1,191 @@
+"""Provides the OpenAPI 3.1 document: drf-spectacular for the frame, one path per tool.
+
+Each tool's request body is its input schema and its 200 response wraps its output
+schema; every error the guard can answer is documented with the shared error body.
+Needs the optional ``drf-spectacular`` dependency (``pip install guarded-tools[openapi]``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from django.urls import include, path, reverse
+from drf_spectacular.extensions import OpenApiViewExtension
+from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+
+from guarded_tools.conf import gt_settings
+from guarded_tools.registry import Tool
+
+ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["type", "code", "message", "retry"],
+            "properties": {
+                "type": {"type": "string"},
+                "code": {"type": "string", "description": "Stable machine-readable code."},
+                "message": {"type": "string", "description": "Stands alone: code, retry policy,"
+                            " next action."},
+                "retry": {"type": "string", "enum": ["never", "as_is", "after_repair"]},
+                "repair": {"type": "object"},
+                "issues": {"type": "array", "items": {
+                    "type": "object",
+                    "properties": {"path": {"type": "array"}, "keyword": {"type": "string"},
+                                   "message": {"type": "string"}}}},
+                "why": {"type": "string"},
+                "fix": {"type": "string"},
+                "link": {"type": "string"},
+                "operation": {"type": "object"},
+                "confirmation": {"type": "object"},
+                "correlation_id": {"type": "string"},
+            },
+        }
+    },
+}
+ERROR_REF = {"$ref": "#/components/schemas/GuardedToolsError"}
+OPERATION = {
+    "type": "object",
+    "required": ["id", "key", "status", "replayed", "recovered"],
+    "properties": {
+        "id": {"type": "string", "format": "uuid"},
+        "key": {"type": "string"},
+        "status": {"type": "string"},
+        "replayed": {"type": "boolean"},
+        "recovered": {"type": "boolean"},
+    },
+}
+STATUS_TEXT = {
+    "202": "A person must approve the call first (confirmation_required).",
+    "400": "Malformed body, or the idempotency key is missing or invalid.",
+    "401": "Not authenticated.",
+    "403": "Not allowed (permission, object rule, or CSRF).",
+    "404": "No such tool or operation for this caller.",
+    "405": "Method not allowed.",
+    "409": "In flight, declined, expired, or the tool's own business error.",
+    "413": "Request body too large.",
+    "415": "Body is not JSON.",
+    "422": "Input does not match the schema, or the key was used with another input.",
+    "429": "Throttled.",
+    "500": "Outcome unknown, or an internal error (with a correlation id).",
+    "502": "The result could not be verified.",
+}
+
+
+def _errors(*codes: str) -> dict[str, Any]:
+    return {
+        code: {"description": STATUS_TEXT[code],
+               "content": {"application/json": {"schema": ERROR_REF}}}
+        for code in codes
+    }
+
+
+class _DocumentedView(OpenApiViewExtension):
+    """Annotate a guarded_tools view with raw schemas, without touching the view."""
+
+    responses: dict[Any, Any] = {}
+    request_schema: Any = None
+    summary = ""
+
+    def view_replacement(self) -> Any:
+        @extend_schema(request=self.request_schema, responses=self.responses,
+                       summary=self.summary, tags=["guarded_tools"])
+        class Documented(self.target_class):  # type: ignore[name-defined,misc]
+            pass
+
+        return Documented
+
+
+class ToolListDoc(_DocumentedView):
+    target_class = "guarded_tools.views.ToolListView"
+    summary = "The tools this caller may call."
+    responses = {200: {"type": "object", "properties": {"tools": {"type": "array",
+                                                                  "items": {"type": "object"}}}}}
+
+
+class ToolCallDoc(_DocumentedView):
+    target_class = "guarded_tools.views.ToolCallView"
+    summary = "Call a tool (replaced by one path per tool)."
+    request_schema = {"type": "object"}
+    responses = {200: {"type": "object"}}
+
+
+class OperationDoc(_DocumentedView):
+    target_class = "guarded_tools.views.OperationDetailView"
+    summary = "Status of one of the caller's own operations."
+    responses = {200: OPERATION, 401: ERROR, 404: ERROR}
+
+
+class CatalogDoc(_DocumentedView):
+    target_class = "guarded_tools.views.ErrorCatalogView"
+    summary = "The error catalog: why, fix and link for every code."
+    responses = {200: {"type": "object"}}
+
+
+class LlmsDoc(_DocumentedView):
+    target_class = "guarded_tools.views.LlmsTxtView"
+    summary = "The error catalog as llms.txt."
+    responses = {200: {"type": "string"}}
+
+
+def tool_operation(definition: Tool) -> dict[str, Any]:
+    output = copy.deepcopy(dict(definition.output_schema)) if definition.output_schema else {}
+    success = {
+        "type": "object",
+        "required": ["output"],
+        "properties": {"output": output, "operation": OPERATION},
+    }
+    responses: dict[str, Any] = {
+        "200": {"description": "The tool's output (a replay carries Idempotent-Replayed).",
+                "content": {"application/json": {"schema": success}}},
+        **_errors("400", "401", "403", "404", "405", "409", "413", "415", "422", "429",
+                  "500", "502"),
+    }
+    if definition.confirm_mode:
+        responses.update(_errors("202"))
+    operation: dict[str, Any] = {
+        "operationId": f"call_{definition.name}",
+        "summary": definition.annotations["title"],
+        "description": definition.description,
+        "tags": ["tools"],
+        "requestBody": {"required": True, "content": {
+            "application/json": {"schema": copy.deepcopy(dict(definition.input_schema))}}},
+        "responses": responses,
+    }
+    if definition.idempotent and not definition.key_field:
+        operation["parameters"] = [{
+            "name": gt_settings.IDEMPOTENCY_HEADER, "in": "header", "required": True,
+            "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+            "description": "One key per intended operation; reuse it for every retry.",
+        }]
+    return operation
+
+
+def build_document(request: Request, tools: list[Tool]) -> dict[str, Any]:
+    """The site's guarded_tools endpoints, one path per tool the caller may call."""
+    from guarded_tools import urls as tool_urls
+
+    prefix = reverse("guarded_tools:tool-list")[1: -len("tools/")]
+    patterns = [path(prefix, include(tool_urls.rest_urlpatterns))]
+    generator = SchemaGenerator(
+        patterns=patterns, title=gt_settings.SERVER_NAME, version="1",
+        description="Agent-callable tools; every call is guarded. Errors carry a repair plan.",
+    )
+    document: dict[str, Any] = generator.get_schema(request=request, public=True)
+    paths = document.setdefault("paths", {})
+    generic = paths.pop(f"/{prefix}tools/{{name}}/", {}).get("post", {})
+    for definition in tools:
+        operation = tool_operation(definition)
+        if "security" in generic:
+            operation["security"] = generic["security"]
+        paths[f"/{prefix}tools/{definition.name}/"] = {"post": operation}
+    llms = paths.get(f"/{prefix}llms.txt", {}).get("get", {})
+    if llms:
+        llms["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    document.setdefault("components", {}).setdefault("schemas", {})["GuardedToolsError"] = ERROR
+    document["openapi"] = "3.1.0"
+    return document
