@@ -117,9 +117,11 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
     "data_folder_in": str(VAR_DIR / "broker"),
     "data_folder_out": str(VAR_DIR / "broker"),
     "processed_folder": str(VAR_DIR / "broker-processed"),
+    # kombu writes its exchange tables to ./control unless told otherwise.
+    "control_folder": str(VAR_DIR / "broker-control"),
     "store_processed": False,
 }
-for folder in ("broker", "broker-processed"):
+for folder in ("broker", "broker-processed", "broker-control"):
     (VAR_DIR / folder).mkdir(parents=True, exist_ok=True)
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
 CELERY_BEAT_SCHEDULE = {

@@ -262,6 +262,7 @@ def verify_payment(*, input: dict[str, Any], output: dict[str, Any], **_: Any) -
     verify_timeout=None,
 )
 def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    effects.after_claim(input["operationId"])
     source = Account.objects.get(pk=input["sourceId"])
     auth = PaymentAuthorization.objects.filter(
         pk=input["authorizationId"], source=source

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The demo (`make demo`): set up .venv, migrate and seed the database, then run the site and a Celery worker (beat embedded) under honcho.
+# Env: PORT (default 8000; binds 127.0.0.1 only), DATABASE_URL (default: SQLite in var/), GT_SWEEP_EVERY (sweep interval in s, default 30).
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+
+port="${PORT:-8000}"
+if ! [[ "$port" =~ ^[0-9]+$ ]] || (( port < 1 || port > 65535 )); then
+  echo "demo.sh: PORT must be a port number (got '$port')" >&2; exit 2
+fi
+# honcho hands each process PORT (from -p); unbuffered so log lines reach honcho as they happen.
+export PORT="$port" PYTHONUNBUFFERED=1
+
+scripts/venv.sh main
+py=.venv/bin/python
+
+if ! "$py" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.close()' "$port" 2>/dev/null; then
+  echo "demo.sh: 127.0.0.1:$port is in use (another demo running?); stop it or set PORT=..." >&2; exit 1
+fi
+
+"$py" manage.py migrate --noinput
+"$py" manage.py demo_seed
+
+# The token, database and broker as the site sees them (env may change the settings).
+info="$("$py" manage.py shell -v 0 -c '
+from django.conf import settings
+from django.db import connection
+from project.demo.management.commands.demo_seed import AGENT_TOKEN
+print(AGENT_TOKEN)
+print(connection.vendor, connection.settings_dict["NAME"])
+url = settings.CELERY_BROKER_URL
+print("embedded, " + settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]
+      if url.startswith("filesystem:") else "CELERY_BROKER_URL")')"
+{ read -r token; read -r database; read -r broker; } <<<"$info"
+url="http://127.0.0.1:$port"
+
+cat <<BANNER
+
+== guarded_tools demo (loopback only; Ctrl-C stops everything) ==
+  Site:         $url/
+  Agent tools:  $url/agent/tools/   (send: Authorization: Token $token)
+  Errors:       $url/agent/errors.json  and  $url/agent/llms.txt
+  Admin:        $url/admin/   log in as staff/staff or approver/approver
+  Agent user:   agent/agent   token $token
+  Database:     $database
+  Worker:       Celery (broker: $broker); beat runs guarded_tools.tasks.sweep every ${GT_SWEEP_EVERY:-30} s
+
+  Try:  curl -s $url/agent/tools/ -H 'Authorization: Token $token'
+
+BANNER
+
+# -e /dev/null: no .env file, so the processes see the same environment as migrate/seed above.
+exec .venv/bin/honcho start -f Procfile -e /dev/null -p "$port"
