@@ -9,7 +9,9 @@ Each stage is a method a subclass may override (``PIPELINE_CLASS`` setting).
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
+import inspect
 import json
 import logging
 import uuid
@@ -17,6 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, transaction
@@ -432,6 +435,14 @@ class Pipeline:
         )
 
     def call_handler(self, inv: Invocation, ctx: ToolContext) -> Any:
+        """Run the handler; an ``async def`` one runs on the server's event loop.
+
+        Under ASGI the coroutine runs natively on the server's loop (asgiref's
+        ``async_to_sync`` from the request thread); when the caller's signal is
+        aborted (the client went away) the coroutine is cancelled.
+        """
+        if inspect.iscoroutinefunction(self.tool.handler):
+            return async_to_sync(_cancellable)(self.tool.handler, dict(inv.input), ctx)
         return self.tool.handler(dict(inv.input), ctx)
 
     def _signal(self, inv: Invocation) -> CancelSignal:
@@ -615,6 +626,14 @@ class Pipeline:
             logger.warning("tool %s: verification failed: %s", self.tool.name, reason)
             raise VerificationError()
         obs.emit("verified")
+
+
+async def _cancellable(handler: Callable[..., Any], input: dict[str, Any], ctx: ToolContext) -> Any:
+    task = asyncio.current_task()
+    loop = asyncio.get_running_loop()
+    if task is not None:
+        ctx.signal.on_abort(lambda reason: loop.call_soon_threadsafe(task.cancel))
+    return await handler(input, ctx)
 
 
 def _call_with_deadline(

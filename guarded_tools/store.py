@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Value
@@ -316,6 +317,16 @@ class OperationHandle:
             if not self._store._owned(self._claim).update(updated_at=Now()):
                 raise LeaseLost(self.id)
             self._live().update(removed=True)
+
+    # Async variants for ``async def`` handlers (the ORM work runs in a thread).
+    async def aread(self) -> Any:
+        return await sync_to_async(self.read)()
+
+    async def awrite(self, data: Any) -> None:
+        await sync_to_async(self.write)(data)
+
+    async def aremove(self) -> None:
+        await sync_to_async(self.remove)()
 
     def heartbeat(self, seconds: int | None = None) -> None:
         """Extend the lease of a long-running handler; raises if it was lost."""

@@ -15,6 +15,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from guarded_tools import catalog
+from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import MalformedRequest, NotAuthenticated, OperationNotFound, ToolNotFound
 from guarded_tools.handlers import exception_handler
@@ -99,6 +100,7 @@ class ToolCallView(GuardedAPIView):
             header_key=request.headers.get(gt_settings.IDEMPOTENCY_HEADER),
             request=request,
             wait=prefer_wait(request),
+            signal=request_signal(request),
         )
         return get_pipeline(definition).run(invocation)
 

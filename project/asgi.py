@@ -1,8 +1,10 @@
-"""ASGI entry point of the demo site."""
+"""ASGI entry point of the demo site (uvicorn project.asgi:application)."""
 
 import os
 
 from django.core.asgi import get_asgi_application
 
+from guarded_tools.asgi import with_cancellation
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "project.settings")
-application = get_asgi_application()
+application = with_cancellation(get_asgi_application())

@@ -1,0 +1,53 @@
+"""The demo's ASGI application plus tools that tests drive through a real uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from project.asgi import application  # noqa: F401 - what uvicorn serves
+from guarded_tools import tool
+
+MARKERS = Path(os.environ.get("GT_TEST_MARKERS", "/tmp"))
+SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"}},
+          "required": ["operationId"]}
+
+
+def mark(name: str) -> None:
+    (MARKERS / name).write_text(str(time.time()))
+
+
+@tool(name="slow_async", input_schema=SCHEMA, idempotency_key="operationId",
+      allow_anonymous=False)
+async def slow_async(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    mark("async-started")
+    try:
+        for _ in range(100):
+            await asyncio.sleep(0.1)
+    except asyncio.CancelledError:
+        mark("async-cancelled")
+        raise
+    mark("async-finished")
+    return {"done": True}
+
+
+def slow_verify(**kw: Any) -> bool:
+    mark("verify-started")
+    time.sleep(1.5)
+    mark("verify-finished")
+    return True
+
+
+@tool(name="slow_finalization", input_schema=SCHEMA, idempotency_key="operationId",
+      verify=slow_verify)
+def slow_finalization(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    ctx.operation.write({"effect": "done"})
+    return {"effect": "done", "aborted_during_handler": ctx.signal.aborted}
+
+
+@tool(name="sync_under_asgi", input_schema=SCHEMA, idempotency_key="operationId")
+def sync_under_asgi(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {"sync": True}

@@ -1,0 +1,126 @@
+"""Async handlers under a real uvicorn; client disconnects cancel, finalization finishes."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from rest_framework.authtoken.models import Token
+
+from guarded_tools.models import Operation
+from tests.conftest import key
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def database_url() -> str:
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{settings['NAME']}"
+    return (f"postgres://{settings['USER']}:{settings.get('PASSWORD') or ''}@{settings['HOST']}:"
+            f"{settings['PORT']}/{settings['NAME']}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    port = free_port()
+    env = {**os.environ, "DATABASE_URL": database_url(), "GT_TEST_MARKERS": str(tmp_path),
+           "GT_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "project.settings"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "tests.asgi_app:application", "--host", "127.0.0.1",
+         "--port", str(port), "--lifespan", "off", "--log-level", "warning"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            if process.poll() is not None:
+                raise RuntimeError(process.stdout.read().decode() if process.stdout else "")
+            time.sleep(0.1)
+    try:
+        yield {"port": port, "markers": tmp_path}
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+@pytest.fixture
+def token(django_user_model: Any) -> str:
+    user = django_user_model.objects.create_user("asgi-agent", password="pw")
+    return Token.objects.create(user=user).key
+
+
+def raw_call(port: int, token: str, name: str, body: dict[str, Any], *,
+             disconnect_after: float | None = None) -> bytes:
+    payload = json.dumps(body).encode()
+    request = (f"POST /agent/tools/{name}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+               f"Authorization: Token {token}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode() + payload
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        sock.sendall(request)
+        if disconnect_after is not None:
+            time.sleep(disconnect_after)
+            return b""
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def wait_for(predicate: Any, timeout: float = 10) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sync_and_async_handlers_answer_under_uvicorn(server: dict[str, Any], token: str) -> None:
+    response = raw_call(server["port"], token, "sync_under_asgi", {"operationId": key()})
+    assert b"200 OK" in response and b'"sync":true' in response
+
+
+def test_disconnect_cancels_an_async_handler_and_releases_the_claim(
+        server: dict[str, Any], token: str) -> None:
+    k = key()
+    raw_call(server["port"], token, "slow_async", {"operationId": k}, disconnect_after=0.6)
+    markers: Path = server["markers"]
+    assert wait_for(lambda: (markers / "async-cancelled").exists())
+    assert not (markers / "async-finished").exists()
+    # Nothing was journaled, so the cancelled claim is released: the key is fresh.
+    assert wait_for(lambda: Operation.objects.filter(key=k, state="released").exists())
+
+
+def test_finalization_survives_a_disconnect(server: dict[str, Any], token: str) -> None:
+    k = key()
+    raw_call(server["port"], token, "slow_finalization", {"operationId": k},
+             disconnect_after=0.5)
+    markers: Path = server["markers"]
+    assert wait_for(lambda: (markers / "verify-finished").exists())
+    assert wait_for(lambda: Operation.objects.filter(key=k, state="succeeded").exists())
+    # The agent's retry replays the completed result.
+    response = raw_call(server["port"], token, "slow_finalization", {"operationId": k})
+    assert b"idempotent-replayed: true" in response.lower()
