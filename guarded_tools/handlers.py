@@ -7,6 +7,7 @@ import uuid
 from typing import Any
 
 from django.http import Http404
+from django.urls import NoReverseMatch, reverse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
@@ -65,13 +66,25 @@ def to_guard_error(exc: BaseException) -> GuardError:
     return InternalError(correlation_id)
 
 
-def error_payload(error: GuardError) -> dict[str, Any]:
-    return {"error": error.as_dict(gt_settings.DOCS_URL)}
+def docs_url(request: Any) -> str:
+    """Where catalog links point: ``DOCS_URL``, else this site's own errors page."""
+    if gt_settings.DOCS_URL:
+        return str(gt_settings.DOCS_URL)
+    if request is None:
+        return ""
+    try:
+        return str(request.build_absolute_uri(reverse("guarded_tools:errors-page")))
+    except NoReverseMatch:
+        return ""
+
+
+def error_payload(error: GuardError, request: Any = None) -> dict[str, Any]:
+    return {"error": error.as_dict(docs_url(request))}
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     error = to_guard_error(exc)
-    response = Response(error_payload(error), status=error.status_code)
+    response = Response(error_payload(error, context.get("request")), status=error.status_code)
     for name, value in error.headers.items():
         response[name] = value
     if error.status_code == 401:

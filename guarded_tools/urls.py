@@ -19,4 +19,5 @@ urlpatterns = [
     *rest_urlpatterns,
     path("openapi.json", views.OpenAPIView.as_view(), name="openapi"),
     path("docs/", views.SwaggerView.as_view(), name="docs"),
+    path("errors/", views.ErrorsPageView.as_view(), name="errors-page"),
 ]

@@ -6,7 +6,9 @@ import re
 from typing import Any
 
 from django.db import transaction
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.views import View
 from django.utils.decorators import method_decorator
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
@@ -18,7 +20,7 @@ from guarded_tools import catalog
 from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import MalformedRequest, NotAuthenticated, OperationNotFound, ToolNotFound
-from guarded_tools.handlers import exception_handler
+from guarded_tools.handlers import docs_url, exception_handler
 from guarded_tools.models import Operation
 from guarded_tools.parsers import StrictJSONParser
 from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline, principal_scope
@@ -123,9 +125,7 @@ class OperationDetailView(GuardedAPIView):
 
             tool = registry.find(operation.tool)
             if tool is not None:
-                data["error"] = Pipeline(tool).stored_error(operation).as_dict(
-                    gt_settings.DOCS_URL
-                )
+                data["error"] = Pipeline(tool).stored_error(operation).as_dict(docs_url(request))
         return Response(data)
 
 
@@ -135,7 +135,7 @@ class ErrorCatalogView(GuardedAPIView):
     throttle_classes: list[Any] = []
 
     def get(self, request: Request) -> Response:
-        return Response(catalog.export_json(gt_settings.DOCS_URL))
+        return Response(catalog.export_json(docs_url(request)))
 
 
 class LlmsTxtView(GuardedAPIView):
@@ -144,7 +144,7 @@ class LlmsTxtView(GuardedAPIView):
     throttle_classes: list[Any] = []
 
     def get(self, request: Request) -> HttpResponse:
-        text = catalog.export_llms_txt(gt_settings.DOCS_URL, gt_settings.SERVER_NAME)
+        text = catalog.export_llms_txt(docs_url(request), gt_settings.SERVER_NAME)
         return HttpResponse(text, content_type="text/plain; charset=utf-8")
 
 
@@ -167,3 +167,13 @@ class SwaggerView(APIView):
 
         view = SpectacularSwaggerView.as_view(url_name="guarded_tools:openapi")
         return view(request._request)
+
+
+class ErrorsPageView(View):
+    """The error catalog for people and for agents that follow a ``link``: one anchor per code."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return render(request, "guarded_tools/errors.html", {
+            "catalogs": catalog.catalogs.all(),
+            "title": gt_settings.SERVER_NAME,
+        })

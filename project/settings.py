@@ -108,7 +108,6 @@ SPECTACULAR_SETTINGS = {
 
 GUARDED_TOOLS = {
     "LEASE_SECONDS": int(os.environ.get("GT_LEASE_SECONDS", 60)),
-    "DOCS_URL": "https://github.com/guarded-tools/guarded_tools/blob/main/README.md",
     "EXECUTE_ON_APPROVAL": os.environ.get("GT_EXECUTE_ON_APPROVAL", "0") == "1",
 }
 

@@ -323,3 +323,14 @@ def test_send_payment_stale_authorization_has_a_three_step_plan(agent: Any,
     assert "in order" in error["message"] and "not in parallel" in error["message"]
     assert "1. call the tool 'list_payment_accounts'" in error["message"]
     assert LedgerEntry.objects.count() == 0
+
+
+def test_links_point_at_the_sites_own_errors_page(make_tool: Any, alice: Any,
+                                                  client_for: Any) -> None:
+    definition = make_tool(lambda input, ctx: (_ for _ in ()).throw(ToolError("x_failed")))
+    link = post(client_for(alice), definition.name, {"operationId": key()}).json()["error"]
+    assert "link" not in link  # an application error without a catalog entry has none
+    error = post(client_for(alice), definition.name, {}).json()["error"]
+    assert error["link"] == "http://testserver/agent/errors/#idempotency_key_missing"
+    page = APIClient().get("/agent/errors/").content.decode()
+    assert 'id="idempotency_key_missing"' in page and 'id="slot_stale"' in page
