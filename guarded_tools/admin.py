@@ -350,13 +350,13 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
                     done += 1
                 except reconciliation.ReconcileRefused as exc:
                     problems.append(str(exc))
+            if problems and done == 0 and single:
+                return self._form_page(request, eligible, form, action, title, problems[0])
             if problems:
                 self.message_user(request, problems[0], messages.ERROR)
             self.message_user(request, ngettext("%(n)d operation reconciled.",
                                                 "%(n)d operations reconciled.", done)
                               % {"n": done}, messages.SUCCESS if done else messages.INFO)
-            if problems and done == 0 and single:
-                return self._form_page(request, eligible, form, action, title, problems[0])
             return None
         return self._form_page(request, eligible, form, action, title)
 

@@ -48,7 +48,7 @@ class CatalogEntry:
 def resolve_link(link: str, docs_url: str) -> str:
     """Catalog links are anchors (``#errors-slot_stale``) or absolute URLs."""
     if link.startswith("#") and docs_url:
-        return docs_url.rstrip("/") + link
+        return docs_url.split("#")[0] + link
     return link
 
 
@@ -181,7 +181,8 @@ def export_llms_txt(docs_url: str = "", title: str = "guarded_tools") -> str:
     lines = [
         f"# {title}: errors",
         "",
-        "> Every failed tool call returns {\"error\": {code, message, retry, repair, why, fix, link}}."
+        "> Every failed tool call returns"
+        " {\"error\": {code, message, retry, repair, why, fix, link}}."
         " Read `retry` before calling again: never = stop, as_is = the same call may succeed,"
         " after_repair = follow `repair` first and keep the same idempotency key.",
         "",

@@ -86,7 +86,8 @@ BUILTIN = ErrorCatalog(
             "retry": "as_is",
             "message": "This operation is still running.",
             "why": "Another call with the same key holds the claim; the handler runs only once.",
-            "fix": "Wait the Retry-After seconds, then repeat the identical call with the same key.",
+            "fix": "Wait the Retry-After seconds, then repeat the identical call with the"
+            " same key.",
             "link": "#operation_in_flight",
         },
         "not_authenticated": {
@@ -242,7 +243,7 @@ class GuardError(Exception):
 
         try:
             limit = gt_settings.MESSAGE_MAX_CHARS
-        except Exception:  # noqa: BLE001 - settings not configured (plain Python use)
+        except Exception:  # settings not configured (plain Python use)
             limit = 1500
         return render_message(self.code, self.raw_message, self.retry, self.repair, limit=limit)
 
@@ -342,7 +343,8 @@ class ValidationError(GuardError):
 
     def __init__(self, issues: list[dict[str, Any]], message: str | None = None) -> None:
         self.issues = issues
-        super().__init__(message, repair=Repair(action="change_input", fields=_issue_fields(issues)))
+        repair = Repair(action="change_input", fields=_issue_fields(issues))
+        super().__init__(message, repair=repair)
         self.extra["issues"] = issues
 
 

@@ -271,7 +271,9 @@ class Confirmation(models.Model):
         permissions = [("approve_confirmation", _("Can approve or decline confirmations"))]
 
     def __str__(self) -> str:
-        return f"{self.tool} ({self.get_status_display()})"
+        who = self.requested_by or _("anonymous")
+        when = f", {self.created_at:%Y-%m-%d %H:%M}" if self.created_at else ""
+        return f"{self.tool} by {who}{when} ({self.get_status_display()})"
 
 
 class AuditEntry(models.Model):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from rest_framework.parsers import BaseParser
@@ -45,7 +46,7 @@ class StrictJSONParser(BaseParser):
         self,
         stream: Any,
         media_type: str | None = None,
-        parser_context: dict[str, Any] | None = None,
+        parser_context: Mapping[str, Any] | None = None,
     ) -> Any:
         request = (parser_context or {}).get("request")
         meta = getattr(request, "META", {}) if request is not None else {}

@@ -473,9 +473,10 @@ class Pipeline:
         if journal_empty:
             self.store.release(claim)
             raise exc
-        self.store.abandon(claim)
+        # Without a recover hook nobody can ever prove the outcome: a person decides.
+        self.store.mark_unknown(claim, {"code": "outcome_unknown"})
         raise OutcomeUnknownError(
-            extra={"operation": claim.operation.summary()}
+            extra={"operation": {**claim.operation.summary(), "status": "outcome_unknown"}}
         ) from exc
 
     def run_recover(

@@ -111,7 +111,9 @@ def dashboard() -> dict[str, Any]:
     oldest = Operation.objects.in_flight().aggregate(oldest=Min("created_at"))["oldest"]
     return {
         "by_state": [
-            (label, counts.get(value, 0)) for value, label in OperationState.choices
+            (label, counts.get(value, 0))
+            for value, label in OperationState.choices
+            if value != OperationState.OUTCOME_UNKNOWN  # shown on its own, as an alert
         ],
         "oldest_in_flight_age": (now - oldest) if oldest else None,
         "unknown": counts.get(OperationState.OUTCOME_UNKNOWN, 0),

@@ -150,7 +150,8 @@ class RepairPlan:
         for number, step in enumerate(shown, start=1):
             parts.append(f"{number}. {step.sentence(instruction_limit)}")
         if len(self.steps) > len(shown):
-            parts.append(f"({len(self.steps) - len(shown)} more steps are in the structured repair.)")
+            hidden = len(self.steps) - len(shown)
+            parts.append(f"({hidden} more steps are in the structured repair.)")
         if self.preserve:
             parts.append("Keep the original values of: " + _names(self.preserve) + ".")
         if self.update:
@@ -193,7 +194,10 @@ def coerce_repair(
                 update=_name_tuple(value.get("update")),
             )
         return coerce_step(value)
-    return RepairPlan(steps=tuple(coerce_step(s) for s in value))
+    if isinstance(value, str):
+        raise TypeError("A repair is a Repair, a RepairPlan, a mapping or a list of steps.")
+    steps: Iterable[Any] = value
+    return RepairPlan(steps=tuple(coerce_step(s) for s in steps))
 
 
 RETRY_WORDS = {

@@ -254,9 +254,8 @@ def test_journal_then_raise_abandons_and_later_calls_get_outcome_unknown() -> No
     assert isinstance(info.value.__cause__, RuntimeError)
     assert info.value.retryable is False
     operation = Operation.objects.get()
-    assert operation.state == OperationState.ABANDONED
-    # A later call meets the abandoned claim: recovery runs (no recover hook → unknown),
-    # never the handler.
+    # No recover hook: nobody can prove the outcome, so it waits for a person at once.
+    assert operation.state == OperationState.OUTCOME_UNKNOWN
     with pytest.raises(OutcomeUnknownError):
         run({"operationId": k}, principal="svc")
     with pytest.raises(OutcomeUnknownError):
@@ -265,12 +264,24 @@ def test_journal_then_raise_abandons_and_later_calls_get_outcome_unknown() -> No
     assert Operation.objects.get().state == OperationState.OUTCOME_UNKNOWN
 
 
-def test_no_journal_means_any_failure_is_abandoned() -> None:
+def test_no_journal_means_any_failure_is_unknown() -> None:
     handler = Counter(fail=RuntimeError("x"))
     run = guarded(handler, journal=False)
     with pytest.raises(OutcomeUnknownError):
         run({"operationId": key()}, principal="svc")
+    assert Operation.objects.get().state == OperationState.OUTCOME_UNKNOWN
+
+
+def test_abandoned_claim_gets_another_recovery_on_retry() -> None:
+    answers = iter([{"recovered": False}, {"recovered": True, "output": {"late": "proof"}}])
+    handler = Counter(fail=RuntimeError("x"), journal={"sent": True})
+    run = guarded(handler, recover=lambda **kw: next(answers))
+    k = key()
+    with pytest.raises(OutcomeUnknownError):
+        run({"operationId": k}, principal="svc")
     assert Operation.objects.get().state == OperationState.ABANDONED
+    result = run({"operationId": k}, principal="svc")
+    assert result.recovered and result.output == {"late": "proof"} and handler.calls == 1
 
 
 def test_tool_error_after_journal_entries_is_not_released() -> None:
@@ -278,7 +289,7 @@ def test_tool_error_after_journal_entries_is_not_released() -> None:
     run = guarded(handler)
     with pytest.raises(OutcomeUnknownError):
         run({"operationId": key()}, principal="svc")
-    assert Operation.objects.get().state == OperationState.ABANDONED
+    assert Operation.objects.get().state == OperationState.OUTCOME_UNKNOWN
 
 
 def test_recover_proves_success_and_the_result_is_stored() -> None:

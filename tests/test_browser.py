@@ -1,0 +1,326 @@
+"""End to end: agents call over real HTTP, people decide and reconcile in headless Chromium.
+
+One Chromium per module, a fresh browser context (cookies, storage) per test. The agent
+side uses ``urllib`` with a DRF token against ``live_server``. Set
+``GT_BROWSER_SCREENSHOTS=/some/dir`` to save screenshots of the confirmation detail page
+and the operations changelist there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from guarded_tools.models import AuditEntry, Confirmation, Operation, OperationState
+from project.demo.models import Account, LedgerEntry
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api")
+expect = sync_api.expect
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync"]
+CONF_LIST = "/admin/guarded_tools/confirmation/"
+OPS_LIST = "/admin/guarded_tools/operation/"
+SCREENSHOTS = os.environ.get("GT_BROWSER_SCREENSHOTS")
+
+
+# -- browser ---------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    # Playwright's sync API keeps an event loop in this thread; Django would refuse ORM
+    # calls from the test body (and the database teardown) while it sees that loop.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_api.sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                  args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    context = browser.new_context(base_url=live_server.url,
+                                  viewport={"width": 1280, "height": 900})
+    context.set_default_timeout(10_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def staff(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_superuser("boss", password="pw")
+
+
+def log_in(page: Any, username: str = "boss", password: str = "pw") -> None:
+    page.goto("/admin/")
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+    expect(page.locator("#site-name")).to_be_visible()
+    expect(page.locator("#user-tools")).to_contain_text(username)
+
+
+def screenshot(page: Any, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=True)
+
+
+def label(text: str) -> re.Pattern[str]:
+    """A status label as shown, whatever its case (CSS or translations may capitalize)."""
+    return re.compile(rf"^\s*{re.escape(text)}\s*$", re.IGNORECASE)
+
+
+def choose_action(page: Any, action: str) -> None:
+    page.select_option("select[name=action]", action)
+    page.click("button[name=index]")
+
+
+# -- the agent ---------------------------------------------------------------------------------
+class Agent:
+    """An agent calling tools over real HTTP with a DRF token."""
+
+    def __init__(self, base_url: str, user: Any) -> None:
+        self.base_url = base_url
+        self.token = Token.objects.create(user=user).key
+
+    def call(self, tool: str, body: dict[str, Any],
+             **headers: str) -> tuple[int, dict[str, str], Any]:
+        request = urllib.request.Request(
+            f"{self.base_url}/agent/tools/{tool}/", data=json.dumps(body).encode(),
+            method="POST", headers={"Authorization": f"Token {self.token}",
+                                    "Content-Type": "application/json", **headers})
+        try:
+            with urllib.request.urlopen(request, timeout=10) as response:
+                return response.status, dict(response.headers), json.load(response)
+        except urllib.error.HTTPError as error:
+            with error:
+                return error.code, dict(error.headers), json.load(error)
+
+
+@pytest.fixture
+def agent_for(live_server: Any) -> Callable[[Any], Agent]:
+    return lambda user: Agent(live_server.url, user)
+
+
+class Effects:
+    """A handler that counts its runs: the effect must happen exactly once, or never."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, input: Any, ctx: Any) -> Any:
+        self.count += 1
+        return {"done": self.count}
+
+
+def request_confirmation(agent: Agent, tool: str, body: dict[str, Any]) -> str:
+    status, _, payload = agent.call(tool, body)
+    assert status == 202, payload
+    error = payload["error"]
+    assert error["code"] == "confirmation_required"
+    assert error["confirmation"]["status"] == "pending"
+    return str(error["confirmation"]["id"])
+
+
+# -- scenarios ---------------------------------------------------------------------------------
+def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, user_factory: Any,
+                                                      agent_for: Any) -> None:
+    payer = user_factory("payer", perms=("demo.add_ledgerentry",))
+    source = Account.objects.create(owner=payer, name="Checking", balance="100.00")
+    receiver = Account.objects.create(owner=user_factory("payee"), name="Rent", balance="0")
+    agent = agent_for(payer)
+    status, _, prepared = agent.call("prepare_payment_authorization", {"sourceId": source.pk},
+                                  **{"Idempotency-Key": str(uuid.uuid4())})
+    assert status == 200, prepared
+    body = {"operationId": str(uuid.uuid4()), "sourceId": source.pk, "receiverId": receiver.pk,
+            "amount": "12.50", "authorizationId": prepared["output"]["authorizationId"]}
+    confirmation_id = request_confirmation(agent, "send_payment", body)
+    assert not LedgerEntry.objects.exists()
+
+    log_in(page)
+    page.goto(CONF_LIST)
+    row = page.locator("#result_list tbody tr", has_text="payer")
+    expect(row.locator(".gt-badge")).to_have_text(label("pending"))
+    row.get_by_role("link", name="send_payment").click()
+    expect(page).to_have_url(re.compile(f"{CONF_LIST}{confirmation_id}/change/$"))
+    detail = page.locator(".gt-detail")
+    expect(detail).to_contain_text("A person approves each payment before it runs.")
+    expect(page.get_by_test_id("requester")).to_have_text("payer")
+    expect(page.get_by_test_id("status")).to_have_text(label("pending"))
+    for title in ("From account", "To account", "Amount", "Authorization", "Operation id"):
+        expect(detail.locator("th", has_text=title)).to_be_visible()
+    expect(detail.locator("tr", has_text="Amount").locator(".gt-str")).to_have_text('"12.50"')
+    screenshot(page, "confirmation_detail.png")
+
+    # A <form> nested in the admin's change form is dropped by the browser: the buttons must
+    # live in their own form that posts to decide/.
+    expect(page.locator("form.gt-decide")).to_have_attribute("action", re.compile(r"/decide/$"))
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messagelist")).to_contain_text("Approved.")
+    expect(page.get_by_test_id("status")).to_have_text(label("approved"))
+    expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    expect(detail).to_contain_text("Audit trail")
+    screenshot(page, "confirmation_approved.png")
+
+    status, headers, done = agent.call("send_payment", body)
+    assert status == 200, done
+    assert done["output"]["amount"] == "12.50" and done["operation"]["replayed"] is False
+    assert "Idempotent-Replayed" not in headers
+    assert LedgerEntry.objects.filter(reference=body["operationId"]).count() == 1
+    source.refresh_from_db()
+    assert str(source.balance) == "87.50"
+    assert Confirmation.objects.get(pk=confirmation_id).status == "consumed"
+
+    status, headers, replay = agent.call("send_payment", body)
+    assert status == 200 and headers.get("Idempotent-Replayed") == "true"
+    assert replay["output"] == done["output"] and replay["operation"]["replayed"] is True
+    assert LedgerEntry.objects.count() == 1
+
+
+def test_decline_in_the_admin_then_the_retry_is_refused(page: Any, staff: Any, make_tool: Any,
+                                                       user_factory: Any,
+                                                       agent_for: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm="effect-only", description="Delete a mailbox.",
+                           input_schema={"type": "object", "properties": {
+                               "operationId": {"type": "string"},
+                               "mailbox": {"type": "string", "title": "Mailbox"}}})
+    agent = agent_for(user_factory("requester"))
+    body = {"operationId": uuid.uuid4().hex, "mailbox": "ceo@example.com"}
+    confirmation_id = request_confirmation(agent, definition.name, body)
+
+    log_in(page)
+    page.goto(f"{CONF_LIST}{confirmation_id}/change/")
+    expect(page.locator(".gt-detail")).to_contain_text("Delete a mailbox.")
+    page.get_by_role("button", name="Decline").click()  # no reason yet
+    expect(page.locator(".messagelist .error")).to_contain_text("A reason is required")
+    expect(page.get_by_test_id("status")).to_have_text(label("pending"))
+
+    page.fill("#gt-reason", "Nobody asked for this.")
+    page.get_by_role("button", name="Decline").click()
+    expect(page.locator(".messagelist")).to_contain_text("Declined.")
+    expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+    expect(page.locator(".gt-detail")).to_contain_text("Nobody asked for this.")
+
+    status, _, refused = agent.call(definition.name, body)
+    assert status == 409
+    assert refused["error"]["code"] == "confirmation_declined"
+    assert handler.count == 0
+    assert not Operation.objects.filter(tool=definition.name,
+                                        state=OperationState.SUCCEEDED).exists()
+    audit = AuditEntry.objects.get()
+    assert audit.action == "decline" and audit.actor == staff
+
+
+def test_reconcile_an_unknown_outcome_in_the_admin(page: Any, staff: Any, make_tool: Any,
+                                                   user_factory: Any, agent_for: Any) -> None:
+    def lost_response(input: Any, ctx: Any) -> Any:
+        ctx.operation.write({"phase": "sent", "upstream": "req-42"})
+        raise ConnectionError("the bank hung up after the request was sent")
+
+    definition = make_tool(lost_response, journal=True, description="Pay a supplier.",
+                           output_schema={"type": "object", "required": ["paid"],
+                                          "properties": {"paid": {"type": "boolean"}}})
+    agent = agent_for(user_factory("requester"))
+    body = {"operationId": uuid.uuid4().hex}
+    status, _, unknown = agent.call(definition.name, body)
+    assert status == 500 and unknown["error"]["code"] == "outcome_unknown", unknown
+    operation = Operation.objects.get(tool=definition.name)
+    # With no recover hook nobody can prove the outcome, so it waits for a person at once;
+    # the retry is told so too, and the handler never runs again.
+    status, _, unknown = agent.call(definition.name, body)
+    assert status == 500 and unknown["error"]["code"] == "outcome_unknown", unknown
+    operation.refresh_from_db()
+    assert operation.state == OperationState.OUTCOME_UNKNOWN
+    # A newer, settled operation: the unknown one must still come first.
+    Operation.objects.create(tool="other_tool", scope="s", key="settled-later", fingerprint="f",
+                             state=OperationState.SUCCEEDED)
+
+    log_in(page)
+    page.goto(OPS_LIST)
+    expect(page.get_by_test_id("unknown-count")).to_have_text("1")
+    first = page.locator("#result_list tbody tr").first
+    expect(first).to_contain_text(definition.name)
+    expect(first.locator(".gt-badge")).to_have_text(label("outcome unknown"))
+    screenshot(page, "operations_changelist.png")
+
+    first.locator("input.action-select").check()
+    choose_action(page, "mark_succeeded")
+    expect(page.locator("#content h1")).to_have_text("Mark succeeded")
+    page.fill("textarea[name=output]", '{"paid": "yes"}')
+    page.fill("textarea[name=note]", "The bank statement shows the transfer.")
+    page.click("input[type=submit][value='Mark succeeded']")
+    expect(page.locator(".errornote")).to_contain_text("output schema")
+    screenshot(page, "mark_succeeded_form.png")
+    operation.refresh_from_db()
+    assert operation.state == OperationState.OUTCOME_UNKNOWN
+
+    page.fill("textarea[name=output]", '{"paid": true}')
+    page.fill("textarea[name=note]", "The bank statement shows the transfer.")
+    page.click("input[type=submit][value='Mark succeeded']")
+    expect(page.locator(".messagelist")).to_contain_text("1 operation reconciled.")
+    expect(page.get_by_test_id("unknown-count")).to_have_text("0")
+
+    status, headers, replay = agent.call(definition.name, body)
+    assert status == 200 and headers.get("Idempotent-Replayed") == "true"
+    assert replay["output"] == {"paid": True}
+    audit = AuditEntry.objects.get(operation=operation)
+    assert audit.action == "mark_succeeded" and audit.actor == staff
+    assert audit.note == "The bank statement shows the transfer."
+
+
+def test_bulk_decline_with_the_reason_form(page: Any, staff: Any, make_tool: Any,
+                                           user_factory: Any, agent_for: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm="effect-only")
+    agent = agent_for(user_factory("requester"))
+    bodies = [{"operationId": uuid.uuid4().hex} for _ in range(3)]
+    ids = [request_confirmation(agent, definition.name, body) for body in bodies]
+
+    log_in(page)
+    page.goto(CONF_LIST)
+    expect(page.get_by_test_id("pending-count")).to_have_text("3")
+    for pk in ids[:2]:
+        page.check(f"input.action-select[value='{pk}']")
+    choose_action(page, "decline_selected")
+    expect(page.locator("#content h1")).to_have_text("Decline confirmations")
+    expect(page.locator("#content ul li")).to_have_count(2)
+    page.fill("textarea[name=reason]", "Duplicate requests.")
+    screenshot(page, "bulk_decline_form.png")
+    page.click("input[type=submit][value=Decline]")
+    expect(page.locator(".messagelist")).to_contain_text("2 confirmations declined.")
+    expect(page.get_by_test_id("pending-count")).to_have_text("1")
+
+    for body in bodies[:2]:
+        status, _, refused = agent.call(definition.name, body)
+        assert status == 409 and refused["error"]["code"] == "confirmation_declined"
+    status, _, waiting = agent.call(definition.name, bodies[2])
+    assert status == 202 and waiting["error"]["confirmation"]["id"] == ids[2]
+    assert handler.count == 0
+    assert AuditEntry.objects.filter(action="decline", note="Duplicate requests.").count() == 2
