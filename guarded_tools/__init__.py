@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+__version__ = "0.1.0"
+
 __all__ = [
     "AuthorizationError",
     "CancelSignal",

@@ -15,6 +15,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
@@ -112,9 +113,9 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
     actions = ["approve_selected", "decline_selected"]
     change_form_template = "admin/guarded_tools/confirmation/detail.html"
     change_list_template = "admin/guarded_tools/confirmation/change_list.html"
-    fields = ["tool", "status", "requested_by", "key", "input", "operation", "decided_by",
-              "decided_at", "reason", "created_at", "expires_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("tool", "status", "requested_by", "key", "input", "operation",
+                                "decided_by",
+              "decided_at", "reason", "created_at", "expires_at",)
 
     def has_approve_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(confirmations.APPROVE_PERMISSION)
@@ -169,7 +170,7 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "objects": queryset,
             "action": "decline_selected",
             "opts": self.model._meta,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "submit_label": _("Decline"),
         })
 
@@ -237,8 +238,7 @@ class OperationPartInline(ReadOnlyMixin, admin.TabularInline):
 
 class JournalInline(OperationPartInline):
     model = JournalEntry
-    fields = ["kind", "data_json", "fence", "removed", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("kind", "data_json", "fence", "removed", "created_at",)
     verbose_name_plural = _("journal entries and late results")
 
     @admin.display(description=_("data"))
@@ -249,8 +249,7 @@ class JournalInline(OperationPartInline):
 class AuditInline(OperationPartInline):
     model = AuditEntry
     fk_name = "operation"
-    fields = ["created_at", "actor", "action", "note"]
-    readonly_fields = fields
+    fields = readonly_fields = ("created_at", "actor", "action", "note",)
 
 
 class ReconcileForm(forms.Form):
@@ -268,7 +267,9 @@ class SucceededForm(ReconcileForm):
         try:
             return json.loads(self.cleaned_data["output"])
         except ValueError as exc:
-            raise forms.ValidationError(_("This is not valid JSON: %(e)s"), params={"e": exc})
+            raise forms.ValidationError(
+                _("This is not valid JSON: %(e)s"), params={"e": exc}
+            ) from exc
 
 
 class FailedForm(ReconcileForm):
@@ -289,12 +290,10 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
     inlines = [JournalInline, AuditInline]
     actions = ["mark_succeeded", "mark_not_executed", "mark_failed"]
     change_list_template = "admin/guarded_tools/operation/change_list.html"
-    fields = [
+    fields = readonly_fields = (
         "id", "tool", "scope", "key", "user", "state", "recovered", "fence", "owner",
         "lease_expires_at", "input_json", "output_json", "error_json", "attempts",
-        "created_at", "updated_at", "completed_at",
-    ]
-    readonly_fields = fields
+        "created_at", "updated_at", "completed_at",)
 
     def get_ordering(self, request: HttpRequest) -> list[Any]:
         # Unknown outcomes first: they are the ones waiting for a person.
@@ -369,7 +368,7 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "objects": objects,
             "action": action,
             "opts": self.model._meta,
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "submit_label": title,
             "error": error,
         })

@@ -9,17 +9,16 @@ completion — has its own signal and still runs to the end.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from guarded_tools.cancellation import CancelSignal
 
 SCOPE_KEY = "guarded_tools.signal"
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-ASGIApp = Callable[[Scope, Callable[[], Awaitable[Message]], Callable[[Message], Awaitable[None]]],
-                   Awaitable[None]]
+ASGIApp = Callable[..., Awaitable[None]]
+Scope = dict[str, Any]
+Message = Any
 
 
 def with_cancellation(app: ASGIApp) -> ASGIApp:

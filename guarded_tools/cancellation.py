@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
+
+logger = logging.getLogger("guarded_tools")
 
 
 class Cancelled(Exception):
@@ -38,8 +41,8 @@ class CancelSignal:
         for callback in callbacks:
             try:
                 callback(reason)
-            except Exception:  # noqa: BLE001 - a listener must not break the abort
-                pass
+            except Exception:  # a listener must not break the abort for the others
+                logger.exception("cancellation listener failed")
 
     def on_abort(self, callback: Callable[[str], None]) -> None:
         with self._lock:

@@ -131,6 +131,16 @@ def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                     id="guarded_tools.E005",
                 )
             )
+        if not definition.reachable_over_mcp:
+            messages.append(
+                checks.Warning(
+                    f"Tool {definition.name!r} takes its idempotency key from the"
+                    " Idempotency-Key header, so MCP clients cannot call it.",
+                    hint="Name an input field (idempotency_key='operationId') so that agents"
+                    " speaking MCP can send the key; the tool is left out of MCP's tools/list.",
+                    id="guarded_tools.W004",
+                )
+            )
         if definition.idempotent and not definition.journal and definition.recover is None \
                 and not definition.atomic:
             messages.append(

@@ -45,7 +45,7 @@ def to_guard_error(exc: BaseException) -> GuardError:
             )
         return AuthorizationError()
     if isinstance(exc, drf.Throttled):
-        wait = int(exc.wait or 1)
+        wait = int(getattr(exc, "wait", None) or 1)
         return RateLimited(headers={"Retry-After": str(max(wait, 1))})
     if isinstance(exc, drf.UnsupportedMediaType):
         return MalformedRequest(

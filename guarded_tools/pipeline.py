@@ -45,8 +45,8 @@ from guarded_tools.store import (
     Claim,
     OperationHandle,
     OperationStore,
-    storable_json,
     fingerprint,
+    storable_json,
 )
 from guarded_tools.validation import validate
 
@@ -139,7 +139,7 @@ class _Observer:
         for sink in self.sinks:
             try:
                 sink(event)
-            except Exception:  # noqa: BLE001 - observers never change the outcome
+            except Exception:
                 logger.warning("observer failed at stage %s of %s", stage, self.tool.name)
 
 
@@ -420,7 +420,7 @@ class Pipeline:
     def _try_release(self, claim: Claim) -> bool:
         try:
             return self.store.release(claim)
-        except Exception:  # noqa: BLE001 - the lease will expire and recovery decides
+        except Exception:
             logger.exception("could not release operation %s", claim.operation.pk)
             return True
 
@@ -629,11 +629,15 @@ class Pipeline:
         obs.emit("verified")
 
 
+def _cancel_soon(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
+    loop.call_soon_threadsafe(task.cancel)
+
+
 async def _cancellable(handler: Callable[..., Any], input: dict[str, Any], ctx: ToolContext) -> Any:
     task = asyncio.current_task()
     loop = asyncio.get_running_loop()
     if task is not None:
-        ctx.signal.on_abort(lambda reason: loop.call_soon_threadsafe(task.cancel))
+        ctx.signal.on_abort(lambda reason: _cancel_soon(loop, task))
     return await handler(input, ctx)
 
 

@@ -107,6 +107,11 @@ class Tool:
         }
 
     @property
+    def reachable_over_mcp(self) -> bool:
+        """MCP agents cannot set headers per call: the key must come from the input."""
+        return self.read_only or self.idempotency_key is not None
+
+    @property
     def key_field(self) -> str | None:
         return self.idempotency_key if isinstance(self.idempotency_key, str) else None
 

@@ -40,7 +40,9 @@ def fingerprint(value: Any) -> str:
 
 def db_now_plus(seconds: float) -> ExpressionWrapper:
     """``now() + seconds`` evaluated by the database, never by this process."""
-    return ExpressionWrapper(Now() + Value(timedelta(seconds=seconds)), output_field=DateTimeField())
+    return ExpressionWrapper(
+        Now() + Value(timedelta(seconds=seconds)), output_field=DateTimeField()
+    )
 
 
 class _Placeholders(DjangoJSONEncoder):

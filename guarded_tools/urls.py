@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from guarded_tools import views
+from guarded_tools import mcp, views
 
 app_name = "guarded_tools"
 
@@ -17,6 +17,7 @@ rest_urlpatterns = [
 
 urlpatterns = [
     *rest_urlpatterns,
+    path("mcp/", mcp.McpView.as_view(), name="mcp"),
     path("openapi.json", views.OpenAPIView.as_view(), name="openapi"),
     path("docs/", views.SwaggerView.as_view(), name="docs"),
     path("errors/", views.ErrorsPageView.as_view(), name="errors-page"),

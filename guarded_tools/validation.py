@@ -96,10 +96,16 @@ def check_depth(value: Any, max_depth: int) -> None:
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
-        if isinstance(item, (dict, list)):
+        if isinstance(item, str):
+            if "\x00" in item:
+                # Not storable in PostgreSQL's jsonb, and never meaningful in a tool input.
+                raise MalformedRequest("The request body contains a NUL character.")
+        elif isinstance(item, (dict, list)):
             if depth > max_depth:
                 raise MalformedRequest(f"The request body nests deeper than {max_depth} levels.")
             children: Iterable[Any] = item.values() if isinstance(item, dict) else item
+            if isinstance(item, dict):
+                stack.extend((name, depth) for name in item)
             stack.extend((child, depth + 1) for child in children)
 
 

@@ -8,8 +8,8 @@ from typing import Any
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
-from django.views import View
 from django.utils.decorators import method_decorator
+from django.views import View
 from rest_framework.permissions import AllowAny
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
@@ -19,7 +19,12 @@ from rest_framework.views import APIView
 from guarded_tools import catalog
 from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import MalformedRequest, NotAuthenticated, OperationNotFound, ToolNotFound
+from guarded_tools.exceptions import (
+    MalformedRequest,
+    NotAuthenticated,
+    OperationNotFound,
+    ToolNotFound,
+)
 from guarded_tools.handlers import docs_url, exception_handler
 from guarded_tools.models import Operation
 from guarded_tools.parsers import StrictJSONParser

@@ -54,7 +54,8 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 break
         except OSError:
             if process.poll() is not None:
-                raise RuntimeError(process.stdout.read().decode() if process.stdout else "")
+                output = process.stdout.read().decode() if process.stdout else ""
+                raise RuntimeError(output) from None
             time.sleep(0.1)
     try:
         yield {"port": port, "markers": tmp_path}

@@ -155,8 +155,8 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     source = Account.objects.create(owner=payer, name="Checking", balance="100.00")
     receiver = Account.objects.create(owner=user_factory("payee"), name="Rent", balance="0")
     agent = agent_for(payer)
-    status, _, prepared = agent.call("prepare_payment_authorization", {"sourceId": source.pk},
-                                  **{"Idempotency-Key": str(uuid.uuid4())})
+    status, _, prepared = agent.call("prepare_payment_authorization",
+                                     {"requestId": str(uuid.uuid4()), "sourceId": source.pk})
     assert status == 200, prepared
     body = {"operationId": str(uuid.uuid4()), "sourceId": source.pk, "receiverId": receiver.pk,
             "amount": "12.50", "authorizationId": prepared["output"]["authorizationId"]}

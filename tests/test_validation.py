@@ -176,14 +176,16 @@ def test_malformed_messages_never_echo_the_body() -> None:
         assert INJECTION not in json.dumps(info.value.as_dict())
 
 
+# Every JSON value except strings with NUL, which are refused on purpose (see below).
+texts = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"))
 json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(min_value=-(10**30), max_value=10**30)
     | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
+    | texts,
     lambda children: st.lists(children, max_size=5)
-    | st.dictionaries(st.text(max_size=10), children, max_size=5),
+    | st.dictionaries(texts.filter(lambda t: len(t) <= 10), children, max_size=5),
     max_leaves=30,
 )
 
@@ -521,3 +523,9 @@ def test_parser_uses_the_configured_limits(settings: Any) -> None:
         parser.parse(io.BytesIO(b'{"a": [[1]]}'), parser_context=ctx)
     with pytest.raises(MalformedRequest):
         parser.parse(io.BytesIO(b'{"a": 1, "a": 1}'), parser_context=None)
+
+
+@pytest.mark.parametrize("raw", [b'{"a": "x\\u0000y"}', b'{"k\\u0000": 1}', b'[["\\u0000"]]'])
+def test_nul_characters_are_refused_before_they_reach_the_store(raw: bytes) -> None:
+    with pytest.raises(MalformedRequest, match="NUL"):
+        parse_json(raw, max_depth=64)

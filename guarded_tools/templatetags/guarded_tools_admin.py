@@ -15,7 +15,9 @@ def _seconds(stats: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 @register.inclusion_tag("admin/guarded_tools/panel.html", takes_context=True)
-def guarded_tools_panel(context: Any, confirmations: Any = None, operations: Any = None) -> dict[str, Any]:
+def guarded_tools_panel(
+    context: Any, confirmations: Any = None, operations: Any = None
+) -> dict[str, Any]:
     """Render the panel; with no arguments it computes both sets of numbers."""
     from guarded_tools import confirmations as confirmation_queue
     from guarded_tools import reconciliation

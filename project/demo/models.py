@@ -47,6 +47,9 @@ class PaymentAuthorization(models.Model):
     source_version = models.PositiveIntegerField()
     created_at = models.DateTimeField(auto_now_add=True)
 
+    def __str__(self) -> str:
+        return f"authorization #{self.pk} of {self.source_id}"
+
 
 class LedgerEntry(models.Model):
     """One transfer. ``reference`` is the payment's operationId: recover reads it."""
@@ -59,3 +62,6 @@ class LedgerEntry(models.Model):
 
     class Meta:
         verbose_name_plural = "ledger entries"
+
+    def __str__(self) -> str:
+        return self.reference

@@ -185,13 +185,17 @@ def list_payment_accounts(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     description="Authorize a payment from one of your accounts in its current state.",
     input_schema={
         "type": "object",
-        "properties": {"sourceId": {"type": "integer", "minimum": 1, "title": "Source account"}},
-        "required": ["sourceId"],
+        "properties": {
+            "requestId": {**OPERATION_ID, "title": "Request id"},
+            "sourceId": {"type": "integer", "minimum": 1, "title": "Source account"},
+        },
+        "required": ["requestId", "sourceId"],
         "additionalProperties": False,
     },
     authorize=lambda input, user, **_: Account.objects.filter(
         pk=input["sourceId"], owner=user
     ).exists(),
+    idempotency_key="requestId",
     atomic=True,
 )
 def prepare_payment_authorization(input: dict[str, Any], ctx: Any) -> dict[str, Any]:

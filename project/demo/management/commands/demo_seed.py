@@ -22,7 +22,9 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         User = get_user_model()
-        agent, _ = User.objects.get_or_create(username="agent", defaults={"email": "agent@example.com"})
+        agent, _ = User.objects.get_or_create(
+            username="agent", defaults={"email": "agent@example.com"}
+        )
         agent.set_password("agent")
         agent.save()
         agent.user_permissions.add(
@@ -40,7 +42,8 @@ class Command(BaseCommand):
             staff.save()
         for number, status in (("A-1001", "open"), ("A-1002", "shipped"), ("A-1003", "open")):
             Order.objects.get_or_create(
-                number=number, defaults={"customer": agent, "status": status, "total": Decimal("49.90")}
+                number=number,
+                defaults={"customer": agent, "status": status, "total": Decimal("49.90")},
             )
         if not Slot.objects.exists():
             start = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
