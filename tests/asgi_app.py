@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from project.asgi import application  # noqa: F401 - what uvicorn serves
 from guarded_tools import tool
+from project.asgi import application  # noqa: F401 - what uvicorn serves
 
 MARKERS = Path(os.environ.get("GT_TEST_MARKERS", "/tmp"))
 SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"}},
