@@ -1,14 +1,18 @@
-"""Provides the ASGI wrapper that aborts a call's signal when its client disconnects.
+"""Provides the ASGI wrapper for tool endpoints: cancellation on disconnect, bounded bodies.
 
     application = with_cancellation(get_asgi_application())
 
-The handler's signal is aborted (and an ``async def`` handler cancelled) when the
-client goes away; finalization — journal writes after the effect, verify and
-completion — has its own signal and still runs to the end.
+- The handler's signal is aborted (and an ``async def`` handler cancelled) when the
+  client goes away; finalization — journal writes after the effect, verify and
+  completion — has its own signal and still runs to the end.
+- A chunked body without Content-Length is read here, up to ``MAX_BODY_BYTES``
+  (413 beyond it, before Django buffers it), and handed on with its length, because
+  Django reads nothing of a body whose length it was not told.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -19,6 +23,41 @@ SCOPE_KEY = "guarded_tools.signal"
 ASGIApp = Callable[..., Awaitable[None]]
 Scope = dict[str, Any]
 Message = Any
+
+
+def _unframed(scope: Scope) -> bool:
+    headers = dict(scope.get("headers") or [])
+    return b"content-length" not in headers and b"chunked" in headers.get(
+        b"transfer-encoding", b""
+    ).lower()
+
+
+def _tools_prefix() -> str:
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        return reverse("guarded_tools:tool-list")[: -len("tools/")]
+    except NoReverseMatch:
+        return "/"
+
+
+async def _too_large(send: Callable[[Message], Awaitable[None]]) -> None:
+    from guarded_tools.exceptions import RequestTooLarge
+
+    body = json.dumps({"error": RequestTooLarge().as_dict()}).encode()
+    await send({"type": "http.response.start", "status": 413, "headers": [
+        (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _drain(receive: Callable[[], Awaitable[Message]], message: Message, bound: int) -> None:
+    """Discard a bounded rest of the body so the client reads the 413 rather than a reset."""
+    seen = 0
+    while message.get("more_body") and seen < bound:
+        message = await receive()
+        if message.get("type") != "http.request":
+            return
+        seen += len(message.get("body", b""))
 
 
 def with_cancellation(app: ASGIApp) -> ASGIApp:
@@ -39,7 +78,35 @@ def with_cancellation(app: ASGIApp) -> ASGIApp:
                 signal.abort("client_disconnected")
             return message
 
-        await app(scope, watched, send)
+        downstream = watched
+        if _unframed(scope) and str(scope.get("path", "")).startswith(_tools_prefix()):
+            from guarded_tools.conf import gt_settings
+
+            limit = int(gt_settings.MAX_BODY_BYTES)
+            body = b""
+            while True:
+                message = await watched()
+                if message.get("type") != "http.request":
+                    return  # the client went away before sending its body
+                body += message.get("body", b"")
+                if len(body) > limit:
+                    await _too_large(send)
+                    await _drain(watched, message, 4 * limit)
+                    return
+                if not message.get("more_body"):
+                    break
+            scope["headers"] = [*scope["headers"], (b"content-length", str(len(body)).encode())]
+            replayed = False
+
+            async def framed() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await watched()
+
+            downstream = framed
+        await app(scope, downstream, send)
 
     return wrapped
 

@@ -20,6 +20,7 @@ from rest_framework.utils.encoders import JSONEncoder
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
 from guarded_tools.handlers import docs_url, to_guard_error
+from guarded_tools.parsers import read_unframed_body
 from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline
 from guarded_tools.registry import Tool, registry
 from guarded_tools.views import GuardedAPIView, prefer_wait, visible_tools
@@ -535,7 +536,8 @@ def serve(request: Request) -> HttpResponse:
     must match the body; ``server/discover`` replaces ``initialize``. Nothing is kept
     between POSTs.
     """
-    body = request.data
+    unframed = read_unframed_body(request._request)
+    body = request.data if unframed is None else unframed
     header = request.headers.get("MCP-Protocol-Version")
     if header is not None and header not in SUPPORTED_VERSIONS:
         data = {"supported": list(SUPPORTED_VERSIONS), "requested": header}

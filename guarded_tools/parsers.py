@@ -8,7 +8,7 @@ from typing import Any
 from rest_framework.parsers import BaseParser
 
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import RequestTooLarge
+from guarded_tools.exceptions import MalformedRequest, RequestTooLarge
 from guarded_tools.validation import parse_json
 
 
@@ -54,3 +54,28 @@ class StrictJSONParser(BaseParser):
         if not raw.strip():
             return {}
         return parse_json(raw, max_depth=gt_settings.MAX_JSON_DEPTH)
+
+
+def read_unframed_body(request: Any) -> Any | None:
+    """The parsed body of a chunked request that has no Content-Length, or None.
+
+    Django under WSGI (and so DRF) reads nothing without a Content-Length, which would
+    make a chunked body look empty. Read it from the server's input ourselves, with the
+    same size limit and the same strict parsing.
+    """
+    meta = request.META
+    if meta.get("CONTENT_LENGTH") or "chunked" not in meta.get(
+        "HTTP_TRANSFER_ENCODING", ""
+    ).lower():
+        return None
+    stream = meta.get("wsgi.input")
+    if stream is None:
+        return None
+    if not str(meta.get("CONTENT_TYPE", "")).startswith("application/json"):
+        raise MalformedRequest(
+            "Send the input as a JSON object with Content-Type application/json.", status=415
+        )
+    raw = read_limited(stream, {}, gt_settings.MAX_BODY_BYTES)
+    if not raw.strip():
+        return {}
+    return parse_json(raw, max_depth=gt_settings.MAX_JSON_DEPTH)

@@ -27,7 +27,7 @@ from guarded_tools.exceptions import (
 )
 from guarded_tools.handlers import docs_url, exception_handler
 from guarded_tools.models import Operation
-from guarded_tools.parsers import StrictJSONParser
+from guarded_tools.parsers import StrictJSONParser, read_unframed_body
 from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline, principal_scope
 from guarded_tools.registry import Tool, registry
 
@@ -74,6 +74,11 @@ class GuardedAPIView(APIView):
     def get_exception_handler(self) -> Any:
         return exception_handler
 
+    def request_body(self, request: Request) -> Any:
+        """The strictly parsed JSON body, chunked bodies without Content-Length included."""
+        unframed = read_unframed_body(request._request)
+        return request.data if unframed is None else unframed
+
 
 class ToolListView(GuardedAPIView):
     def get(self, request: Request) -> Response:
@@ -89,7 +94,7 @@ class ToolCallView(GuardedAPIView):
         definition = registry.find(name)
         if definition is None:
             raise ToolNotFound()
-        body = request.data
+        body = self.request_body(request)
         if not isinstance(body, dict):
             raise MalformedRequest("The request body must be a JSON object (the tool's input).")
         if not definition.read_only and not request.user.is_authenticated:

@@ -125,3 +125,29 @@ def test_finalization_survives_a_disconnect(server: dict[str, Any], token: str) 
     # The agent's retry replays the completed result.
     response = raw_call(server["port"], token, "slow_finalization", {"operationId": k})
     assert b"idempotent-replayed: true" in response.lower()
+
+
+def chunked_call(port: int, token: str, name: str, payload: bytes) -> bytes:
+    head = (f"POST /agent/tools/{name}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            f"Authorization: Token {token}\r\nContent-Type: application/json\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n").encode()
+    chunks = b"".join(f"{len(payload[i:i + 1000]):x}\r\n".encode() + payload[i:i + 1000]
+                      + b"\r\n" for i in range(0, len(payload), 1000))
+    with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
+        sock.sendall(head + chunks + b"0\r\n\r\n")
+        received = []
+        while chunk := sock.recv(65536):
+            received.append(chunk)
+    return b"".join(received)
+
+
+def test_chunked_bodies_under_asgi(server: dict[str, Any], token: str) -> None:
+    k = key()
+    ok = chunked_call(server["port"], token, "sync_under_asgi",
+                      json.dumps({"operationId": k}).encode())
+    assert b"200 OK" in ok and b'"sync":true' in ok
+    huge = json.dumps({"operationId": "x" * 400_000}).encode()  # over the 256 KiB default
+    refused = chunked_call(server["port"], token, "sync_under_asgi", huge)
+    assert b"413" in refused.split(b"\r\n", 1)[0] and b"request_too_large" in refused
+    assert Operation.objects.filter(key=k).count() == 1
+    assert Operation.objects.count() == 1

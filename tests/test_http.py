@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from decimal import Decimal
@@ -334,3 +335,29 @@ def test_links_point_at_the_sites_own_errors_page(make_tool: Any, alice: Any,
     assert error["link"] == "http://testserver/agent/errors/#idempotency_key_missing"
     page = APIClient().get("/agent/errors/").content.decode()
     assert 'id="idempotency_key_missing"' in page and 'id="slot_stale"' in page
+
+
+def test_chunked_bodies_without_content_length_are_read_and_bounded(
+        make_tool: Any, alice: Any, client_for: Any, settings: Any) -> None:
+    """Django reads nothing without a Content-Length; the guard reads chunked bodies itself."""
+    calls: list[Any] = []
+    definition = make_tool(lambda input, ctx: calls.append(input) or {"ok": True})
+    client = client_for(alice)
+
+    def chunked(body: bytes) -> dict[str, Any]:
+        # What a WSGI server hands over for Transfer-Encoding: chunked: no Content-Length,
+        # and an input stream that ends where the body ends.
+        return {"CONTENT_LENGTH": "", "HTTP_TRANSFER_ENCODING": "chunked",
+                "wsgi.input": io.BytesIO(body)}
+
+    k = key()
+    body = json.dumps({"operationId": k}).encode()
+    ok = client.generic("POST", URL.format(definition.name), body,
+                        content_type="application/json", **chunked(body))
+    assert ok.status_code == 200 and calls == [{"operationId": k}]
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "MAX_BODY_BYTES": 100}
+    body = json.dumps({"operationId": "x" * 500}).encode()
+    big = client.generic("POST", URL.format(definition.name), body,
+                         content_type="application/json", **chunked(body))
+    assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
+    assert Operation.objects.count() == 1
