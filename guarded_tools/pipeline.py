@@ -624,7 +624,9 @@ class Pipeline:
             decision = _call_with_deadline(verifier, kwargs, timeout, signal)
         verified, reason = _decision(decision, "verified")
         if not verified:
-            logger.warning("tool %s: verification failed: %s", self.tool.name, reason)
+            # The verifier's reason is application text that may quote the input: DEBUG only.
+            logger.warning("tool %s: verification failed", self.tool.name)
+            logger.debug("tool %s: verification failed: %s", self.tool.name, reason)
             raise VerificationError()
         obs.emit("verified")
 
