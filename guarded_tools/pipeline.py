@@ -516,6 +516,9 @@ class Pipeline:
         if decision.get("outcome") == "unknown":
             self.store.mark_unknown(claim, {"code": "outcome_unknown"})
             raise OutcomeUnknownError(extra={"operation": summary}) from exc
+        if not journal_empty and self.tool.journal:
+            # recover may have cleared the journal after proving no effect happened.
+            journal_empty = self.store.journal_empty(claim.operation)
         if journal_empty:
             self.store.release(claim)
             if exc is not None:

@@ -173,3 +173,17 @@ def test_celery_task_runs_the_sweep(make_tool: Any) -> None:
     result = sweep_task.apply().get()
     assert result["released"] == 1
     assert sweep_task.ignore_result is True
+
+
+def test_recover_that_clears_the_journal_releases_the_key(make_tool: Any) -> None:
+    """recover proved no effect (the effect is fenced) and removed the journal."""
+    def recover(*, operation: Any, **kw: Any) -> Any:
+        operation.remove()
+        return {"recovered": False}
+
+    definition = make_tool(lambda input, ctx: {"ran": True}, recover=recover)
+    operation = abandoned(definition, journal={"phase": "about to write"})
+    assert sweep().released == 1
+    operation.refresh_from_db()
+    assert operation.state == "released"
+    assert definition(operation.input, principal="svc").output == {"ran": True}

@@ -3,10 +3,11 @@
 ``GT_CRASH_AT=after_claim|before_effect|after_effect`` makes the process die there with
 ``os._exit`` (as ``kill -9`` would), so tests can prove recovery end to end.
 ``GT_CRASH_AT=sleep:<point>`` makes it sleep there instead (30 s), so that a test can
-send it a real SIGKILL while it is stalled at that point.
+send it a real SIGKILL while it is stalled at that point (it says so on stderr first).
 """
 
 import os
+import sys
 import time
 
 
@@ -15,6 +16,8 @@ def _maybe_crash(point: str) -> None:
     if crash_at == point:
         os._exit(137)
     if crash_at == f"sleep:{point}":
+        sys.stderr.write(f"GT_CRASH_AT: sleeping at {point}\n")
+        sys.stderr.flush()
         time.sleep(30)
 
 
@@ -24,6 +27,10 @@ def after_claim(reference: str) -> None:
 
 
 def before_effect(reference: str) -> None:
+    # GT_EFFECT_DELAY widens the window a load test can kill a process in.
+    delay = float(os.environ.get("GT_EFFECT_DELAY") or 0)
+    if delay:
+        time.sleep(delay)
     _maybe_crash("before_effect")
 
 

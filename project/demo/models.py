@@ -21,6 +21,19 @@ class Order(models.Model):
         return self.number
 
 
+class OrderNote(models.Model):
+    """A note on an order. ``reference`` is not unique on purpose: a double execution
+    would show up as two rows instead of being hidden by a constraint."""
+
+    order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="notes")
+    reference = models.CharField(max_length=255, db_index=True)
+    text = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.reference
+
+
 class Slot(models.Model):
     starts_at = models.DateTimeField()
     resource = models.CharField(max_length=60)

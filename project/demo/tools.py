@@ -11,7 +11,14 @@ from django.db.models import F
 from guarded_tools import ToolError, tool
 from guarded_tools.catalog import ErrorCatalog
 from project.demo import effects
-from project.demo.models import Account, LedgerEntry, Order, PaymentAuthorization, Slot
+from project.demo.models import (
+    Account,
+    LedgerEntry,
+    Order,
+    OrderNote,
+    PaymentAuthorization,
+    Slot,
+)
 
 DEMO_ERRORS = ErrorCatalog(
     "demo",
@@ -111,6 +118,49 @@ def cancel_order(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     order.status = Order.Status.CANCELLED
     order.save(update_fields=["status"])
     return {"orderId": order.pk, "status": order.status}
+
+
+def recover_note(*, input: dict[str, Any], operation: Any, **_: Any) -> dict[str, Any]:
+    """A note with our reference is proof; none, with the write fenced, proves no note."""
+    note = OrderNote.objects.filter(reference=input["operationId"]).first()
+    if note is not None:
+        return {"recovered": True, "output": {"noteId": note.pk, "orderId": note.order_id}}
+    operation.remove()
+    return {"recovered": False}
+
+
+@tool(
+    name="add_order_note",
+    description="Add a note to one of your orders (for example a delivery instruction).",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "operationId": OPERATION_ID,
+            "orderId": {"type": "integer", "minimum": 1, "title": "Order"},
+            "text": {"type": "string", "minLength": 1, "maxLength": 500, "title": "Note"},
+        },
+        "required": ["operationId", "orderId", "text"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {"noteId": {"type": "integer"}, "orderId": {"type": "integer"}},
+        "required": ["noteId", "orderId"],
+    },
+    authorize=lambda input, user, **_: _order_of(user, input["orderId"]) is not None,
+    idempotency_key="operationId",
+    recover=recover_note,
+)
+def add_order_note(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    ctx.operation.write({"phase": "noting"})
+    effects.before_effect(input["operationId"])
+    with transaction.atomic():
+        ctx.operation.write({"phase": "noted"})  # fenced: a stale owner rolls back
+        note = OrderNote.objects.create(
+            order_id=input["orderId"], reference=input["operationId"], text=input["text"]
+        )
+    effects.after_effect(input["operationId"])
+    return {"noteId": note.pk, "orderId": note.order_id}
 
 
 @tool(
