@@ -476,4 +476,12 @@ class InternalError(GuardError):
 
 
 class LeaseLost(Exception):
-    """This process no longer owns the operation: another took it over."""
+    """This process no longer owns the operation: another took it over.
+
+    ``evidence`` is what the stale owner was about to record; the pipeline keeps it as a
+    late result once any transaction around the failed write has rolled back.
+    """
+
+    def __init__(self, operation_id: str, evidence: Any = None) -> None:
+        super().__init__(operation_id)
+        self.evidence = evidence

@@ -406,7 +406,7 @@ class Pipeline:
                 obs.emit("executed")
                 result = self.finalize(inv, claim, output, obs, recovered=False)
         except LeaseLost:
-            return self.after_lost_lease(claim, None)
+            return self.after_lost_lease(claim)  # rolled back: nothing to keep
         except BaseException:
             # Nothing committed: the claim can be released safely. If the release
             # finds the claim completed, the commit happened after all: replay it.
@@ -461,7 +461,7 @@ class Pipeline:
     ) -> GuardResult:
         """Release (proven pre-effect), recover, or abandon; never run the handler again."""
         if isinstance(exc, LeaseLost):
-            return self.after_lost_lease(claim, None)
+            return self.after_lost_lease(claim, evidence=exc.evidence)
         journal_empty = self.tool.journal and self.store.journal_empty(claim.operation)
         if isinstance(exc, ToolError) and (not self.tool.journal or journal_empty):
             self.store.release(claim)
@@ -570,16 +570,24 @@ class Pipeline:
         if not self.store.complete(claim, storable_json(output), recovered=recovered):
             if self.tool.atomic:
                 raise LeaseLost(str(claim.operation.pk))
-            return self.after_lost_lease(claim, output)
+            return self.after_lost_lease(claim, evidence={"output": storable_json(output)})
         result.operation = {**claim.operation.summary(), "status": OperationState.SUCCEEDED,
                             "recovered": recovered}
         return result
 
-    def after_lost_lease(self, claim: Claim, output: Any) -> GuardResult:
-        """Another process took the claim over: keep our result as evidence, never retry."""
+    def after_lost_lease(self, claim: Claim, *, evidence: Any = None) -> GuardResult:
+        """Another process took the claim over: keep what we had as evidence, never retry.
+
+        The caller gets what the new owner decided: its result, its stored error, or
+        "still running" while it works (and when it released the key, a retry with the
+        same key runs it); an unknown outcome otherwise.
+        """
         logger.warning("operation %s: lease lost before completion", claim.operation.pk)
-        if output is not None:
-            self.store.record_late_result(claim, {"output": storable_json(output)})
+        if evidence is not None:
+            try:
+                self.store.record_late_result(claim, evidence)
+            except Exception:  # the evidence is a courtesy; the decision stands without it
+                logger.exception("could not keep the late result of %s", claim.operation.pk)
         operation = self.store.refresh(claim.operation)
         if operation.state == OperationState.SUCCEEDED:
             return GuardResult(
@@ -587,6 +595,12 @@ class Pipeline:
                 operation=operation.summary(replayed=True),
                 replayed=True,
                 recovered=operation.recovered,
+            )
+        if operation.state == OperationState.FAILED:
+            raise self.stored_error(operation)
+        if operation.state in (OperationState.IN_FLIGHT, OperationState.RELEASED):
+            raise OperationInFlight(
+                headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
             )
         raise OutcomeUnknownError(extra={"operation": operation.summary()})
 

@@ -19,6 +19,7 @@ import collections
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -241,6 +242,7 @@ def main() -> int:
         if pg_dir is not None:
             subprocess.run([str(ROOT / "scripts/pg.sh"), "stop", str(pg_dir)],
                            capture_output=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -80,3 +80,51 @@ def key() -> str:
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+# -- fixtures for concurrency, crash and worker tests ---------------------------------------
+REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def _skip_postgres_marked_tests_elsewhere(request: pytest.FixtureRequest) -> None:
+    """Tests marked ``postgres`` run only when the default database is PostgreSQL."""
+    if request.node.get_closest_marker("postgres") is not None:
+        from django.db import connection
+
+        if connection.vendor != "postgresql":
+            pytest.skip("needs PostgreSQL (set DATABASE_URL)")
+
+
+@pytest.fixture
+def test_database_url() -> str:
+    """A DATABASE_URL for subprocesses that points at the *test* database."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    auth = quote(s.get("USER") or "", safe="")
+    if s.get("PASSWORD"):
+        auth += ":" + quote(s["PASSWORD"], safe="")
+    host = s.get("HOST") or "localhost"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{auth}@{host}{port}/{s['NAME']}"
+
+
+@pytest.fixture
+def subprocess_env(test_database_url: str, tmp_path: Any) -> dict[str, str]:
+    """Environment for a child Python process of this project, on the test database."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GT_", "CELERY_"))}
+    env.update(
+        DJANGO_SETTINGS_MODULE="project.settings",
+        DATABASE_URL=test_database_url,
+        GT_VAR_DIR=str(tmp_path / "var"),
+        PYTHONPATH=str(REPO_ROOT),
+        PYTHONUNBUFFERED="1",
+    )
+    return env

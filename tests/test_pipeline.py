@@ -545,7 +545,8 @@ def test_atomic_tool_that_lost_its_lease_commits_no_effect(alice: Any) -> None:
         Operation.objects.filter(pk=ctx.operation.id).update(fence=99, owner="thief")
         return {"ok": True}
 
-    with pytest.raises(OutcomeUnknownError):
+    # The new owner is still working on it: the caller is told so, and never re-runs it.
+    with pytest.raises(OperationInFlight):
         guarded(handler, atomic=True)({"operationId": key()}, user=alice)
     slot.refresh_from_db()
     assert slot.booked_by is None
@@ -556,7 +557,7 @@ def test_owner_that_lost_its_lease_cannot_complete_and_leaves_evidence() -> None
         Operation.objects.filter(pk=ctx.operation.id).update(fence=99, owner="thief")
         return {"late": True}
 
-    with pytest.raises(OutcomeUnknownError):
+    with pytest.raises(OperationInFlight):
         guarded(handler)({"operationId": key()}, principal="svc")
     operation = Operation.objects.get()
     assert operation.state == OperationState.IN_FLIGHT and operation.owner == "thief"
@@ -573,9 +574,11 @@ def test_journal_write_after_takeover_raises_before_the_effect() -> None:
         effects.append(1)
         return {}
 
-    with pytest.raises(OutcomeUnknownError):
+    with pytest.raises(OperationInFlight):
         guarded(handler)({"operationId": key()}, principal="svc")
     assert effects == []
+    late = JournalEntry.objects.get(kind=JournalEntry.Kind.LATE_RESULT)
+    assert late.data == {"journal_write": {"about": "to pay"}}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,0 +1,539 @@
+"""Concurrency on PostgreSQL: real threads (one connection each) and real processes.
+
+Every test here commits (``transaction=True``) so that other connections see its rows,
+starts its callers together on a barrier, and is bounded by join timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from guarded_tools import confirmations
+from guarded_tools.exceptions import OperationInFlight, OutcomeUnknownError
+from guarded_tools.models import (
+    AuditEntry,
+    Confirmation,
+    ConfirmationStatus,
+    JournalEntry,
+    Operation,
+    OperationState,
+)
+from guarded_tools.recovery import sweep
+from guarded_tools.store import OperationStore, fingerprint
+from tests.conftest import REPO_ROOT, key
+from tests.tools_for_processes import EFFECT_TOOL, effect_rows
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+URL = "/agent/tools/{}/"
+SCHEMA = {
+    "type": "object",
+    "properties": {"operationId": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["operationId"],
+}
+
+
+def in_threads(n: int, fn: Callable[[int], Any], *, timeout: float = 60) -> list[Any]:
+    """Run ``fn(i)`` in ``n`` threads released together; each closes its own connection."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[i] = fn(i)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.1))
+    assert not any(t.is_alive() for t in threads), "threads did not finish: deadlock?"
+    assert not errors, errors
+    return results
+
+
+class CountingHandler:
+    """Counts executions across threads; sleeps to widen the race window."""
+
+    def __init__(self, sleep: float = 0.05) -> None:
+        self.lock = threading.Lock()
+        self.keys: list[str] = []
+        self.sleep = sleep
+
+    def __call__(self, input: dict[str, Any], ctx: Any) -> Any:
+        with self.lock:
+            self.keys.append(input["operationId"])
+        time.sleep(self.sleep)
+        return {"n": input.get("n"), "run": uuid.uuid4().hex}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10, step: float = 0.05) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(step)
+
+
+def expire_lease(queryset: Any, seconds: int = 5) -> None:
+    """Put the lease ``seconds`` in the past by the database clock."""
+    past = ExpressionWrapper(Now() - Value(timedelta(seconds=seconds)),
+                             output_field=DateTimeField())
+    queryset.update(lease_expires_at=past)
+
+
+# -- one key, many callers -----------------------------------------------------------------
+@pytest.mark.parametrize("callers", [50, 64])
+def test_one_key_many_threads_over_rest_executes_once(callers: int, make_tool: Any,
+                                                      alice: Any) -> None:
+    handler = CountingHandler(sleep=0.05)
+    definition = make_tool(handler, input_schema=SCHEMA)
+    body = {"operationId": key(), "n": 7}
+
+    def call(_i: int) -> tuple[int, bytes, dict[str, str]]:
+        client = APIClient()
+        client.force_authenticate(alice)
+        response = client.post(URL.format(definition.name), body, format="json")
+        return response.status_code, response.content, dict(response.headers)
+
+    results = in_threads(callers, call)
+    statuses = Counter(status for status, _, _ in results)
+    assert set(statuses) <= {200, 409}, statuses
+    assert len(handler.keys) == 1
+    ok = [(json.loads(content), content, headers) for s, content, headers in results if s == 200]
+    fresh = [item for item in ok if not item[0]["operation"]["replayed"]]
+    replays = [item for item in ok if item[0]["operation"]["replayed"]]
+    assert len(fresh) == 1, statuses
+    executed = fresh[0][0]
+    assert executed["operation"]["status"] == "succeeded"
+    # Every replay is byte-identical, and equal to the execution but for `replayed`.
+    assert len({content for _, content, _ in replays}) <= 1
+    for data, _content, headers in replays:
+        assert headers.get("Idempotent-Replayed") == "true"
+        assert data == {**executed, "operation": {**executed["operation"], "replayed": True}}
+    for status, content, headers in results:
+        if status == 409:
+            error = json.loads(content)["error"]
+            assert error["code"] == "operation_in_flight"
+            assert error["operation"]["id"] == executed["operation"]["id"]
+            assert int(headers["Retry-After"]) >= 1
+    operation = Operation.objects.get(tool=definition.name)
+    assert (operation.state, operation.fence, operation.attempts) == ("succeeded", 1, 1)
+    assert operation.output == executed["output"]
+
+
+@pytest.mark.slow
+def test_one_key_eight_processes_executes_once(subprocess_env: dict[str, str],
+                                               tmp_path: Path) -> None:
+    """Separate interpreters, separate connections: the unique constraint decides."""
+    k = key()
+    go = tmp_path / "go"
+    script = (
+        "import json, os, sys, time\n"
+        "import django\n"
+        "django.setup()\n"
+        "from guarded_tools.exceptions import GuardError\n"
+        "from tests.tools_for_processes import EFFECT_TOOL, register\n"
+        "definition = register()[EFFECT_TOOL]\n"
+        "open(sys.argv[1], 'w').close()\n"
+        "deadline = time.monotonic() + 60\n"
+        "while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:\n"
+        "    time.sleep(0.002)\n"
+        "try:\n"
+        "    r = definition({'operationId': sys.argv[3], 'sleep': 0.3}, principal='svc')\n"
+        "    out = {'kind': 'replayed' if r.replayed else 'executed', 'output': r.output,\n"
+        "           'operation': r.operation['id']}\n"
+        "except GuardError as e:\n"
+        "    out = {'kind': e.code}\n"
+        "print(json.dumps(out))\n"
+    )
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path / f"ready{i}"), str(go), k],
+            cwd=REPO_ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(8)
+    ]
+    try:
+        wait_until(lambda: all((tmp_path / f"ready{i}").exists() for i in range(8)), timeout=60)
+        go.touch()
+        outputs = [p.communicate(timeout=60) for p in processes]
+    finally:
+        for p in processes:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
+    results = [json.loads(out.strip().splitlines()[-1]) for out, _ in outputs]
+    kinds = Counter(r["kind"] for r in results)
+    assert kinds["executed"] == 1, kinds
+    assert set(kinds) <= {"executed", "replayed", "operation_in_flight"}, kinds
+    assert effect_rows(k).count() == 1
+    executed = next(r for r in results if r["kind"] == "executed")
+    for r in results:
+        if r["kind"] == "replayed":
+            assert (r["output"], r["operation"]) == (executed["output"], executed["operation"])
+    operation = Operation.objects.get(tool=EFFECT_TOOL, key=k)
+    assert (operation.state, operation.fence) == ("succeeded", 1)
+
+
+def test_five_hundred_distinct_keys_concurrently_none_lost(make_tool: Any) -> None:
+    handler = CountingHandler(sleep=0)
+    definition = make_tool(handler, input_schema=SCHEMA)
+    keys = [key() for _ in range(500)]
+    lock = threading.Lock()
+    pending = list(keys)
+    results: dict[str, Any] = {}
+
+    def drain(_i: int) -> None:
+        while True:
+            with lock:
+                if not pending:
+                    return
+                k = pending.pop()
+            result = definition({"operationId": k, "n": 1}, principal="svc")
+            with lock:
+                results[k] = result
+
+    in_threads(16, drain, timeout=80)
+    assert sorted(handler.keys) == sorted(keys)
+    assert len(results) == 500 and not any(r.replayed for r in results.values())
+    done = Operation.objects.filter(tool=definition.name, state=OperationState.SUCCEEDED)
+    assert done.count() == 500
+    assert set(done.values_list("key", flat=True)) == set(keys)
+    assert Operation.objects.filter(tool=definition.name).exclude(fence=1).count() == 0
+
+
+# -- people deciding at once ---------------------------------------------------------------
+@pytest.mark.parametrize("decisions", [("approve", "decline"), ("approve", "approve"),
+                                       ("decline", "decline")])
+def test_two_admins_deciding_at_once_make_one_decision(decisions: tuple[str, str],
+                                                       django_user_model: Any) -> None:
+    admins = [django_user_model.objects.create_superuser(f"admin{i}", password="pw")
+              for i in range(2)]
+    rounds = 10
+    items = []
+    for _ in range(rounds):
+        body = {"operationId": key()}
+        items.append(Confirmation.objects.create(
+            tool="pay", scope="principal:svc", key=body["operationId"],
+            fingerprint=fingerprint(body), input=body,
+        ))
+    for confirmation in items:
+        outcomes: list[Any] = [None, None]
+
+        def decide(i: int, confirmation: Confirmation = confirmation,
+                   outcomes: list[Any] = outcomes) -> None:
+            try:
+                if decisions[i] == "approve":
+                    confirmations.approve(confirmation, admins[i], "ok")
+                else:
+                    confirmations.decline(confirmation, admins[i], "no")
+                outcomes[i] = "won"
+            except confirmations.DecisionRefused:
+                outcomes[i] = "refused"
+
+        in_threads(2, decide)
+        assert sorted(outcomes) == ["refused", "won"], outcomes
+        winner = outcomes.index("won")
+        confirmation.refresh_from_db()
+        expected = (ConfirmationStatus.APPROVED if decisions[winner] == "approve"
+                    else ConfirmationStatus.DECLINED)
+        assert confirmation.status == expected
+        assert confirmation.decided_by_id == admins[winner].pk
+        audit = AuditEntry.objects.filter(confirmation_id=confirmation.pk)
+        assert audit.count() == 1
+        assert audit.get().actor_id == admins[winner].pk
+
+
+# -- recovery ------------------------------------------------------------------------------
+class CountingRecover:
+    def __init__(self, recovered: bool = True) -> None:
+        self.lock = threading.Lock()
+        self.calls: Counter[str] = Counter()
+        self.recovered = recovered
+
+    def __call__(self, *, input: dict[str, Any], operation: Any, **_: Any) -> Any:
+        with self.lock:
+            self.calls[operation.id] += 1
+        if not self.recovered:
+            return {"recovered": False}
+        return {"recovered": True, "output": {"recovered": operation.id}}
+
+
+def abandoned_operations(tool_name: str, count: int) -> list[Operation]:
+    """Half abandoned, half in flight with a lease already past by the database clock."""
+    rows = []
+    for i in range(count):
+        body = {"operationId": f"k{i}"}
+        rows.append(Operation(
+            tool=tool_name, scope="principal:svc", key=body["operationId"],
+            fingerprint=fingerprint(body), input=body, owner="" if i % 2 else "dead-owner",
+            state=OperationState.ABANDONED if i % 2 else OperationState.IN_FLIGHT,
+        ))
+    Operation.objects.bulk_create(rows, batch_size=500)
+    expire_lease(Operation.objects.filter(tool=tool_name, state=OperationState.IN_FLIGHT))
+    return rows
+
+
+@pytest.mark.slow
+def test_two_sweepers_recover_each_operation_exactly_once(make_tool: Any) -> None:
+    recover = CountingRecover()
+    handler = CountingHandler()
+    definition = make_tool(handler, input_schema=SCHEMA, recover=recover)
+    abandoned_operations(definition.name, 1000)
+    reports: list[list[Any]] = [[], []]
+
+    def sweeper(i: int) -> None:
+        while True:
+            report = sweep(batch_size=100)
+            reports[i].append(report)
+            assert not report.errors, report.errors
+            if report.taken == 0:
+                return
+
+    in_threads(2, sweeper, timeout=80)
+    assert handler.keys == []  # takeover never runs the handler
+    operations = Operation.objects.filter(tool=definition.name)
+    assert len(recover.calls) == 1000
+    assert set(recover.calls.values()) == {1}
+    assert sum(r.taken for rs in reports for r in rs) == 1000
+    assert sum(r.completed for rs in reports for r in rs) == 1000
+    assert operations.filter(state=OperationState.SUCCEEDED, recovered=True).count() == 1000
+    assert operations.exclude(fence=2).count() == 0
+    assert all(reports), "both sweepers ran"
+
+
+def test_retries_racing_on_an_abandoned_operation_recover_it_once(make_tool: Any) -> None:
+    recover = CountingRecover()
+    handler = CountingHandler()
+    definition = make_tool(handler, input_schema=SCHEMA, recover=recover)
+    [operation] = abandoned_operations(definition.name, 1)
+
+    def retry(_i: int) -> Any:
+        try:
+            return definition({"operationId": operation.key}, principal="svc")
+        except OperationInFlight as exc:
+            return exc
+
+    results = in_threads(12, retry)
+    assert handler.keys == []
+    assert list(recover.calls.values()) == [1]
+    stored = Operation.objects.get(pk=operation.pk)
+    assert (stored.state, stored.recovered, stored.fence) == ("succeeded", True, 2)
+    for result in results:
+        if not isinstance(result, OperationInFlight):
+            assert result.output == {"recovered": str(operation.pk)}
+
+
+@pytest.mark.parametrize("variant", ["returns", "writes_journal", "unknown"])
+def test_owner_paused_past_its_lease_cannot_complete(variant: str, make_tool: Any,
+                                                     alice: Any) -> None:
+    entered, resume = threading.Event(), threading.Event()
+    executions: list[int] = []
+
+    def handler(input: dict[str, Any], ctx: Any) -> Any:
+        executions.append(1)
+        if variant == "unknown":
+            ctx.operation.write({"phase": "before effect"})
+        entered.set()
+        assert resume.wait(20)
+        if variant == "writes_journal":
+            ctx.operation.write({"phase": "after effect"})  # fenced: raises LeaseLost
+        return {"by": "handler"}
+
+    recover = CountingRecover(recovered=variant != "unknown")
+    definition = make_tool(handler, input_schema=SCHEMA, recover=recover, lease_seconds=1)
+    body = {"operationId": key()}
+    outcome: list[Any] = []
+
+    def owner() -> None:
+        try:
+            outcome.append(definition(body, user=alice))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=owner, daemon=True)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        operation = Operation.objects.get(tool=definition.name)
+        wait_until(lambda: Operation.objects.abandoned().filter(pk=operation.pk).exists())
+        report = sweep()
+        assert report.taken == 1
+    finally:
+        resume.set()
+        thread.join(20)
+    assert not thread.is_alive()
+    assert executions == [1]
+    assert list(recover.calls.values()) == [1]
+    operation.refresh_from_db()
+    [result] = outcome
+    late = JournalEntry.objects.filter(operation=operation, kind=JournalEntry.Kind.LATE_RESULT)
+    if variant == "unknown":
+        assert operation.state == OperationState.OUTCOME_UNKNOWN
+        assert isinstance(result, OutcomeUnknownError)
+    else:
+        assert (operation.state, operation.recovered) == ("succeeded", True)
+        assert operation.output == {"recovered": str(operation.pk)}
+        if isinstance(result, BaseException):
+            assert isinstance(result, OutcomeUnknownError), repr(result)
+        else:
+            assert result.output == operation.output and result.replayed
+    expected_late = ({"journal_write": {"phase": "after effect"}} if variant == "writes_journal"
+                     else {"output": {"by": "handler"}})
+    assert list(late.values_list("data", "fence")) == [(expected_late, 1)]
+    assert operation.fence == 2
+    # A later call with the same key never runs the handler again.
+    try:
+        again = definition(body, user=alice)
+        assert again.replayed and again.output == operation.output
+    except OutcomeUnknownError:
+        assert variant == "unknown"
+    assert executions == [1]
+
+
+def test_atomic_owner_paused_past_its_lease_rolls_its_effect_back(make_tool: Any,
+                                                                   alice: Any) -> None:
+    """atomic=True: effect and completion commit together, so a stale owner's effect is
+    rolled back when its completion finds 0 rows; the retry then runs it exactly once."""
+    from project.demo.models import Slot
+
+    entered, resume = threading.Event(), threading.Event()
+    executions: list[int] = []
+
+    def handler(input: dict[str, Any], ctx: Any) -> Any:
+        executions.append(1)
+        Slot.objects.create(resource=f"effect:{input['operationId']}",
+                            starts_at=timezone.now())
+        if len(executions) == 1:
+            entered.set()
+            assert resume.wait(20)
+        return {"run": len(executions)}
+
+    definition = make_tool(handler, input_schema=SCHEMA, atomic=True, lease_seconds=1)
+    body = {"operationId": key()}
+    outcome: list[Any] = []
+
+    def owner() -> None:
+        try:
+            outcome.append(definition(body, user=alice))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=owner, daemon=True)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        operation = Operation.objects.get(tool=definition.name)
+        wait_until(lambda: Operation.objects.abandoned().filter(pk=operation.pk).exists())
+        assert sweep().released == 1  # nothing of an atomic handler is committed yet
+    finally:
+        resume.set()
+        thread.join(20)
+    assert not thread.is_alive()
+    [result] = outcome
+    assert isinstance(result, OutcomeUnknownError), repr(result)
+    assert effect_rows(body["operationId"]).count() == 0  # the stale effect rolled back
+    retry = definition(body, user=alice)
+    assert not retry.replayed and retry.output == {"run": 2}
+    assert effect_rows(body["operationId"]).count() == 1
+    assert definition(body, user=alice).replayed
+    assert effect_rows(body["operationId"]).count() == 1
+
+
+@pytest.mark.parametrize("mode", ["effect-only", "always"])
+def test_one_key_many_threads_with_a_confirmation_runs_once(mode: str, make_tool: Any,
+                                                            alice: Any,
+                                                            django_user_model: Any) -> None:
+    handler = CountingHandler(sleep=0.05)
+    definition = make_tool(handler, input_schema=SCHEMA, confirm=mode)
+    approver = django_user_model.objects.create_superuser("approver", password="pw")
+    body = {"operationId": key(), "n": 1}
+
+    def call(_i: int) -> tuple[int, dict[str, Any]]:
+        client = APIClient()
+        client.force_authenticate(alice)
+        response = client.post(URL.format(definition.name), body, format="json")
+        return response.status_code, response.json()
+
+    asked = in_threads(16, call)
+    assert {status for status, _ in asked} <= {202, 409}, asked
+    pending = Confirmation.objects.get()  # one request, however many asked at once
+    assert pending.status == ConfirmationStatus.PENDING
+    assert {data["error"]["confirmation"]["id"] for status, data in asked if status == 202} == {
+        str(pending.pk)}
+    assert handler.keys == []
+    confirmations.approve(pending, approver)
+
+    ran = in_threads(16, call)
+    statuses = Counter(status for status, _ in ran)
+    assert set(statuses) <= {200, 202, 409}, ran
+    assert 500 not in statuses
+    assert len(handler.keys) == 1
+    assert Confirmation.objects.filter(status=ConfirmationStatus.CONSUMED).count() == 1
+    if mode == "effect-only":  # a replay never asks again
+        assert statuses[202] == 0
+        assert Confirmation.objects.count() == 1
+    assert Operation.objects.get(tool=definition.name).state == OperationState.SUCCEEDED
+
+
+@pytest.mark.parametrize("skew", [timedelta(hours=1), -timedelta(hours=1)],
+                         ids=["app-clock-ahead", "app-clock-behind"])
+def test_clock_skew_does_not_take_over_a_live_lease(skew: timedelta, make_tool: Any,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    recover = CountingRecover()
+    handler = CountingHandler()
+    definition = make_tool(handler, input_schema=SCHEMA, recover=recover, lease_seconds=60)
+    real_now = timezone.now
+    monkeypatch.setattr(timezone, "now", lambda: real_now() + skew)
+    store = OperationStore()
+    live_body, dead_body = {"operationId": key()}, {"operationId": key()}
+    claims = [
+        store.claim(tool=definition.name, scope="principal:svc", key=b["operationId"],
+                    fp=fingerprint(b), input=b, user=None, lease_seconds=60)
+        for b in (live_body, dead_body)
+    ]
+    live, dead = (c.operation for c in claims)
+    expire_lease(Operation.objects.filter(pk=dead.pk), seconds=1)
+
+    report = sweep()
+    assert report.taken == 1  # only the one whose lease the database says has expired
+    assert list(recover.calls) == [str(dead.pk)]
+    live.refresh_from_db()
+    assert (live.state, live.owner, live.fence) == ("in_flight", claims[0].owner, 1)
+    with pytest.raises(OperationInFlight):
+        definition(live_body, principal="svc")
+    assert handler.keys == []
+    # The owner still holds its lease: it completes normally.
+    assert store.complete(claims[0], {"ok": True})
+    dead.refresh_from_db()
+    assert (dead.state, dead.recovered) == ("succeeded", True)
