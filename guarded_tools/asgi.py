@@ -51,7 +51,7 @@ async def _too_large(send: Callable[[Message], Awaitable[None]]) -> None:
 
 
 async def _drain(receive: Callable[[], Awaitable[Message]], message: Message, bound: int) -> None:
-    """Discard a bounded rest of the body so the client reads the 413 rather than a reset."""
+    """Discard a bounded rest of the body, so the client can read the 413."""
     seen = 0
     while message.get("more_body") and seen < bound:
         message = await receive()
@@ -90,8 +90,10 @@ def with_cancellation(app: ASGIApp) -> ASGIApp:
                     return  # the client went away before sending its body
                 body += message.get("body", b"")
                 if len(body) > limit:
-                    await _too_large(send)
+                    # Read (and drop) a bounded rest first: a server that closes with
+                    # unread input resets the connection, and the 413 would be lost.
                     await _drain(watched, message, 4 * limit)
+                    await _too_large(send)
                     return
                 if not message.get("more_body"):
                     break
