@@ -461,7 +461,8 @@ def test_atomic_owner_paused_past_its_lease_rolls_its_effect_back(make_tool: Any
         thread.join(20)
     assert not thread.is_alive()
     [result] = outcome
-    assert isinstance(result, OutcomeUnknownError), repr(result)
+    # The sweep released the key: the stale owner is told to retry the same call.
+    assert isinstance(result, OperationInFlight), repr(result)
     assert effect_rows(body["operationId"]).count() == 0  # the stale effect rolled back
     retry = definition(body, user=alice)
     assert not retry.replayed and retry.output == {"run": 2}
