@@ -307,8 +307,8 @@ class OperationHandle:
         """Record ``data`` (e.g. the upstream request id) before or after the effect."""
         with transaction.atomic():
             if not self._store._owned(self._claim).update(updated_at=Now()):
-                self._store.record_late_result(self._claim, {"journal_write": data})
-                raise LeaseLost(self.id)
+                # Recorded by the pipeline after the surrounding transactions roll back.
+                raise LeaseLost(self.id, evidence={"journal_write": data})
             JournalEntry.objects.create(
                 operation_id=self._claim.operation.pk, data=data, fence=self._claim.fence
             )

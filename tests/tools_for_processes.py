@@ -49,6 +49,8 @@ def _effect(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 def _recover(*, input: dict[str, Any], operation: Any, **_: Any) -> dict[str, Any]:
     from project.demo.models import Slot
 
+    # GT_RECOVER_SLEEP holds a sweeper inside recover, so a test can kill it there.
+    time.sleep(float(os.environ.get("GT_RECOVER_SLEEP") or 0))
     Slot.objects.create(resource=f"recover:{operation.id}", starts_at=timezone.now())
     return {"recovered": True, "output": {"recoveredBy": os.getpid(), "key": operation.key}}
 
