@@ -403,6 +403,21 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
                                title=str(_("Mark failed")))
 
 
+@admin.register(JournalEntry)
+class JournalEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+    list_display = ["created_at", "operation", "kind", "fence", "removed"]
+    list_filter = ["kind", "removed"]
+    list_select_related = ["operation"]
+    search_fields = ["operation__key", "operation__tool"]
+    show_full_result_count = False
+    fields = readonly_fields = ("operation", "kind", "data_json", "fence", "removed",
+                                "created_at")
+
+    @admin.display(description=_("data"))
+    def data_json(self, obj: JournalEntry) -> SafeString:
+        return highlight_json(obj.data)
+
+
 @admin.register(AuditEntry)
 class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["created_at", "actor", "action", "operation", "confirmation", "note"]

@@ -4,17 +4,34 @@ from __future__ import annotations
 
 from typing import Any
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.recovery import close_old_connections
 
 
+class SweepTask(Task):  # type: ignore[misc]
+    """Time limits follow the configured lease, read when a worker runs the task.
+
+    A sweep must end (or be stopped) before the leases it took expire, or another
+    sweeper could take the same operations over while its ``recover`` still runs.
+    Limits are enforced by the prefork pool (not ``--pool=solo``).
+    """
+
+    @property
+    def soft_time_limit(self) -> int:  # type: ignore[override]
+        return max(int(gt_settings.LEASE_SECONDS) // 2, 1)
+
+    @property
+    def time_limit(self) -> int:  # type: ignore[override]
+        return max(int(gt_settings.LEASE_SECONDS) * 3 // 4, 2)
+
+
 @shared_task(
+    base=SweepTask,
     name="guarded_tools.tasks.sweep",
     ignore_result=True,
     acks_late=False,
-    soft_time_limit=max(int(gt_settings.defaults["LEASE_SECONDS"]) // 2, 10),
 )
 def sweep() -> dict[str, Any]:
     """Recover abandoned operations. Safe to deliver twice or run concurrently."""

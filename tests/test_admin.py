@@ -228,3 +228,13 @@ def test_operation_detail_shows_journal_and_late_results(user_factory: Any,
     client = staff_client(user_factory, *RECONCILER)
     page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
     assert "req-42" in page and "late result" in page
+
+
+def test_journal_entries_have_a_read_only_admin(user_factory: Any, unknown: Operation) -> None:
+    entry = unknown.journal.create(data={"upstream": "req-77"}, fence=1)
+    client = staff_client(user_factory, "guarded_tools.view_journalentry")
+    assert "req-77" in client.get(f"/admin/guarded_tools/journalentry/{entry.pk}/change/")\
+        .content.decode()
+    assert client.get("/admin/guarded_tools/journalentry/add/").status_code == 403
+    client.post(f"/admin/guarded_tools/journalentry/{entry.pk}/delete/", {"post": "yes"})
+    assert unknown.journal.filter(pk=entry.pk).exists()

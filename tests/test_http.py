@@ -361,3 +361,31 @@ def test_chunked_bodies_without_content_length_are_read_and_bounded(
                          content_type="application/json", **chunked(body))
     assert big.status_code == 413 and big.json()["error"]["code"] == "request_too_large"
     assert Operation.objects.count() == 1
+
+
+def test_the_sites_throttles_apply_and_answer_rate_limited(make_tool: Any, alice: Any,
+                                                          client_for: Any,
+                                                          monkeypatch: Any) -> None:
+    from rest_framework.throttling import BaseThrottle
+
+    from guarded_tools.views import ToolCallView
+
+    class OnePerTest(BaseThrottle):
+        calls = 0
+
+        def allow_request(self, request: Any, view: Any) -> bool:
+            OnePerTest.calls += 1
+            return OnePerTest.calls <= 1
+
+        def wait(self) -> float:
+            return 7.0
+
+    monkeypatch.setattr(ToolCallView, "throttle_classes", [OnePerTest])
+    definition = make_tool()
+    client = client_for(alice)
+    assert post(client, definition.name, {"operationId": key()}).status_code == 200
+    limited = post(client, definition.name, {"operationId": key()})
+    assert limited.status_code == 429 and limited.headers["Retry-After"] == "7"
+    error = limited.json()["error"]
+    assert error["code"] == "rate_limited" and error["retry"] == "as_is"
+    assert Operation.objects.count() == 1

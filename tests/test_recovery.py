@@ -187,3 +187,25 @@ def test_recover_that_clears_the_journal_releases_the_key(make_tool: Any) -> Non
     operation.refresh_from_db()
     assert operation.state == "released"
     assert definition(operation.input, principal="svc").output == {"ran": True}
+
+
+def test_sweep_task_time_limits_are_shorter_than_the_lease(settings: Any) -> None:
+    from guarded_tools.tasks import sweep as sweep_task
+
+    for lease in (60, 300):
+        settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "LEASE_SECONDS": lease}
+        assert 0 < sweep_task.soft_time_limit < sweep_task.time_limit < lease
+
+
+def test_heartbeat_extends_the_lease_on_the_database_clock(make_tool: Any) -> None:
+    leases: list[Any] = []
+
+    def handler(input: Any, ctx: Any) -> Any:
+        leases.append(Operation.objects.get(pk=ctx.operation.id).lease_expires_at)
+        ctx.operation.heartbeat(600)
+        leases.append(Operation.objects.get(pk=ctx.operation.id).lease_expires_at)
+        return {}
+
+    definition = make_tool(handler, lease_seconds=5)
+    definition({"operationId": key()}, principal="svc")
+    assert (leases[1] - leases[0]).total_seconds() > 500
