@@ -5,7 +5,7 @@ Sends duplicate and distinct calls of the demo's add_order_note to both web node
 web node and a worker are killed with SIGKILL and restarted, waits for the sweep, retries
 every key once more, and checks that every key's effect happened exactly once.
 
-    .venv/bin/python scripts/multinode.py            # 300 keys × 3 duplicates
+    .venv/bin/python scripts/multinode.py            # 300 keys x 3 duplicates
     .venv/bin/python scripts/multinode.py --quick    # the bounded version CI runs
 
 Uses DATABASE_URL when set (PostgreSQL), else starts a throwaway cluster with scripts/pg.sh.
@@ -90,7 +90,7 @@ def call(port: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         headers={"Authorization": f"Token {TOKEN}", "Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 - loopback
+        with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, json.loads(response.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
@@ -202,7 +202,7 @@ def main() -> int:
         final: collections.Counter[str] = collections.Counter()
         for k in keys:
             for _attempt in range(20):
-                status, body = call(ports[0], {"operationId": k, "orderId": order_id,
+                status, _body = call(ports[0], {"operationId": k, "orderId": order_id,
                                                "text": "leave at the door"})
                 if status not in (0, 409):
                     break
@@ -218,7 +218,7 @@ def main() -> int:
         recovered = Operation.objects.filter(key__startswith=f"mn-{run}-", recovered=True).count()
         server_errors = {s: n for s, n in statuses.items() if s.startswith("5")}
 
-        print(f"\n{len(jobs)} calls ({args.keys} keys × {args.dupes}) to 2 web nodes in "
+        print(f"\n{len(jobs)} calls ({args.keys} keys x {args.dupes}) to 2 web nodes in "
               f"{load_seconds:.1f} s; killed with SIGKILL and restarted: {', '.join(killed)}")
         for label, count in sorted(statuses.items()):
             print(f"  {label:<34} {count}")

@@ -18,7 +18,7 @@ from guarded_tools.recovery import sweep
 from tests import test_concurrency as concurrency
 from tests.conftest import REPO_ROOT, key
 from tests.test_celery_worker import CELERY, Worker, abandoned, recovered, worker  # noqa: F401
-from tests.tools_for_processes import RECOVERABLE_TOOL, recover_rows
+from tests.tools_for_processes import recover_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,23 +12,23 @@ import pytest
 if not __import__("importlib.metadata").metadata.version("mcp").startswith("2"):
     pytest.skip("the mcp 1.x line is tested in test_mcp_v1.py", allow_module_level=True)
 
-import anyio  # noqa: E402
-import httpx2  # noqa: E402
-from django.test import Client as DjangoClient  # noqa: E402
-from django.utils import timezone  # noqa: E402
-from mcp import Client  # noqa: E402
-from mcp.client.session import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamable_http_client  # noqa: E402
-from mcp_types import methods  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
-from rest_framework.test import APIClient  # noqa: E402
-from rest_framework.throttling import BaseThrottle  # noqa: E402
+import anyio
+import httpx2
+from django.test import Client as DjangoClient
+from django.utils import timezone
+from mcp import Client
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from mcp_types import methods
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+from rest_framework.throttling import BaseThrottle
 
-from guarded_tools import ToolError  # noqa: E402
-from guarded_tools import mcp as gt_mcp  # noqa: E402
-from guarded_tools.models import Operation  # noqa: E402
-from project.demo.models import Slot  # noqa: E402
-from tests.conftest import key  # noqa: E402
+from guarded_tools import ToolError
+from guarded_tools import mcp as gt_mcp
+from guarded_tools.models import Operation
+from project.demo.models import Slot
+from tests.conftest import key
 
 pytestmark = pytest.mark.django_db
 

@@ -15,14 +15,14 @@ import pytest
 if __import__("importlib.metadata").metadata.version("mcp").startswith("2"):
     pytest.skip("the mcp 2.x line is tested in test_mcp.py", allow_module_level=True)
 
-import anyio  # noqa: E402
-from django.utils import timezone  # noqa: E402
-from mcp.client.session import ClientSession  # noqa: E402
-from mcp.client.streamable_http import streamablehttp_client  # noqa: E402
-from rest_framework.authtoken.models import Token  # noqa: E402
+import anyio
+from django.utils import timezone
+from mcp.client.session import ClientSession
+from mcp.client.streamable_http import streamablehttp_client
+from rest_framework.authtoken.models import Token
 
-from project.demo.models import Slot  # noqa: E402
-from tests.conftest import key  # noqa: E402
+from project.demo.models import Slot
+from tests.conftest import key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ITEM = {"type": "object", "required": ["operationId", "qty"],
