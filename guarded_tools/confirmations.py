@@ -24,7 +24,7 @@ from guarded_tools.repair import normalize
 from guarded_tools.store import db_now_plus
 
 if TYPE_CHECKING:
-    from guarded_tools.pipeline import Invocation, _Observer
+    from guarded_tools.pipeline import Invocation
     from guarded_tools.registry import Tool
 
 APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
@@ -46,7 +46,7 @@ def describe(confirmation: Confirmation) -> dict[str, Any]:
     }
 
 
-def require_approval(definition: Tool, inv: Invocation, obs: _Observer) -> Confirmation:
+def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
     """Consume an approval for exactly this call, or raise what the agent must do.
 
     Pending → ``ConfirmationRequired`` (202; waits up to ``inv.wait`` seconds for a
@@ -55,7 +55,7 @@ def require_approval(definition: Tool, inv: Invocation, obs: _Observer) -> Confi
     """
     deadline = time.monotonic() + max(inv.wait, 0)
     while True:
-        confirmation = _consume_or_request(definition, inv, obs)
+        confirmation = _consume_or_request(definition, inv)
         if confirmation.status == ConfirmationStatus.CONSUMED:
             return confirmation
         if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
@@ -63,7 +63,7 @@ def require_approval(definition: Tool, inv: Invocation, obs: _Observer) -> Confi
         time.sleep(min(gt_settings.CONFIRMATION_POLL_INTERVAL, max(deadline - time.monotonic(), 0)))
 
 
-def _consume_or_request(definition: Tool, inv: Invocation, obs: _Observer) -> Confirmation:
+def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
     call = _call(definition, inv)
     Confirmation.objects.filter(call).filter(
         status=ConfirmationStatus.PENDING, expires_at__lte=Now()
@@ -83,10 +83,10 @@ def _consume_or_request(definition: Tool, inv: Invocation, obs: _Observer) -> Co
         ConfirmationStatus.EXPIRED,
     ):
         return latest
-    return _request(definition, inv, obs)
+    return _request(definition, inv)
 
 
-def _request(definition: Tool, inv: Invocation, obs: _Observer) -> Confirmation:
+def _request(definition: Tool, inv: Invocation) -> Confirmation:
     ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
     try:
         with transaction.atomic():

@@ -262,7 +262,7 @@ class Pipeline:
             from guarded_tools.confirmations import require_approval
 
             try:
-                confirmation = require_approval(self.tool, inv, obs)
+                confirmation = require_approval(self.tool, inv)
             except ConfirmationError:
                 obs.emit("declined")
                 raise
