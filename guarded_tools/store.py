@@ -17,9 +17,10 @@ from typing import Any, Literal
 
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 from django.db.models.functions import Now
+from django.db.models.sql import Query
 
 from guarded_tools.exceptions import IdempotencyKeyReused, LeaseLost
 from guarded_tools.models import JournalEntry, Operation, OperationState
@@ -91,28 +92,25 @@ class OperationStore:
         user: Any,
         lease_seconds: int,
     ) -> Claim:
-        """Atomically claim ``(tool, scope, key)``, committed before any handler runs."""
+        """Atomically claim ``(tool, scope, key)``, committed before any handler runs.
+
+        One statement, one round trip, for a fresh claim: ``INSERT … ON CONFLICT
+        (tool, scope, key) DO NOTHING RETURNING …`` in autocommit, committed when
+        this returns. When the key exists, one ``SELECT`` (with the database's
+        clock) says in which state: a replay or an in-flight duplicate costs two.
+        """
+        user = user if getattr(user, "pk", None) else None
         for _attempt in range(5):
             token = new_token()
-            try:
-                with transaction.atomic(durable=True):
-                    operation = Operation.objects.create(
-                        tool=tool,
-                        scope=scope,
-                        key=key,
-                        fingerprint=fp,
-                        input=input,
-                        user=user if getattr(user, "pk", None) else None,
-                        owner=token,
-                        lease_expires_at=db_now_plus(lease_seconds),
-                    )
-                return Claim("fresh", operation, owner=token, fence=operation.fence)
-            except IntegrityError:
-                pass
-            existing = self._load(tool, scope, key)
-            if existing is None:
+            found = self._claim_or_load(
+                tool=tool, scope=scope, key=key, fp=fp, input=input, user=user, owner=token,
+                lease_seconds=lease_seconds,
+            )
+            if found is None:
                 continue  # purged between our insert and read: try again
-            operation, db_now = existing
+            operation, db_now = found
+            if db_now is None:
+                return Claim("fresh", operation, owner=token, fence=operation.fence)
             if operation.state == OperationState.RELEASED:
                 claim = self._reclaim(operation, fp, input, user, lease_seconds)
                 if claim is not None:
@@ -130,15 +128,98 @@ class OperationStore:
             return Claim("in_flight", operation, retry_after=max(1, min(int(remaining) + 1, 60)))
         raise RuntimeError("Could not claim the operation after several attempts.")
 
-    def _load(self, tool: str, scope: str, key: str) -> tuple[Operation, datetime] | None:
-        row = (
-            Operation.objects.filter(tool=tool, scope=scope, key=key)
-            .annotate(db_now=Now())
-            .first()
+    def _claim_or_load(
+        self,
+        *,
+        tool: str,
+        scope: str,
+        key: str,
+        fp: str,
+        input: Any,
+        user: Any,
+        owner: str,
+        lease_seconds: int,
+    ) -> tuple[Operation, datetime | None] | None:
+        """Insert the claim unless the key exists; then read the existing row.
+
+        Returns ``(operation, None)`` for a fresh claim, ``(operation, db_now)`` for
+        an existing one, None when the key vanished in between (the caller tries again).
+        The INSERT runs in autocommit, so the claim is durable when this returns.
+        Like ``transaction.atomic(durable=True)``, it refuses to run inside a
+        caller's transaction (where the claim would only commit with the caller's
+        commit, after the handler): the pipeline turns that into
+        ``ImproperlyConfigured``. PostgreSQL and SQLite ≥ 3.35 take the one-statement
+        path; other backends a durable ``INSERT`` whose unique violation is caught.
+        Timestamps and the lease come from the database's clock.
+        """
+        using = router.db_for_write(Operation)
+        connection = connections[using]
+        _refuse_enclosing_transaction(connection)
+        statements = _Statements.of(connection)
+        if statements is None:
+            operation = Operation(
+                tool=tool, scope=scope, key=key, fingerprint=fp, input=input, user=user,
+                owner=owner, lease_expires_at=db_now_plus(lease_seconds),
+            )
+            if self._insert_portable(operation, using):
+                return operation, None
+            return self._load(tool, scope, key)
+        values = {
+            "id": uuid.uuid4(),
+            "tool": tool,
+            "scope": scope,
+            "key": key,
+            "user_id": user.pk if user is not None else None,
+            "fingerprint": fp,
+            "input": input,
+            "state": OperationState.IN_FLIGHT.value,
+            "owner": owner,
+            "fence": 1,
+            "recovered": False,
+            "attempts": 1,
+        }
+        sql, params = statements.claim(values, lease_seconds, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
+        if row is None:  # the key exists: read it (None if it vanished meanwhile)
+            return self._load(tool, scope, key)
+        values.update(zip(statements.claim_returning,
+                          statements.convert_times(row, connection), strict=True))
+        operation = Operation.from_db(
+            using, statements.names, [values.get(n) for n in statements.names]
         )
+        if user is not None:
+            operation.user = user  # the caller's user object, not a lazy query later
+        return operation, None
+
+    def _insert_portable(self, operation: Operation, using: str) -> bool:
+        try:
+            with transaction.atomic(using=using, durable=True):
+                operation.save(force_insert=True, using=using)
+        except IntegrityError:
+            return False
+        return True
+
+    def _load(self, tool: str, scope: str, key: str) -> tuple[Operation, datetime] | None:
+        """The row for this key (its input deferred) and the database's clock, in one read."""
+        using = router.db_for_read(Operation)
+        connection = connections[using]
+        statements = _Statements.of(connection)
+        if statements is None:
+            found = (
+                Operation.objects.using(using).filter(tool=tool, scope=scope, key=key)
+                .annotate(db_now=Now()).first()
+            )
+            return None if found is None else (found, found.db_now)  # type: ignore[attr-defined]
+        with connection.cursor() as cursor:
+            cursor.execute(statements.select, [*statements.now_params, tool, scope, key])
+            row = cursor.fetchone()
         if row is None:
             return None
-        return row, row.db_now  # type: ignore[attr-defined]
+        values = statements.convert_select(row, connection)
+        db_now = values.pop()
+        return Operation.from_db(using, statements.select_names, values), db_now
 
     def _reclaim(
         self, operation: Operation, fp: str, input: Any, user: Any, lease_seconds: int
@@ -171,20 +252,34 @@ class OperationStore:
     def takeover(self, operation: Operation, lease_seconds: int) -> Claim | None:
         """Take an abandoned claim (fence + 1, new owner); None if someone else did."""
         token = new_token()
-        updated = (
-            Operation.objects.abandoned()
-            .filter(pk=operation.pk, fence=operation.fence)
-            .update(
-                state=OperationState.IN_FLIGHT,
-                owner=token,
-                fence=F("fence") + 1,
-                lease_expires_at=db_now_plus(lease_seconds),
-                updated_at=Now(),
+        connection = connections[router.db_for_write(Operation)]
+        statements = _Statements.of(connection)
+        if statements is None:
+            updated = (
+                Operation.objects.abandoned()
+                .filter(pk=operation.pk, fence=operation.fence)
+                .update(
+                    state=OperationState.IN_FLIGHT,
+                    owner=token,
+                    fence=F("fence") + 1,
+                    lease_expires_at=db_now_plus(lease_seconds),
+                    updated_at=Now(),
+                )
             )
-        )
+        else:
+            sql, params = statements.takeover(operation, token, lease_seconds, connection)
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                updated = cursor.rowcount
         if not updated:
             return None
-        operation.refresh_from_db()
+        # The compare-and-set said exactly what the row now holds: no read back. The
+        # lease (database clock) loads from the database if anyone asks for it.
+        operation.state = OperationState.IN_FLIGHT
+        operation.owner = token
+        operation.fence += 1
+        for name in ("lease_expires_at", "updated_at"):
+            operation.__dict__.pop(name, None)
         return Claim("fresh", operation, owner=token, fence=operation.fence)
 
     # -- compare-and-set transitions ---------------------------------------------------
@@ -197,18 +292,59 @@ class OperationStore:
         )
 
     def complete(self, claim: Claim, output: Any, *, recovered: bool = False) -> bool:
-        return bool(
-            self._owned(claim).update(
-                state=OperationState.SUCCEEDED,
-                output=output,
-                error=None,
-                recovered=recovered,
-                owner="",
-                lease_expires_at=None,
-                completed_at=Now(),
-                updated_at=Now(),
+        connection = connections[router.db_for_write(Operation)]
+        statements = _Statements.of(connection)
+        if statements is None:
+            return bool(
+                self._owned(claim).update(
+                    state=OperationState.SUCCEEDED,
+                    output=output,
+                    error=None,
+                    recovered=recovered,
+                    owner="",
+                    lease_expires_at=None,
+                    completed_at=Now(),
+                    updated_at=Now(),
+                )
             )
-        )
+        sql, params = statements.complete(claim, output, recovered, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount == 1
+
+    def write_journal(self, claim: Claim, data: Any) -> bool:
+        """Add a journal entry if the claim is still ours (compare-and-set); False if not.
+
+        The check locks the operation's row until the entry commits, so a takeover
+        waits for it or makes it fail. On PostgreSQL the check and the entry are one
+        statement (``WITH owned AS (UPDATE … RETURNING) INSERT … SELECT``); elsewhere
+        two, in a transaction.
+        """
+        connection = connections[router.db_for_write(Operation)]
+        statements = _Statements.of(connection)
+        if statements is not None and statements.journal_sql:
+            sql, params = statements.journal(claim, data, connection)
+            with connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                return cursor.fetchone() is not None
+        with transaction.atomic():
+            if not self.touch(claim):
+                return False
+            JournalEntry.objects.create(
+                operation_id=claim.operation.pk, data=data, fence=claim.fence
+            )
+        return True
+
+    def touch(self, claim: Claim) -> bool:
+        """Compare-and-set that this claim is still ours, locking its row until commit."""
+        connection = connections[router.db_for_write(Operation)]
+        statements = _Statements.of(connection)
+        if statements is None:
+            return bool(self._owned(claim).update(updated_at=Now()))
+        sql, params = statements.touch(claim, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.rowcount == 1
 
     def release(self, claim: Claim) -> bool:
         return bool(
@@ -257,12 +393,273 @@ class OperationStore:
         )
 
     def journal_empty(self, operation: Operation) -> bool:
-        return not JournalEntry.objects.filter(
-            operation_id=operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
-        ).exists()
+        connection = connections[router.db_for_read(JournalEntry)]
+        statements = _Statements.of(connection)
+        if statements is None:
+            return not JournalEntry.objects.filter(
+                operation_id=operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
+            ).exists()
+        sql, params = statements.journal_live(operation, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return cursor.fetchone() is None
 
     def refresh(self, operation: Operation) -> Operation:
         return Operation.objects.get(pk=operation.pk)
+
+
+Converter = tuple[int, list[Any], Any]
+
+
+class _Statements:
+    """The statements every call runs, written once per database connection.
+
+    The claim, the read of an existing key and the completion run on every call:
+    their SQL is assembled here once, from the model's columns and the clock
+    expressions Django compiles for this backend, and then executed with
+    parameters only, so that no queryset is built and compiled per call.
+    Values go through each field's ``get_db_prep_save`` and come back through
+    the same converters the ORM applies. The SQL text holds only the model's own
+    quoted table and column names and Django's clock expressions: every value is
+    a parameter (hence the ``noqa: S608`` below).
+    """
+
+    ATTRIBUTE = "_guarded_tools_statements"
+
+    @classmethod
+    def of(cls, connection: Any) -> _Statements | None:
+        """The statements for ``connection``, or None where it lacks ON CONFLICT/RETURNING."""
+        statements = connection.__dict__.get(cls.ATTRIBUTE)
+        if statements is None:
+            features = connection.features
+            if not (
+                connection.vendor in ("postgresql", "sqlite")
+                and features.can_return_columns_from_insert
+                and features.supports_update_conflicts_with_target
+            ):
+                return None
+            statements = connection.__dict__[cls.ATTRIBUTE] = cls(connection)
+        return statements  # type: ignore[no-any-return]
+
+    def __init__(self, connection: Any) -> None:
+        opts = Operation._meta
+        qn = connection.ops.quote_name
+        table = qn(opts.db_table)
+        self.fields = list(opts.concrete_fields)
+        self.column = {f.name: qn(f.column) for f in self.fields}
+        c = self.column
+        now_sql, self.now_params, now_expression = _compile(connection, Now())
+        self.now_sql = now_sql
+        self._leases: dict[int, tuple[str, list[Any]]] = {}
+        self.names = [f.attname for f in self.fields]
+        # The claim: values from the call, NULLs, and the database's clock.
+        claim_sql: list[str] = []
+        self._claim_plan: list[str] = []
+        for f in self.fields:
+            if f.name in ("created_at", "updated_at"):
+                claim_sql.append(now_sql)
+                self._claim_plan.append("now")
+            elif f.name == "lease_expires_at":
+                claim_sql.append("{lease}")
+                self._claim_plan.append("lease")
+            elif f.name in ("output", "error", "completed_at"):
+                claim_sql.append("NULL")
+            else:
+                claim_sql.append("%s")
+                self._claim_plan.append(f.attname)
+        insert = (
+            f"INSERT INTO {table} ({', '.join(c[f.name] for f in self.fields)})"  # noqa: S608
+            f" VALUES ({', '.join(claim_sql)})"
+            f" ON CONFLICT ({c['tool']}, {c['scope']}, {c['key']}) DO NOTHING"
+        )
+        selected = [f for f in self.fields if f.name != "input"]  # inputs can be large
+        columns = ", ".join(c[f.name] for f in selected)
+        by_key = f"{c['tool']} = %s AND {c['scope']} = %s AND {c['key']} = %s"
+        # One round trip for a fresh claim. (Reading an existing row in the same
+        # statement, with a CTE, saves a replay its second statement on PostgreSQL but
+        # costs every fresh claim more than that in planning: fresh claims come first.)
+        self.claim_returning = ["lease_expires_at", "created_at", "updated_at"]
+        self._claim_sql = (
+            f"{insert} RETURNING {', '.join(c[name] for name in self.claim_returning)}"
+        )
+        lease = opts.get_field("lease_expires_at")
+        self.time_converters = _converters(connection, lease.get_col(opts.db_table))
+        self._native_uuid = connection.features.has_native_uuid_field
+        self._input = opts.get_field("input")
+        self.select_names = [f.attname for f in selected]
+        self.select = f"SELECT {columns}, {now_sql} FROM {table} WHERE {by_key}"  # noqa: S608
+        self.select_converters: list[Converter] = [
+            (i, convs, col)
+            for i, col in enumerate(
+                [*(f.get_col(opts.db_table) for f in selected), now_expression]
+            )
+            if (convs := _converters(connection, col))
+        ]
+        owned = (
+            f"{c['id']} = %s AND {c['owner']} = %s AND {c['fence']} = %s AND {c['state']} = %s"
+        )
+        self.complete_sql = (
+            f"UPDATE {table} SET {c['state']} = %s, {c['output']} = %s, {c['error']} = NULL,"  # noqa: S608
+            f" {c['recovered']} = %s, {c['owner']} = %s, {c['lease_expires_at']} = NULL,"
+            f" {c['completed_at']} = {now_sql}, {c['updated_at']} = {now_sql} WHERE {owned}"
+        )
+        self.touch_sql = f"UPDATE {table} SET {c['updated_at']} = {now_sql} WHERE {owned}"  # noqa: S608
+        self._pk = opts.pk
+        self._output = opts.get_field("output")
+        # Takeover of an abandoned claim: Operation.objects.abandoned() as one statement.
+        self.takeover_sql = (
+            f"UPDATE {table} SET {c['state']} = %s, {c['owner']} = %s,"  # noqa: S608
+            f" {c['fence']} = {c['fence']} + 1, {c['lease_expires_at']} = {{lease}},"
+            f" {c['updated_at']} = {now_sql} WHERE {c['id']} = %s AND {c['fence']} = %s AND"
+            f" ({c['state']} = %s OR ({c['state']} = %s AND {c['lease_expires_at']} < {now_sql}))"
+        )
+        jopts = JournalEntry._meta
+        j = {f.name: qn(f.column) for f in jopts.concrete_fields}
+        self.journal_live_sql = (
+            f"SELECT 1 FROM {qn(jopts.db_table)} WHERE {j['operation']} = %s"  # noqa: S608
+            f" AND {j['kind']} = %s AND {j['removed']} = %s LIMIT 1"
+        )
+        # A journal entry, on PostgreSQL: the compare-and-set and the INSERT together.
+        self.journal_sql = ""
+        self._data = jopts.get_field("data")
+        if connection.vendor == "postgresql":
+            self.journal_sql = (
+                f"WITH owned AS (UPDATE {table} SET {c['updated_at']} = {now_sql}"  # noqa: S608
+                f" WHERE {owned} RETURNING {c['id']})"
+                f" INSERT INTO {qn(jopts.db_table)} ({j['operation']}, {j['kind']}, {j['data']},"
+                f" {j['fence']}, {j['removed']}, {j['created_at']})"
+                f" SELECT {c['id']}, %s, %s, %s, %s, {now_sql} FROM owned RETURNING {j['id']}"
+            )
+
+    def lease(self, connection: Any, seconds: int) -> tuple[str, list[Any]]:
+        found = self._leases.get(seconds)
+        if found is None:
+            sql, params, _ = _compile(connection, db_now_plus(seconds))
+            found = self._leases[seconds] = (sql, params)
+        return found
+
+    def claim(
+        self, values: dict[str, Any], lease_seconds: int, connection: Any
+    ) -> tuple[str, list[Any]]:
+        """The claim's SQL and parameters; the lease is ``now() + lease_seconds`` (DB clock)."""
+        lease_sql, lease_params = self.lease(connection, lease_seconds)
+        params: list[Any] = []
+        for name in self._claim_plan:
+            if name == "now":
+                params.extend(self.now_params)
+            elif name == "lease":
+                params.extend(lease_params)
+            elif name == "id":
+                params.append(values["id"] if self._native_uuid else values["id"].hex)
+            elif name == "input":
+                params.append(self._input.get_db_prep_save(values["input"], connection))
+            else:
+                params.append(values[name])
+        return self._claim_sql.replace("{lease}", lease_sql), params
+
+    def convert_times(self, row: Any, connection: Any) -> list[Any]:
+        out = []
+        for value in row:
+            for converter, expression in self.time_converters:
+                value = converter(value, expression, connection)
+            out.append(value)
+        return out
+
+    def convert_select(self, row: Any, connection: Any) -> list[Any]:
+        values = list(row)
+        for i, convs, expression in self.select_converters:
+            value = values[i]
+            for converter, _expression in convs:
+                value = converter(value, expression, connection)
+            values[i] = value
+        return values
+
+    def _owned_params(self, claim: Claim, connection: Any) -> list[Any]:
+        return [
+            self._pk.get_db_prep_value(claim.operation.pk, connection),
+            claim.owner,
+            claim.fence,
+            OperationState.IN_FLIGHT.value,
+        ]
+
+    def complete(
+        self, claim: Claim, output: Any, recovered: bool, connection: Any
+    ) -> tuple[str, list[Any]]:
+        return self.complete_sql, [
+            OperationState.SUCCEEDED.value,
+            self._output.get_db_prep_save(output, connection),
+            bool(recovered),
+            "",
+            *self.now_params,
+            *self.now_params,
+            *self._owned_params(claim, connection),
+        ]
+
+    def takeover(
+        self, operation: Operation, token: str, lease_seconds: int, connection: Any
+    ) -> tuple[str, list[Any]]:
+        lease_sql, lease_params = self.lease(connection, lease_seconds)
+        return self.takeover_sql.replace("{lease}", lease_sql), [
+            OperationState.IN_FLIGHT.value,
+            token,
+            *lease_params,
+            *self.now_params,
+            self._pk.get_db_prep_value(operation.pk, connection),
+            operation.fence,
+            OperationState.ABANDONED.value,
+            OperationState.IN_FLIGHT.value,
+            *self.now_params,
+        ]
+
+    def journal_live(self, operation: Operation, connection: Any) -> tuple[str, list[Any]]:
+        return self.journal_live_sql, [
+            self._pk.get_db_prep_value(operation.pk, connection),
+            JournalEntry.Kind.ENTRY.value,
+            False,
+        ]
+
+    def journal(self, claim: Claim, data: Any, connection: Any) -> tuple[str, list[Any]]:
+        return self.journal_sql, [
+            *self.now_params,
+            *self._owned_params(claim, connection),
+            JournalEntry.Kind.ENTRY.value,
+            self._data.get_db_prep_save(data, connection),
+            claim.fence,
+            False,
+            *self.now_params,
+        ]
+
+    def touch(self, claim: Claim, connection: Any) -> tuple[str, list[Any]]:
+        return self.touch_sql, [*self.now_params, *self._owned_params(claim, connection)]
+
+
+def _compile(connection: Any, expression: Any) -> tuple[str, list[Any], Any]:
+    """Django's SQL for a clock expression on this backend, compiled once."""
+    query = Query(Operation)
+    compiler = query.get_compiler(connection=connection)
+    resolved = expression.resolve_expression(query, allow_joins=False)
+    sql, params = compiler.compile(resolved)
+    return sql, list(params), resolved
+
+
+def _converters(connection: Any, expression: Any) -> list[tuple[Any, Any]]:
+    """What the ORM applies to a value of ``expression`` read from this backend."""
+    convs = connection.ops.get_db_converters(expression) + expression.get_db_converters(
+        connection
+    )
+    return [(converter, expression) for converter in convs]
+
+
+def _refuse_enclosing_transaction(connection: Any) -> None:
+    """Refuse to claim inside a caller's transaction, as a durable atomic block would.
+
+    Blocks a test case opened (Django's ``TestCase``, pytest-django's ``django_db``)
+    are allowed, exactly as ``transaction.atomic(durable=True)`` allows them.
+    """
+    if connection.in_atomic_block and not all(
+        getattr(block, "_from_testcase", False) for block in connection.atomic_blocks
+    ):
+        raise RuntimeError("A durable atomic block cannot be nested within another atomic block.")
 
 
 class OperationHandle:
@@ -305,18 +702,14 @@ class OperationHandle:
 
     def write(self, data: Any) -> None:
         """Record ``data`` (e.g. the upstream request id) before or after the effect."""
-        with transaction.atomic():
-            if not self._store._owned(self._claim).update(updated_at=Now()):
-                # Recorded by the pipeline after the surrounding transactions roll back.
-                raise LeaseLost(self.id, evidence={"journal_write": data})
-            JournalEntry.objects.create(
-                operation_id=self._claim.operation.pk, data=data, fence=self._claim.fence
-            )
+        if not self._store.write_journal(self._claim, data):
+            # Recorded by the pipeline after the surrounding transactions roll back.
+            raise LeaseLost(self.id, evidence={"journal_write": data})
 
     def remove(self) -> None:
         """Mark every live entry removed (the journal is empty again)."""
         with transaction.atomic():
-            if not self._store._owned(self._claim).update(updated_at=Now()):
+            if not self._store.touch(self._claim):
                 raise LeaseLost(self.id)
             self._live().update(removed=True)
 

@@ -1,0 +1,43 @@
+"""Settings for the benchmarks: the demo site plus the bench app and django-idempotency-key.
+
+Used by ``bench/run.py`` (gunicorn and every helper process). DEBUG is off: with it
+on, Django keeps every query in memory and the figures would measure that.
+"""
+
+from __future__ import annotations
+
+import os
+
+from project.settings import *  # noqa: F403
+from project.settings import INSTALLED_APPS, LOGGING
+
+INSTALLED_APPS = [*INSTALLED_APPS, "bench", "idempotency_key"]
+ROOT_URLCONF = "bench.urls"
+WSGI_APPLICATION = "bench.wsgi.application"
+DEBUG = False
+
+# Reference E (django-idempotency-key): its CacheKeyStorage over two Django caches.
+# "idempotency" is the database cache, in the same database as everything else and
+# shared by the gunicorn workers (what a site without Redis would configure); entries
+# are kept a day and never culled, as guarded_tools keeps its operations.
+# "default" is Django's default local-memory cache: per process, not shared between
+# the workers, so it is shown only as the package's lower bound (E-mem).
+CACHES = {
+    "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+                "TIMEOUT": 86400, "OPTIONS": {"MAX_ENTRIES": 10_000_000}},
+    "idempotency": {
+        "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+        "LOCATION": "bench_idempotency_cache",
+        "TIMEOUT": 86400,
+        "OPTIONS": {"MAX_ENTRIES": 1_000_000_000},
+    },
+}
+IDEMPOTENCY_KEY = {
+    "STORAGE": {"CLASS": "idempotency_key.storage.CacheKeyStorage", "CACHE_NAME": "idempotency"},
+    "CONFLICT_STATUS_CODE": None,  # a replay answers with the stored status (200)
+}
+
+#: The stub service the realistic handler calls (started by bench/run.py).
+BENCH_STUB_URL = os.environ.get("BENCH_STUB_URL", "http://127.0.0.1:8765/")
+
+LOGGING = {**LOGGING, "loggers": {"guarded_tools": {"handlers": ["console"], "level": "ERROR"}}}

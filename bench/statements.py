@@ -1,0 +1,70 @@
+"""``python -m bench.statements``: SQL statements per guarded REST call, by kind of call.
+
+Through Django's full request handling (DRF, the guard), authenticated without a
+token lookup so that only the guard's and the effect's statements are counted:
+a fresh call, a replay, an in-flight duplicate and a validation failure, for the
+plain guarded tool (B) and the fully featured one (D). Transaction control
+(BEGIN, COMMIT, SAVEPOINT) is listed too: each is a round trip. The same figures are
+asserted by tests/test_sql_counts.py. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from typing import Any
+
+
+def classify(queries: list[dict[str, Any]]) -> dict[str, Any]:
+    kinds = [q["sql"].split(None, 1)[0].upper() for q in queries]
+    control = [k for k in kinds if k in ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")]
+    data = [k for k in kinds if k not in control]
+    return {"statements": len(kinds), "data": data, "transaction_control": control}
+
+
+def main() -> None:
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+    import django
+
+    django.setup()
+    from django.contrib.auth.models import User
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from rest_framework.test import APIClient
+
+    from guarded_tools.store import OperationStore, fingerprint
+
+    user = User.objects.get(username="bench")
+    client = APIClient()
+    client.force_authenticate(user)
+    scope = f"{user._meta.label_lower}:{user.pk}"
+    out: dict[str, Any] = {"vendor": connection.vendor}
+    for label, tool in (("B", "bench_insert"), ("D", "bench_insert_full")):
+        url = f"/agent/tools/{tool}/"
+        key = f"stmt-{uuid.uuid4().hex}"
+        body = {"operationId": key, "value": 7}
+
+        def post(data: Any, expect: int, url: str = url) -> list[dict[str, Any]]:
+            # Django's permission cache lives on the user object: a fresh one per call,
+            # as each real request has.
+            client.force_authenticate(User.objects.get(pk=user.pk))
+            with CaptureQueriesContext(connection) as ctx:
+                response = client.post(url, data, format="json")
+            assert response.status_code == expect, (response.status_code, response.content)
+            return ctx.captured_queries
+
+        fresh = post(body, 200)
+        replay = post(body, 200)
+        other = {"operationId": f"stmt-{uuid.uuid4().hex}", "value": 7}
+        OperationStore().claim(tool=tool, scope=scope, key=other["operationId"],
+                               fp=fingerprint(other), input=other, user=user, lease_seconds=60)
+        in_flight = post(other, 409)
+        invalid = post({"operationId": f"stmt-{uuid.uuid4().hex}", "value": "seven"}, 422)
+        out[label] = {name: classify(q) for name, q in (
+            ("fresh", fresh), ("replay", replay), ("in_flight", in_flight), ("invalid", invalid))}
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,16 @@
+"""URLs of the benchmark site: the unguarded views, the guarded tools, the admin."""
+
+from django.contrib import admin
+from django.urls import include, path
+
+from bench import views
+
+urlpatterns = [
+    path("ping/", views.ping),
+    path("plain/", views.PlainInsertView.as_view()),
+    path("plain-remote/", views.PlainRemoteView.as_view()),
+    path("idempotency-key/", views.idempotent_db),
+    path("idempotency-key-mem/", views.idempotent_mem),
+    path("agent/", include("guarded_tools.urls")),
+    path("admin/", admin.site.urls),
+]

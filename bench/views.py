@@ -1,0 +1,59 @@
+"""Provides the unguarded views: A (plain DRF), E (django-idempotency-key), the realistic plain.
+
+Each does exactly what the matching guarded tool's handler does, so the difference
+between them is the guard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.http import JsonResponse
+from django.utils.decorators import decorator_from_middleware
+from idempotency_key.decorators import idempotency_key
+from idempotency_key.middleware import ExemptIdempotencyKeyMiddleware
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from bench import stub
+from bench.models import Item
+
+
+def insert(data: Any, ref: str = "") -> dict[str, Any]:
+    """The effect every configuration performs: one INSERT."""
+    item = Item.objects.create(key=str(data.get("operationId", "")),
+                               value=int(data.get("value", 0)), ref=ref)
+    return {"id": item.pk, "value": item.value}
+
+
+class PlainInsertView(APIView):
+    """A: a plain DRF view doing the tool's effect, with no guard."""
+
+    def post(self, request: Request) -> Response:
+        return Response(insert(request.data))
+
+
+class PlainRemoteView(APIView):
+    """The realistic handler, unguarded: a 5 ms call to the stub service, then the INSERT."""
+
+    def post(self, request: Request) -> Response:
+        ref = stub.call(settings.BENCH_STUB_URL, str(request.data.get("operationId", "")))
+        return Response(insert(request.data, ref))
+
+
+def _with_idempotency_key(cache_name: str) -> Any:
+    """View A behind django-idempotency-key, opted in per view (no global middleware)."""
+    view = idempotency_key(cache_name=cache_name)(PlainInsertView.as_view())
+    return decorator_from_middleware(ExemptIdempotencyKeyMiddleware)(view)
+
+
+#: E: the package with its cache storage on Django's database cache (shared, durable).
+idempotent_db = _with_idempotency_key("idempotency")
+#: E-mem: the same on Django's local-memory cache (per process: a lower bound only).
+idempotent_mem = _with_idempotency_key("default")
+
+
+def ping(request: Any) -> JsonResponse:
+    return JsonResponse({"ok": True})
