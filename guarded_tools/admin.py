@@ -28,6 +28,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from guarded_tools import confirmations, reconciliation
+from guarded_tools.catalog import CODE
 from guarded_tools.models import (
     AuditEntry,
     Confirmation,
@@ -273,7 +274,7 @@ class SucceededForm(ReconcileForm):
 
 
 class FailedForm(ReconcileForm):
-    code = forms.RegexField(label=_("Error code"), regex=r"^[a-z][a-z0-9_]{0,63}$",
+    code = forms.RegexField(label=_("Error code"), regex=CODE,
                             initial="operation_failed")
     message = forms.CharField(label=_("Message for the agent"), max_length=500,
                               initial="The operation failed and was reconciled by a person.")

@@ -14,7 +14,12 @@ if TYPE_CHECKING:
     from guarded_tools.exceptions import ToolError
     from guarded_tools.repair import Repair, RepairPlan
 
-_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+#: An error code: 1-64 lowercase letters, digits or '_', starting with a letter.
+CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+def is_code(value: object) -> bool:
+    return isinstance(value, str) and CODE.match(value) is not None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,7 +77,7 @@ class ErrorCatalog:
         An agent sees only the code, so one code means one thing across every
         catalog (redefining a whole catalog under its own namespace replaces it).
         """
-        if not isinstance(code, str) or not _CODE.match(code):
+        if not is_code(code):
             raise ValueError(
                 f"Error code {code!r} is not 1-64 lowercase letters, digits or '_'."
             )

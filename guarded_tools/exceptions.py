@@ -7,11 +7,10 @@ store, handler or verifier raises keeps its identity in Python; over HTTP it bec
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
-from guarded_tools.catalog import ErrorCatalog, resolve_link
+from guarded_tools.catalog import ErrorCatalog, is_code, resolve_link
 from guarded_tools.repair import (
     RETRY_POLICIES,
     Repair,
@@ -20,8 +19,6 @@ from guarded_tools.repair import (
     coerce_repair,
     render_message,
 )
-
-_CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 BUILTIN = ErrorCatalog(
     "guarded_tools",
@@ -307,7 +304,7 @@ class ToolError(GuardError):
         fix: str | None = None,
         link: str | None = None,
     ) -> None:
-        if not _CODE.match(code or ""):
+        if not is_code(code):
             raise ValueError("A ToolError code is 1-64 lowercase letters, digits or '_'.")
         if retry is None:
             if retryable is None:

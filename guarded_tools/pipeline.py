@@ -26,6 +26,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from guarded_tools.cancellation import CancelSignal
+from guarded_tools.catalog import is_code
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import (
     AuthorizationError,
@@ -193,7 +194,8 @@ class Pipeline:
         self.check_authorization(inv, obs)
         if self.tool.idempotent:
             inv.key = self.resolve_key(inv)
-        inv.fingerprint = fingerprint(inv.input)
+        if self.tool.idempotent or self.tool.confirm_mode:
+            inv.fingerprint = fingerprint(inv.input)
         if self.tool.confirm_mode == "always":
             self.confirm(inv, obs)
         if not self.tool.idempotent:
@@ -335,7 +337,7 @@ class Pipeline:
 
     @property
     def lease_seconds(self) -> int:
-        return int(self.tool.lease_seconds or gt_settings.LEASE_SECONDS)
+        return self.tool.lease
 
     # -- replays -------------------------------------------------------------------------
     def replay(self, inv: Invocation, operation: Operation, obs: _Observer) -> GuardResult:
@@ -359,7 +361,7 @@ class Pipeline:
             return OutcomeUnknownError(extra={"operation": summary})
         code = str(data.get("code") or "operation_failed")
         error = ToolError(
-            code if code.replace("_", "").isalnum() and code.islower() else "operation_failed",
+            code if is_code(code) else "operation_failed",
             str(data.get("message") or "The operation failed."),
             retry="never",
             status=int(data.get("status") or 409),
@@ -462,15 +464,16 @@ class Pipeline:
         """Release (proven pre-effect), recover, or abandon; never run the handler again."""
         if isinstance(exc, LeaseLost):
             return self.after_lost_lease(claim, evidence=exc.evidence)
-        journal_empty = self.tool.journal and self.store.journal_empty(claim.operation)
-        if isinstance(exc, ToolError) and (not self.tool.journal or journal_empty):
+        if isinstance(exc, ToolError) and (
+            not self.tool.journal or self.proves_no_effect(claim)
+        ):
             self.store.release(claim)
             raise exc
         if self.tool.recover is not None:
-            result = self.run_recover(inv, claim, handle, exc, obs, journal_empty=journal_empty)
+            result = self.run_recover(inv, claim, handle, exc, obs)
             assert result is not None  # with an exception, "released" re-raises it
             return result
-        if journal_empty:
+        if self.proves_no_effect(claim):
             self.store.release(claim)
             raise exc
         # Without a recover hook nobody can ever prove the outcome: a person decides.
@@ -487,7 +490,6 @@ class Pipeline:
         exc: BaseException | None,
         obs: _Observer,
         *,
-        journal_empty: bool,
         terminal: bool = False,
     ) -> GuardResult | None:
         """Ask the tool's ``recover`` what really happened.
@@ -516,10 +518,9 @@ class Pipeline:
         if decision.get("outcome") == "unknown":
             self.store.mark_unknown(claim, {"code": "outcome_unknown"})
             raise OutcomeUnknownError(extra={"operation": summary}) from exc
-        if not journal_empty and self.tool.journal:
-            # recover may have cleared the journal after proving no effect happened.
-            journal_empty = self.store.journal_empty(claim.operation)
-        if journal_empty:
+        # Asked after recover ran: it may have cleared the journal once it proved that
+        # no effect happened.
+        if self.proves_no_effect(claim):
             self.store.release(claim)
             if exc is not None:
                 raise exc
@@ -529,6 +530,16 @@ class Pipeline:
         else:
             self.store.abandon(claim)
         raise OutcomeUnknownError(extra={"operation": summary}) from exc
+
+    def proves_no_effect(self, claim: Claim) -> bool:
+        """True when nothing of the handler's effect can have committed.
+
+        An ``atomic`` tool's effect commits only with its completion; otherwise a
+        configured journal that is empty proves the handler stopped before its effect.
+        """
+        return self.tool.atomic or (
+            self.tool.journal and self.store.journal_empty(claim.operation)
+        )
 
     def recover_abandoned(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
         """A caller met a claim with no live owner: recover it inline, never re-execute."""

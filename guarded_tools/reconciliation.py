@@ -16,12 +16,12 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from jsonschema import Draft202012Validator
 
+from guarded_tools.catalog import is_code
 from guarded_tools.models import AuditEntry, Operation, OperationState
 from guarded_tools.registry import registry
 from guarded_tools.store import storable_json
 
 RECONCILE_PERMISSION = "guarded_tools.reconcile_operation"
-ERROR_CODE_CHARS = "abcdefghijklmnopqrstuvwxyz0123456789_"
 
 
 class ReconcileRefused(Exception):
@@ -92,8 +92,10 @@ def mark_failed(
     message: str = "The operation failed and was reconciled by a person.",
 ) -> Operation:
     """Terminal failure: every replay returns this error (retry never)."""
-    if not code or any(c not in ERROR_CODE_CHARS for c in code) or len(code) > 64:
-        raise ReconcileRefused("The error code is 1-64 lowercase letters, digits or '_'.")
+    if not is_code(code):
+        raise ReconcileRefused(
+            "The error code is 1-64 lowercase letters, digits or '_', starting with a letter."
+        )
     return _decide(
         operation, user, AuditEntry.Action.MARK_FAILED, note,
         state=OperationState.FAILED,

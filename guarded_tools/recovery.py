@@ -67,9 +67,7 @@ def close_old_connections() -> None:
 
 
 def _lease(definition: Tool | None) -> int:
-    if definition is not None and definition.lease_seconds:
-        return int(definition.lease_seconds)
-    return int(gt_settings.LEASE_SECONDS)
+    return definition.lease if definition is not None else int(gt_settings.LEASE_SECONDS)
 
 
 def recover_claimed(
@@ -83,23 +81,19 @@ def recover_claimed(
         # Nobody here can read authoritative state for an unknown tool.
         store.mark_unknown(claim, {"code": "outcome_unknown", "reason": "tool not registered"})
         return "unknown"
-    journal_empty = definition.atomic or (
-        definition.journal and store.journal_empty(operation)
-    )
+    pipeline = get_pipeline(definition)
     if definition.recover is None:
-        if journal_empty:
+        if pipeline.proves_no_effect(claim):
             store.release(claim)
             return "released"
         store.mark_unknown(claim, {"code": "outcome_unknown"})
         return "unknown"
-    pipeline = get_pipeline(definition)
     inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
     try:
         inv.context = pipeline.resolve_context(inv)
         handle = OperationHandle(store, claim, _lease(definition))
         result = pipeline.run_recover(
-            inv, claim, handle, None, _Observer(definition),
-            journal_empty=journal_empty, terminal=True,
+            inv, claim, handle, None, _Observer(definition), terminal=True
         )
     except GuardError:
         return "unknown"

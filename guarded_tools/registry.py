@@ -107,6 +107,13 @@ class Tool:
         }
 
     @property
+    def lease(self) -> int:
+        """Seconds of lease a claim gets: the tool's own, else ``LEASE_SECONDS``."""
+        from guarded_tools.conf import gt_settings
+
+        return int(self.lease_seconds or gt_settings.LEASE_SECONDS)
+
+    @property
     def reachable_over_mcp(self) -> bool:
         """MCP agents cannot set headers per call: the key must come from the input."""
         return self.read_only or self.idempotency_key is not None

@@ -131,11 +131,10 @@ class OperationDetailView(GuardedAPIView):
         if operation.state == "succeeded":
             data["output"] = operation.output
         elif operation.error:
-            from guarded_tools.pipeline import Pipeline
-
             tool = registry.find(operation.tool)
             if tool is not None:
-                data["error"] = Pipeline(tool).stored_error(operation).as_dict(docs_url(request))
+                error = get_pipeline(tool).stored_error(operation)
+                data["error"] = error.as_dict(docs_url(request))
         return Response(data)
 
 

@@ -105,6 +105,36 @@ def expire_lease(queryset: Any, seconds: int = 5) -> None:
     queryset.update(lease_expires_at=past)
 
 
+def paused_owner(definition: Any, body: dict[str, Any], user: Any, entered: threading.Event,
+                 resume: threading.Event, takeover: Callable[[], bool]) -> tuple[Any, Any]:
+    """Call ``definition`` in a thread whose handler pauses (``entered``/``resume``) until
+    its lease has expired and ``takeover()`` (which must return True) has run; return the
+    operation and what the paused owner finally got (a result or an exception)."""
+    outcome: list[Any] = []
+
+    def owner() -> None:
+        try:
+            outcome.append(definition(body, user=user))
+        except BaseException as exc:
+            outcome.append(exc)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=owner, daemon=True)
+    thread.start()
+    try:
+        assert entered.wait(10)
+        operation = Operation.objects.get(tool=definition.name)
+        wait_until(lambda: Operation.objects.abandoned().filter(pk=operation.pk).exists())
+        assert takeover()
+    finally:
+        resume.set()
+        thread.join(20)
+    assert not thread.is_alive()
+    [result] = outcome
+    return operation, result
+
+
 # -- one key, many callers -----------------------------------------------------------------
 @pytest.mark.parametrize("callers", [50, 64])
 def test_one_key_many_threads_over_rest_executes_once(callers: int, make_tool: Any,
@@ -369,32 +399,11 @@ def test_owner_paused_past_its_lease_cannot_complete(variant: str, make_tool: An
     recover = CountingRecover(recovered=variant != "unknown")
     definition = make_tool(handler, input_schema=SCHEMA, recover=recover, lease_seconds=1)
     body = {"operationId": key()}
-    outcome: list[Any] = []
-
-    def owner() -> None:
-        try:
-            outcome.append(definition(body, user=alice))
-        except BaseException as exc:
-            outcome.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=owner, daemon=True)
-    thread.start()
-    try:
-        assert entered.wait(10)
-        operation = Operation.objects.get(tool=definition.name)
-        wait_until(lambda: Operation.objects.abandoned().filter(pk=operation.pk).exists())
-        report = sweep()
-        assert report.taken == 1
-    finally:
-        resume.set()
-        thread.join(20)
-    assert not thread.is_alive()
+    operation, result = paused_owner(definition, body, alice, entered, resume,
+                                     takeover=lambda: sweep().taken == 1)
     assert executions == [1]
     assert list(recover.calls.values()) == [1]
     operation.refresh_from_db()
-    [result] = outcome
     late = JournalEntry.objects.filter(operation=operation, kind=JournalEntry.Kind.LATE_RESULT)
     if variant == "unknown":
         assert operation.state == OperationState.OUTCOME_UNKNOWN
@@ -439,28 +448,9 @@ def test_atomic_owner_paused_past_its_lease_rolls_its_effect_back(make_tool: Any
 
     definition = make_tool(handler, input_schema=SCHEMA, atomic=True, lease_seconds=1)
     body = {"operationId": key()}
-    outcome: list[Any] = []
-
-    def owner() -> None:
-        try:
-            outcome.append(definition(body, user=alice))
-        except BaseException as exc:
-            outcome.append(exc)
-        finally:
-            connection.close()
-
-    thread = threading.Thread(target=owner, daemon=True)
-    thread.start()
-    try:
-        assert entered.wait(10)
-        operation = Operation.objects.get(tool=definition.name)
-        wait_until(lambda: Operation.objects.abandoned().filter(pk=operation.pk).exists())
-        assert sweep().released == 1  # nothing of an atomic handler is committed yet
-    finally:
-        resume.set()
-        thread.join(20)
-    assert not thread.is_alive()
-    [result] = outcome
+    # Nothing of an atomic handler is committed yet, so the sweep releases the key.
+    _operation, result = paused_owner(definition, body, alice, entered, resume,
+                                      takeover=lambda: sweep().released == 1)
     # The sweep released the key: the stale owner is told to retry the same call.
     assert isinstance(result, OperationInFlight), repr(result)
     assert effect_rows(body["operationId"]).count() == 0  # the stale effect rolled back

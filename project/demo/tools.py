@@ -64,6 +64,10 @@ OPERATION_ID = {"type": "string", "minLength": 1, "maxLength": 255,
                 "title": "Operation id", "description": "A new UUID per intended operation."}
 
 
+def _owns_source(*, input: dict[str, Any], user: Any, **_: Any) -> bool:
+    return Account.objects.filter(pk=input["sourceId"], owner=user).exists()
+
+
 def _order_of(user: Any, order_id: int) -> Order | None:
     return Order.objects.filter(pk=order_id, customer=user).first()
 
@@ -242,9 +246,7 @@ def list_payment_accounts(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
         "required": ["requestId", "sourceId"],
         "additionalProperties": False,
     },
-    authorize=lambda input, user, **_: Account.objects.filter(
-        pk=input["sourceId"], owner=user
-    ).exists(),
+    authorize=_owns_source,
     idempotency_key="requestId",
     atomic=True,
 )
@@ -305,9 +307,7 @@ def verify_payment(*, input: dict[str, Any], output: dict[str, Any], **_: Any) -
         "required": ["paymentId", "amount", "receiverId"],
     },
     permissions=["demo.add_ledgerentry"],
-    authorize=lambda input, user, **_: Account.objects.filter(
-        pk=input["sourceId"], owner=user
-    ).exists(),
+    authorize=_owns_source,
     idempotency_key="operationId",
     confirm="effect-only",
     journal=True,
