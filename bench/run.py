@@ -421,6 +421,8 @@ def main() -> int:
     parser.add_argument("--db", choices=["postgresql", "sqlite", "both"], default="both")
     parser.add_argument("--skip", default="", help="comma-separated: http,micro,statements,"
                         "recovery,admin")
+    parser.add_argument("--configs", default="",
+                        help="comma-separated subset of the HTTP configurations (default all)")
     parser.add_argument("--recovery-ops", type=int, default=10_000)
     parser.add_argument("--recovery-rounds", type=int, default=1)
     parser.add_argument("--admin-rows", type=int, default=1_000_000)
@@ -440,6 +442,10 @@ def main() -> int:
         args.recovery_ops, args.recovery_rounds = 2_000, 1
         args.admin_rows = min(args.admin_rows, 100_000)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if args.configs:
+        wanted = {c.strip() for c in args.configs.split(",") if c.strip()}
+        CONFIGS[:] = [c for c in CONFIGS if c[0] in wanted]
+        RATIOS[:] = [r for r in RATIOS if r[1] in wanted and r[2] in wanted]
     if "http" not in skip and shutil.which("wrk") is None:
         log("run.py: wrk is not installed (apt-get install wrk; scripts/bench.sh does it)")
         return 2

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import connections, transaction
+from django.db import connections, router, transaction
 from django.utils import timezone
 
 from guarded_tools.cancellation import CancelSignal
@@ -34,6 +34,7 @@ from guarded_tools.exceptions import (
     GuardError,
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
+    IdempotencyKeyReused,
     LeaseLost,
     NotAuthenticated,
     OperationInFlight,
@@ -42,10 +43,13 @@ from guarded_tools.exceptions import (
     VerificationError,
 )
 from guarded_tools.models import Operation, OperationState
+from guarded_tools.permissions import has_perms
+from guarded_tools.replays import Remembered, replays
 from guarded_tools.store import (
     Claim,
     OperationHandle,
     OperationStore,
+    PendingOperationHandle,
     fingerprint,
     storable_json,
 )
@@ -55,6 +59,12 @@ if TYPE_CHECKING:
     from guarded_tools.registry import Tool
 
 logger = logging.getLogger("guarded_tools")
+
+NESTED_TRANSACTION = (
+    "guarded_tools must commit its claim before the handler runs, but it was called"
+    " inside a transaction (ATOMIC_REQUESTS or transaction.atomic). Call tools outside"
+    " transactions; use atomic=True on the tool for a same-database effect."
+)
 
 
 @dataclass
@@ -94,6 +104,8 @@ class GuardResult:
     operation: dict[str, Any] | None = None
     replayed: bool = False
     recovered: bool = False
+    #: The output as JSON, when the guard already serialized it (for the replay cache).
+    output_json: str | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -200,7 +212,25 @@ class Pipeline:
             self.confirm(inv, obs)
         if not self.tool.idempotent:
             return self.execute_unclaimed(inv, obs)
-        claim = self.claim(inv)
+        remembered = replays.get(self.tool.name, inv.scope, inv.key or "")
+        if remembered is not None:
+            return self.replay_remembered(inv, remembered, obs)
+        result = self.claimed(inv, obs)
+        if result.operation is not None and result.operation.get("status") == "succeeded":
+            replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
+                        output=result.output, operation=result.operation,
+                        recovered=result.recovered, output_json=result.output_json)
+        return result
+
+    def claimed(self, inv: Invocation, obs: _Observer) -> GuardResult:
+        """Claim the key, then execute, replay, refuse or recover, as the claim says."""
+        claim = None
+        if self.locks_key:
+            result, claim = self.execute_locked(inv, obs)
+            if result is not None:
+                return result
+        if claim is None:
+            claim = self.claim(inv)
         obs.operation_id = str(claim.operation.pk)
         if claim.kind == "completed":
             return self.replay(inv, claim.operation, obs)
@@ -242,7 +272,7 @@ class Pipeline:
             user = inv.user
             if user is None or not getattr(user, "is_authenticated", False):
                 raise NotAuthenticated()
-            if not user.has_perms(self.tool.permissions):
+            if not has_perms(user, self.tool.permissions):
                 raise AuthorizationError()
         if self.tool.authorize is not None:
             allowed, _reason = _decision(
@@ -327,17 +357,30 @@ class Pipeline:
             )
         except RuntimeError as exc:
             if "durable" in str(exc):
-                raise ImproperlyConfigured(
-                    "guarded_tools must commit its claim before the handler runs, but it was"
-                    " called inside a transaction (ATOMIC_REQUESTS or transaction.atomic)."
-                    " Call tools outside transactions; use atomic=True on the tool for a"
-                    " same-database effect."
-                ) from exc
+                raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
             raise
 
     @property
     def lease_seconds(self) -> int:
         return self.tool.lease
+
+    @property
+    def locks_key(self) -> bool:
+        """Whether calls run as one transaction: key lock, effect, operation (``atomic``).
+
+        Not for tools that ask for a queued confirmation after the claim (the pending
+        confirmation must commit while the call waits), nor for ``async def``
+        handlers, nor on databases where the store cannot lock a key in a transaction,
+        nor when ``ATOMIC_SINGLE_TRANSACTION`` is off (then an atomic tool's claim
+        commits first, as every other tool's does, and shows while it runs).
+        """
+        return (
+            self.tool.atomic
+            and gt_settings.ATOMIC_SINGLE_TRANSACTION
+            and self.tool.confirm_mode != "effect-only"
+            and not inspect.iscoroutinefunction(self.tool.handler)
+            and self.store.can_lock()
+        )
 
     # -- replays -------------------------------------------------------------------------
     def replay(self, inv: Invocation, operation: Operation, obs: _Observer) -> GuardResult:
@@ -352,6 +395,23 @@ class Pipeline:
             self.verify(inv, result, obs)
             return result
         raise self.stored_error(operation)
+
+    def replay_remembered(
+        self, inv: Invocation, remembered: Remembered, obs: _Observer
+    ) -> GuardResult:
+        """A replay answered from this process's replay cache: no SQL statement."""
+        if remembered.fingerprint != inv.fingerprint:
+            raise IdempotencyKeyReused()
+        obs.operation_id = str(remembered.operation.get("id"))
+        obs.emit("replayed")
+        result = GuardResult(
+            output=remembered.output,
+            operation=dict(remembered.operation),
+            replayed=True,
+            recovered=remembered.recovered,
+        )
+        self.verify(inv, result, obs)
+        return result
 
     def stored_error(self, operation: Operation) -> GuardError:
         """The terminal error a person or recovery stored, for every replay."""
@@ -418,6 +478,52 @@ class Pipeline:
                     return self.replay(inv, operation, obs)
             raise
         return result
+
+    def execute_locked(
+        self, inv: Invocation, obs: _Observer
+    ) -> tuple[GuardResult | None, Claim | None]:
+        """An atomic tool's call as one transaction: lock the key, run, insert the result.
+
+        The key is locked for the transaction (``OperationStore.lock_key``); the
+        handler's effect, its journal, ``verify`` and the operation row, inserted
+        already succeeded, commit together or not at all. A crash at any point
+        leaves nothing: no effect, no claim to recover. A duplicate arriving
+        meanwhile finds the key locked (``operation_in_flight``). When the key
+        already has a row, nothing runs here: ``(None, claim)`` says what the row
+        means (None for a released key, which the ordinary claim takes again).
+        """
+        try:
+            with transaction.atomic(using=router.db_for_write(Operation), durable=True):
+                state, found = self.store.lock_key(
+                    tool=self.tool.name, scope=inv.scope, key=inv.key or ""
+                )
+                if state == "busy":
+                    raise OperationInFlight(headers={"Retry-After": "1"})
+                if found is not None:  # the key exists: decided outside this transaction
+                    operation, db_now = found
+                    if operation.state == OperationState.RELEASED:
+                        return None, None
+                    return None, self.store.classify(operation, db_now, inv.fingerprint)
+                claim = self.store.pending(
+                    tool=self.tool.name, scope=inv.scope, key=inv.key or "",
+                    fp=inv.fingerprint, input=inv.input, user=inv.user,
+                )
+                obs.operation_id = str(claim.operation.pk)
+                handle = PendingOperationHandle(self.store, claim, self.lease_seconds)
+                output = self.call_handler(inv, self.make_context(inv, handle))
+                obs.emit("executed")
+                text = self.measure_output(output, obs)
+                result = GuardResult(output=output, operation=claim.operation.summary(),
+                                     output_json=text)
+                self.verify(inv, result, obs)
+                stored = output if text is not None else storable_json(output)
+                self.store.insert_completed(claim, stored, handle.pending)
+        except RuntimeError as exc:
+            if "durable" in str(exc):
+                raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
+            raise
+        result.operation = {**claim.operation.summary(), "status": OperationState.SUCCEEDED}
+        return result, claim
 
     def _try_release(self, claim: Claim) -> bool:
         try:
@@ -565,11 +671,12 @@ class Pipeline:
         self, inv: Invocation, claim: Claim, output: Any, obs: _Observer, *, recovered: bool
     ) -> GuardResult:
         """Budget, verify, complete: finalization the caller's cancellation cannot stop."""
-        self.measure_output(output, obs)
+        text = self.measure_output(output, obs)
         result = GuardResult(
             output=output,
             operation=claim.operation.summary(),
             recovered=recovered,
+            output_json=text,
         )
         try:
             self.verify(inv, result, obs)
@@ -578,7 +685,8 @@ class Pipeline:
                 self.store.mark_unknown(claim, exc.as_dict(), output=storable_json(output))
             exc.extra["operation"] = claim.operation.summary()
             raise
-        if not self.store.complete(claim, storable_json(output), recovered=recovered):
+        stored = output if text is not None else storable_json(output)
+        if not self.store.complete(claim, stored, recovered=recovered):
             if self.tool.atomic:
                 raise LeaseLost(str(claim.operation.pk))
             return self.after_lost_lease(claim, evidence={"output": storable_json(output)})
@@ -615,21 +723,24 @@ class Pipeline:
             )
         raise OutcomeUnknownError(extra={"operation": operation.summary()})
 
-    def measure_output(self, output: Any, obs: _Observer) -> None:
+    def measure_output(self, output: Any, obs: _Observer) -> str | None:
+        """The output's JSON text (kept for the replay cache), None if it is not JSON."""
         budget = self.tool.output_budget_bytes or gt_settings.OUTPUT_BUDGET_BYTES
         try:
-            size = len(json.dumps(output, cls=DjangoJSONEncoder).encode("utf-8"))
+            text = json.dumps(output, cls=DjangoJSONEncoder)
         except (TypeError, ValueError):
             obs.emit("output_unmeasurable")
             logger.warning("tool %s returned an output that is not JSON", self.tool.name)
-            return
+            return None
+        size = len(text.encode("utf-8"))
         if size > budget:
             obs.emit("output_oversized", extra={"bytes": size, "budget": budget})
             logger.warning(
                 "tool %s output is %d bytes, over its budget of %d", self.tool.name, size, budget
             )
-            return
+            return text
         obs.emit("output_validated", extra={"bytes": size})
+        return text
 
     def verify(self, inv: Invocation, result: GuardResult, obs: _Observer) -> None:
         """Run ``verify`` with its own signal, bounded by ``verify_timeout``."""

@@ -20,6 +20,7 @@ from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import GuardError
 from guarded_tools.models import Confirmation, ConfirmationStatus, Operation
 from guarded_tools.registry import Tool, registry
+from guarded_tools.replays import replays
 from guarded_tools.store import Claim, OperationHandle, OperationStore
 
 logger = logging.getLogger("guarded_tools.recovery")
@@ -151,6 +152,7 @@ def purge_completed(days: int | None = None) -> int:
     if not ids:
         return 0
     deleted, _ = Operation.objects.filter(pk__in=ids).delete()
+    replays.clear()  # this process forgets them now; others when their entries expire
     return len(ids) if deleted else 0
 
 

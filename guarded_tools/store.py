@@ -28,6 +28,10 @@ from guarded_tools.models import JournalEntry, Operation, OperationState
 logger = logging.getLogger("guarded_tools.store")
 
 ClaimKind = Literal["fresh", "in_flight", "completed", "abandoned"]
+LockState = Literal["locked", "busy", "exists"]
+#: First key of the advisory locks taken on PostgreSQL (``pg_try_advisory_xact_lock(int, int)``):
+#: "gt" and 1, so that the locks are recognisable in ``pg_locks`` (``classid``).
+LOCK_CLASS = 0x6774_0001
 COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUTCOME_UNKNOWN)
 
 
@@ -65,6 +69,12 @@ def storable_json(value: Any) -> Any:
 
 def new_token() -> str:
     return uuid.uuid4().hex
+
+
+def _key_hash(tool: str, scope: str, key: str) -> int:
+    """A signed 32-bit hash of the key: the second key of its advisory lock."""
+    digest = hashlib.blake2b(f"{tool}\0{scope}\0{key}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
 
 
 @dataclass
@@ -116,17 +126,21 @@ class OperationStore:
                 if claim is not None:
                     return claim
                 continue
-            if operation.fingerprint != fp:
-                raise IdempotencyKeyReused()
-            if operation.state in COMPLETED:
-                return Claim("completed", operation)
-            if operation.state == OperationState.ABANDONED or (
-                operation.lease_expires_at is not None and operation.lease_expires_at <= db_now
-            ):
-                return Claim("abandoned", operation, fence=operation.fence)
-            remaining = (operation.lease_expires_at - db_now).total_seconds()  # type: ignore[operator]
-            return Claim("in_flight", operation, retry_after=max(1, min(int(remaining) + 1, 60)))
+            return self.classify(operation, db_now, fp)
         raise RuntimeError("Could not claim the operation after several attempts.")
+
+    def classify(self, operation: Operation, db_now: datetime, fp: str) -> Claim:
+        """What an existing, not released key means for a caller: replay, wait or recover."""
+        if operation.fingerprint != fp:
+            raise IdempotencyKeyReused()
+        if operation.state in COMPLETED:
+            return Claim("completed", operation)
+        if operation.state == OperationState.ABANDONED or (
+            operation.lease_expires_at is not None and operation.lease_expires_at <= db_now
+        ):
+            return Claim("abandoned", operation, fence=operation.fence)
+        remaining = (operation.lease_expires_at - db_now).total_seconds()  # type: ignore[operator]
+        return Claim("in_flight", operation, retry_after=max(1, min(int(remaining) + 1, 60)))
 
     def _claim_or_load(
         self,
@@ -248,6 +262,94 @@ class OperationStore:
             return None
         operation.refresh_from_db()
         return Claim("fresh", operation, owner=token, fence=operation.fence)
+
+    # -- atomic tools: key, effect and operation in one transaction --------------------
+    def can_lock(self) -> bool:
+        """True where an atomic tool's call can run as one transaction (see ``lock_key``)."""
+        statements = _Statements.of(connections[router.db_for_write(Operation)])
+        return statements is not None and statements.locking
+
+    def lock_key(
+        self, *, tool: str, scope: str, key: str
+    ) -> tuple[LockState, tuple[Operation, datetime] | None]:
+        """Lock the key for the caller's open transaction, or say why not.
+
+        ``"locked"``: nobody holds the key and it was never claimed; it stays locked
+        until the transaction ends. ``"busy"``: another transaction holds it.
+        ``"exists"``: the key has a row (returned, with the database clock).
+        PostgreSQL: a transaction-scoped advisory lock on a hash of the key, then a
+        read of the key in a second statement, whose snapshot is taken after the lock
+        (both sent at once where the driver allows it). SQLite: the transaction is
+        IMMEDIATE and already holds the database's write lock, so only the read.
+        """
+        using = router.db_for_write(Operation)
+        connection = connections[using]
+        statements = _Statements.of(connection)
+        if statements is None or not statements.locking or not connection.in_atomic_block:
+            raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
+        select_params = [*statements.now_params, tool, scope, key]
+        with connection.cursor() as cursor:
+            if statements.lock_sql:
+                lock_params = [LOCK_CLASS, _key_hash(tool, scope, key)]
+                if statements.multi:
+                    cursor.execute(f"{statements.lock_sql}; {statements.select}",
+                                   [*lock_params, *select_params])
+                    held = cursor.fetchone()[0]
+                    cursor.nextset()
+                else:
+                    cursor.execute(statements.lock_sql, lock_params)
+                    held = cursor.fetchone()[0]
+                    if held:
+                        cursor.execute(statements.select, select_params)
+                if not held:
+                    return "busy", None
+            else:
+                cursor.execute(statements.select, select_params)
+            row = cursor.fetchone()
+        if row is None:
+            return "locked", None
+        values = statements.convert_select(row, connection)
+        db_now = values.pop()
+        return "exists", (Operation.from_db(using, statements.select_names, values), db_now)
+
+    def pending(
+        self, *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any
+    ) -> Claim:
+        """The claim on a locked key: the operation as it will be inserted, not yet a row."""
+        operation = Operation(
+            id=uuid.uuid4(), tool=tool, scope=scope, key=key, fingerprint=fp, input=input,
+            user=user if getattr(user, "pk", None) else None, owner=new_token(),
+        )
+        return Claim("fresh", operation, owner=operation.owner, fence=operation.fence)
+
+    def insert_completed(self, claim: Claim, output: Any, entries: list[Any]) -> None:
+        """Insert a locked key's operation, already succeeded, with its journal; commit.
+
+        The last statements of the transaction ``lock_key`` locked the key for. On
+        PostgreSQL with psycopg 3's client-side binding (Django's default) the
+        INSERTs and, in the outermost transaction, the COMMIT go in one round trip;
+        Django's own commit at the end of the block then finds nothing left to
+        commit (psycopg sends no COMMIT outside a transaction). Elsewhere they are
+        separate statements and Django commits.
+        """
+        connection = connections[router.db_for_write(Operation)]
+        statements = _Statements.of(connection)
+        assert statements is not None and statements.locking
+        parts = [statements.completed(claim.operation, output, connection)]
+        if entries:
+            parts.append(statements.journal_rows(claim, entries, connection))
+        # Only the outermost transaction may commit here: inside a test case's block
+        # (or any savepoint) Django ends the block itself.
+        outermost = len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
+        with connection.cursor() as cursor:
+            if statements.multi:
+                sqls = [sql for sql, _ in parts] + (["COMMIT"] if outermost else [])
+                cursor.execute("; ".join(sqls), [p for _, params in parts for p in params])
+            else:
+                for sql, params in parts:
+                    cursor.execute(sql, params)
+        claim.operation.state = OperationState.SUCCEEDED
+        claim.operation.owner = ""
 
     def takeover(self, operation: Operation, lease_seconds: int) -> Claim | None:
         """Take an abandoned claim (fence + 1, new owner); None if someone else did."""
@@ -531,6 +633,40 @@ class _Statements:
                 f" SELECT {c['id']}, %s, %s, %s, %s, {now_sql} FROM owned RETURNING {j['id']}"
             )
 
+        # Atomic tools' one-transaction path (``OperationStore.lock_key``).
+        options = connection.settings_dict.get("OPTIONS") or {}
+        self.lock_sql = ""
+        self.multi = False  # several statements (and COMMIT) in one execute
+        if connection.vendor == "postgresql":
+            from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+            self.lock_sql = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+            self.multi = is_psycopg3 and options.get("server_side_binding") is not True
+            self.locking = True
+        else:  # SQLite: only where every transaction takes the write lock when it begins
+            mode = str(options.get("transaction_mode") or "").upper()
+            self.locking = mode in ("IMMEDIATE", "EXCLUSIVE")
+        completed_sql: list[str] = []
+        self._completed_plan: list[str] = []
+        for f in self.fields:
+            if f.name in ("created_at", "updated_at", "completed_at"):
+                completed_sql.append(now_sql)
+                self._completed_plan.append("now")
+            elif f.name in ("lease_expires_at", "error"):
+                completed_sql.append("NULL")
+            else:
+                completed_sql.append("%s")
+                self._completed_plan.append(f.attname)
+        self.completed_sql = (
+            f"INSERT INTO {table} ({', '.join(c[f.name] for f in self.fields)})"  # noqa: S608
+            f" VALUES ({', '.join(completed_sql)})"
+        )
+        self._journal_insert = (
+            f"INSERT INTO {qn(jopts.db_table)} ({j['operation']}, {j['kind']}, {j['data']},"  # noqa: S608
+            f" {j['fence']}, {j['removed']}, {j['created_at']}) VALUES "
+        )
+        self._journal_row = f"(%s, %s, %s, %s, %s, {now_sql})"
+
     def lease(self, connection: Any, seconds: int) -> tuple[str, list[Any]]:
         found = self._leases.get(seconds)
         if found is None:
@@ -610,6 +746,42 @@ class _Statements:
             OperationState.IN_FLIGHT.value,
             *self.now_params,
         ]
+
+    def completed(
+        self, operation: Operation, output: Any, connection: Any
+    ) -> tuple[str, list[Any]]:
+        """The INSERT of an operation that is already succeeded (atomic tools)."""
+        params: list[Any] = []
+        for name in self._completed_plan:
+            if name == "now":
+                params.extend(self.now_params)
+            elif name == "id":
+                params.append(self._pk.get_db_prep_value(operation.pk, connection))
+            elif name == "input":
+                params.append(self._input.get_db_prep_save(operation.input, connection))
+            elif name == "output":
+                params.append(self._output.get_db_prep_save(output, connection))
+            elif name == "state":
+                params.append(OperationState.SUCCEEDED.value)
+            elif name == "owner":
+                params.append("")
+            else:
+                params.append(getattr(operation, name))
+        return self.completed_sql, params
+
+    def journal_rows(
+        self, claim: Claim, entries: list[Any], connection: Any
+    ) -> tuple[str, list[Any]]:
+        """One INSERT of every entry an atomic tool's handler wrote (in order)."""
+        pk = self._pk.get_db_prep_value(claim.operation.pk, connection)
+        params: list[Any] = []
+        rows = []
+        for data, removed in entries:
+            rows.append(self._journal_row)
+            params += [pk, JournalEntry.Kind.ENTRY.value,
+                       self._data.get_db_prep_save(data, connection), claim.fence, removed,
+                       *self.now_params]
+        return self._journal_insert + ", ".join(rows), params
 
     def journal_live(self, operation: Operation, connection: Any) -> tuple[str, list[Any]]:
         return self.journal_live_sql, [
@@ -727,3 +899,35 @@ class OperationHandle:
         """Extend the lease of a long-running handler; raises if it was lost."""
         if not self._store.extend(self._claim, seconds or self._lease_seconds):
             raise LeaseLost(self.id)
+
+
+class PendingOperationHandle(OperationHandle):
+    """The handle of an atomic tool's call on a locked key: the journal kept in memory.
+
+    Nothing of the call is visible before its transaction commits, so the entries
+    are written with the operation, in the same statement round trip, at the end.
+    No other process can take the key over meanwhile: there is no lease to lose.
+    """
+
+    def __init__(self, store: OperationStore, claim: Claim, lease_seconds: int) -> None:
+        super().__init__(store, claim, lease_seconds)
+        self.pending: list[list[Any]] = []  # [data, removed], in writing order
+
+    def read(self) -> Any:
+        live = self.entries()
+        return live[-1] if live else None
+
+    def entries(self) -> list[Any]:
+        return [json.loads(json.dumps(data, cls=DjangoJSONEncoder))
+                for data, removed in self.pending if not removed]
+
+    def write(self, data: Any) -> None:
+        json.dumps(data, cls=DjangoJSONEncoder)  # refuse what the database would refuse, now
+        self.pending.append([data, False])
+
+    def remove(self) -> None:
+        for entry in self.pending:
+            entry[1] = True
+
+    def heartbeat(self, seconds: int | None = None) -> None:
+        """Nothing to extend: the key stays locked until the transaction ends."""

@@ -82,6 +82,30 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def one_transaction(settings: Any, on: bool) -> None:
+    """Turn ``ATOMIC_SINGLE_TRANSACTION`` on or off for one test."""
+    settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),
+                              "ATOMIC_SINGLE_TRANSACTION": on}
+
+
+@pytest.fixture(params=["one-transaction", "claim-first"])
+def atomic_path(request: pytest.FixtureRequest, settings: Any) -> str:
+    """Both ways an ``atomic`` tool runs: key, effect and operation in one transaction
+    (the default), or the claim committed first, as for every other tool."""
+    one_transaction(settings, request.param == "one-transaction")
+    return str(request.param)
+
+
+@pytest.fixture(autouse=True)
+def _empty_replay_cache() -> Any:
+    """Every test starts with an empty replay cache (each test's database is new)."""
+    from guarded_tools.replays import replays
+
+    replays.clear()
+    yield
+    replays.clear()
+
+
 # -- fixtures for concurrency, crash and worker tests ---------------------------------------
 REPO_ROOT = __import__("pathlib").Path(__file__).resolve().parent.parent
 

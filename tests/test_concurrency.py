@@ -7,6 +7,7 @@ starts its callers together on a barrier, and is bounded by join timeouts.
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
@@ -37,8 +38,8 @@ from guarded_tools.models import (
 )
 from guarded_tools.recovery import sweep
 from guarded_tools.store import OperationStore, fingerprint
-from tests.conftest import REPO_ROOT, key
-from tests.tools_for_processes import EFFECT_TOOL, effect_rows
+from tests.conftest import REPO_ROOT, key, one_transaction
+from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, effect_rows
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
 
@@ -136,11 +137,12 @@ def paused_owner(definition: Any, body: dict[str, Any], user: Any, entered: thre
 
 
 # -- one key, many callers -----------------------------------------------------------------
-@pytest.mark.parametrize("callers", [50, 64])
-def test_one_key_many_threads_over_rest_executes_once(callers: int, make_tool: Any,
-                                                      alice: Any) -> None:
+@pytest.mark.parametrize(("callers", "atomic"), [(50, False), (64, False), (50, True)],
+                         ids=["50", "64", "50-atomic-one-transaction"])
+def test_one_key_many_threads_over_rest_executes_once(callers: int, atomic: bool,
+                                                      make_tool: Any, alice: Any) -> None:
     handler = CountingHandler(sleep=0.05)
-    definition = make_tool(handler, input_schema=SCHEMA)
+    definition = make_tool(handler, input_schema=SCHEMA, atomic=atomic)
     body = {"operationId": key(), "n": 7}
 
     def call(_i: int) -> tuple[int, bytes, dict[str, str]]:
@@ -168,7 +170,10 @@ def test_one_key_many_threads_over_rest_executes_once(callers: int, make_tool: A
         if status == 409:
             error = json.loads(content)["error"]
             assert error["code"] == "operation_in_flight"
-            assert error["operation"]["id"] == executed["operation"]["id"]
+            if atomic:  # the key was locked: its operation is not a row before it commits
+                assert "operation" not in error
+            else:
+                assert error["operation"]["id"] == executed["operation"]["id"]
             assert int(headers["Retry-After"]) >= 1
     operation = Operation.objects.get(tool=definition.name)
     assert (operation.state, operation.fence, operation.attempts) == ("succeeded", 1, 1)
@@ -176,9 +181,11 @@ def test_one_key_many_threads_over_rest_executes_once(callers: int, make_tool: A
 
 
 @pytest.mark.slow
-def test_one_key_eight_processes_executes_once(subprocess_env: dict[str, str],
+@pytest.mark.parametrize("tool_name", [EFFECT_TOOL, ATOMIC_TOOL])
+def test_one_key_eight_processes_executes_once(tool_name: str, subprocess_env: dict[str, str],
                                                tmp_path: Path) -> None:
-    """Separate interpreters, separate connections: the unique constraint decides."""
+    """Separate interpreters, separate connections: the unique constraint (or, for an
+    atomic tool, the key's lock in the effect's transaction) decides."""
     k = key()
     go = tmp_path / "go"
     script = (
@@ -187,7 +194,7 @@ def test_one_key_eight_processes_executes_once(subprocess_env: dict[str, str],
         "django.setup()\n"
         "from guarded_tools.exceptions import GuardError\n"
         "from tests.tools_for_processes import EFFECT_TOOL, register\n"
-        "definition = register()[EFFECT_TOOL]\n"
+        "definition = register()[sys.argv[4]]\n"
         "open(sys.argv[1], 'w').close()\n"
         "deadline = time.monotonic() + 60\n"
         "while not os.path.exists(sys.argv[2]) and time.monotonic() < deadline:\n"
@@ -202,7 +209,7 @@ def test_one_key_eight_processes_executes_once(subprocess_env: dict[str, str],
     )
     processes = [
         subprocess.Popen(
-            [sys.executable, "-c", script, str(tmp_path / f"ready{i}"), str(go), k],
+            [sys.executable, "-c", script, str(tmp_path / f"ready{i}"), str(go), k, tool_name],
             cwd=REPO_ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
         )
@@ -227,8 +234,62 @@ def test_one_key_eight_processes_executes_once(subprocess_env: dict[str, str],
     for r in results:
         if r["kind"] == "replayed":
             assert (r["output"], r["operation"]) == (executed["output"], executed["operation"])
-    operation = Operation.objects.get(tool=EFFECT_TOOL, key=k)
+    operation = Operation.objects.get(tool=tool_name, key=k)
     assert (operation.state, operation.fence) == ("succeeded", 1)
+
+
+CALL_ONCE = (
+    "import json, sys\n"
+    "import django\n"
+    "django.setup()\n"
+    "from guarded_tools.exceptions import GuardError\n"
+    "from tests.tools_for_processes import register\n"
+    "definition = register()[sys.argv[1]]\n"
+    "try:\n"
+    "    r = definition(json.loads(sys.argv[2]), principal='svc')\n"
+    "    out = {'kind': 'replayed' if r.replayed else 'executed', 'output': r.output}\n"
+    "except GuardError as e:\n"
+    "    out = {'kind': e.code}\n"
+    "print(json.dumps(out), flush=True)\n"
+)
+
+
+def call_in_child(env: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", CALL_ONCE, ATOMIC_TOOL, json.dumps(body)],
+                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+                          check=True)
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_atomic_call_killed_after_its_effect_leaves_nothing(subprocess_env: dict[str, str]
+                                                            ) -> None:
+    """SIGKILL inside an atomic tool's transaction, after its INSERT: the database rolls
+    the effect back with the key's lock. While it runs, a duplicate is told it is in
+    flight; after the kill there is no operation to recover, and the retry runs once."""
+    k = key()
+    victim = subprocess.Popen(
+        [sys.executable, "-c", CALL_ONCE, ATOMIC_TOOL,
+         json.dumps({"operationId": k, "sleepAfter": 60})],
+        cwd=REPO_ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert victim.stdout is not None
+        assert victim.stdout.readline().strip() == "EFFECT WRITTEN"
+        assert call_in_child(subprocess_env, {"operationId": k})["kind"] == "operation_in_flight"
+        assert effect_rows(k).count() == 0  # written, never committed
+        assert not Operation.objects.filter(key=k).exists()
+    finally:
+        victim.kill()
+        victim.wait(20)
+    assert victim.returncode == -signal.SIGKILL
+    assert effect_rows(k).count() == 0 and not Operation.objects.filter(key=k).exists()
+    assert sweep().taken == 0  # nothing was abandoned: there is nothing to decide
+    assert call_in_child(subprocess_env, {"operationId": k})["kind"] == "executed"
+    assert call_in_child(subprocess_env, {"operationId": k})["kind"] == "replayed"
+    assert effect_rows(k).count() == 1
+    operation = Operation.objects.get(key=k)
+    assert (operation.tool, operation.state, operation.fence) == (ATOMIC_TOOL, "succeeded", 1)
 
 
 def test_five_hundred_distinct_keys_concurrently_none_lost(make_tool: Any) -> None:
@@ -429,10 +490,14 @@ def test_owner_paused_past_its_lease_cannot_complete(variant: str, make_tool: An
 
 
 def test_atomic_owner_paused_past_its_lease_rolls_its_effect_back(make_tool: Any,
-                                                                   alice: Any) -> None:
-    """atomic=True: effect and completion commit together, so a stale owner's effect is
-    rolled back when its completion finds 0 rows; the retry then runs it exactly once."""
+                                                                   alice: Any,
+                                                                   settings: Any) -> None:
+    """atomic=True with the claim committed first: effect and completion commit together,
+    so a stale owner's effect is rolled back when its completion finds 0 rows; the retry
+    then runs it exactly once."""
     from project.demo.models import Slot
+
+    one_transaction(settings, False)
 
     entered, resume = threading.Event(), threading.Event()
     executions: list[int] = []

@@ -18,7 +18,7 @@ from guarded_tools.recovery import sweep
 from tests import test_concurrency as concurrency
 from tests.conftest import REPO_ROOT, key
 from tests.test_celery_worker import CELERY, Worker, abandoned, recovered, worker  # noqa: F401
-from tests.tools_for_processes import recover_rows
+from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, recover_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -39,16 +39,20 @@ def test_sqlite_settings_are_the_documented_ones() -> None:
 
 
 @pytest.mark.slow
-def test_sqlite_one_key_64_threads_executes_once(make_tool: Any, alice: Any) -> None:
+@pytest.mark.parametrize("atomic", [False, True], ids=["claim-first", "atomic-one-transaction"])
+def test_sqlite_one_key_64_threads_executes_once(atomic: bool, make_tool: Any,
+                                                 alice: Any) -> None:
     sqlite_only()
-    concurrency.test_one_key_many_threads_over_rest_executes_once(64, make_tool, alice)
+    concurrency.test_one_key_many_threads_over_rest_executes_once(64, atomic, make_tool, alice)
 
 
 @pytest.mark.slow
-def test_sqlite_one_key_eight_processes_executes_once(subprocess_env: dict[str, str],
+@pytest.mark.parametrize("tool_name", [EFFECT_TOOL, ATOMIC_TOOL])
+def test_sqlite_one_key_eight_processes_executes_once(tool_name: str,
+                                                      subprocess_env: dict[str, str],
                                                       tmp_path: Path) -> None:
     sqlite_only()
-    concurrency.test_one_key_eight_processes_executes_once(subprocess_env, tmp_path)
+    concurrency.test_one_key_eight_processes_executes_once(tool_name, subprocess_env, tmp_path)
 
 
 # -- the database connection is killed (PostgreSQL) ------------------------------------------

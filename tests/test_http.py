@@ -16,6 +16,7 @@ from rest_framework.test import APIClient
 
 from guarded_tools import ToolError
 from guarded_tools.models import Operation
+from guarded_tools.replays import replays
 from project.demo.models import Account, LedgerEntry, Order, PaymentAuthorization, Slot
 from tests.conftest import key
 
@@ -94,6 +95,7 @@ def test_key_reused_in_flight_and_not_found(make_tool: Any, alice: Any, client_f
     Operation.objects.filter(key=k).update(
         state="in_flight", owner="x", lease_expires_at=timezone.now() + timezone.timedelta(
             seconds=20))
+    replays.clear()  # a succeeded row never changes but here: forget what this process saw
     busy = post(client, definition.name, {"operationId": k})
     assert busy.status_code == 409 and busy.json()["error"]["code"] == "operation_in_flight"
     assert 1 <= int(busy.headers["Retry-After"]) <= 21

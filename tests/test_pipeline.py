@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from guarded_tools import (
@@ -30,7 +30,7 @@ from guarded_tools.exceptions import (
 )
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from project.demo.models import Slot
-from tests.conftest import OBJECT, key
+from tests.conftest import OBJECT, key, one_transaction
 
 pytestmark = pytest.mark.django_db
 
@@ -521,22 +521,106 @@ def test_read_only_tools_need_no_key_and_make_no_operation() -> None:
     assert Operation.objects.count() == 0
 
 
-def test_atomic_tool_effect_and_completion_commit_together(alice: Any) -> None:
+def test_atomic_tool_effect_and_completion_commit_together(alice: Any,
+                                                           atomic_path: str) -> None:
     slot = Slot.objects.create(starts_at=timezone.now(), resource="A")
+    crash = [False, True]  # popped from the end: crash, then not
 
     def handler(input: Any, ctx: Any) -> Any:
         Slot.objects.filter(pk=slot.pk).update(booked_by=ctx.user)
-        raise RuntimeError("crash after the write")
+        if crash.pop():
+            raise RuntimeError("crash after the write")
+        return {"booked": slot.pk}
 
     run = guarded(handler, atomic=True)
+    body = {"operationId": key()}
     with pytest.raises(RuntimeError):
-        run({"operationId": key()}, user=alice)
+        run(body, user=alice)
     slot.refresh_from_db()
     assert slot.booked_by is None  # the effect rolled back with the completion
-    assert Operation.objects.get().state == OperationState.RELEASED
+    if atomic_path == "one-transaction":
+        assert Operation.objects.count() == 0  # nothing at all: not even a claim
+    else:
+        assert Operation.objects.get().state == OperationState.RELEASED
+    # Nothing happened, so the same call runs: once.
+    assert run(body, user=alice).output == {"booked": slot.pk}
+    assert run(body, user=alice).replayed
+    assert Operation.objects.get().state == OperationState.SUCCEEDED
 
 
-def test_atomic_tool_that_lost_its_lease_commits_no_effect(alice: Any) -> None:
+def test_atomic_tool_in_one_transaction_keeps_its_journal_with_its_effect(
+    alice: Any, settings: Any
+) -> None:
+    one_transaction(settings, True)
+    seen: list[Any] = []
+
+    def handler(input: Any, ctx: Any) -> Any:
+        assert Operation.objects.filter(pk=ctx.operation.id).count() == 0  # not a row yet
+        ctx.operation.write({"step": 1})
+        ctx.operation.write({"step": 2})
+        seen.append((ctx.operation.read(), ctx.operation.entries()))
+        ctx.operation.heartbeat()  # nothing to extend, and nothing lost
+        return {"ok": True}
+
+    result = guarded(handler, atomic=True)({"operationId": key()}, user=alice)
+    assert seen == [({"step": 2}, [{"step": 1}, {"step": 2}])]
+    operation = Operation.objects.get()
+    assert str(operation.pk) == result.operation["id"]
+    assert (operation.state, operation.output, operation.fence) == ("succeeded", {"ok": True}, 1)
+    assert operation.user == alice and operation.completed_at is not None
+    assert [e.data for e in operation.journal.all()] == [{"step": 1}, {"step": 2}]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_atomic_tool_in_one_transaction_runs_on_commit_hooks_after_its_commit(
+    settings: Any,
+) -> None:
+    one_transaction(settings, True)
+    seen: list[int] = []
+
+    def handler(input: Any, ctx: Any) -> Any:
+        slot = Slot.objects.create(starts_at=timezone.now(), resource="hook")
+        transaction.on_commit(lambda: seen.append(Slot.objects.filter(pk=slot.pk).count()))
+        return {"slot": slot.pk}
+
+    guarded(handler, atomic=True)({"operationId": key()}, principal="svc")
+    assert seen == [1]  # the hook ran once, and the row it saw was committed
+    assert connection.get_autocommit() and not connection.in_atomic_block
+    assert Operation.objects.get().state == OperationState.SUCCEEDED
+
+
+def test_atomic_tool_in_one_transaction_removes_its_journal_entries(settings: Any) -> None:
+    one_transaction(settings, True)
+
+    def handler(input: Any, ctx: Any) -> Any:
+        ctx.operation.write({"step": 1})
+        ctx.operation.remove()
+        assert ctx.operation.read() is None and ctx.operation.entries() == []
+        ctx.operation.write({"step": 2})
+        return {}
+
+    guarded(handler, atomic=True)({"operationId": key()}, principal="svc")
+    kept = JournalEntry.objects.order_by("id").values_list("data", "removed")
+    assert list(kept) == [({"step": 1}, True), ({"step": 2}, False)]
+
+
+def test_atomic_tool_in_one_transaction_rolls_back_on_a_failed_verify(settings: Any) -> None:
+    one_transaction(settings, True)
+
+    def handler(input: Any, ctx: Any) -> Any:
+        Slot.objects.create(starts_at=timezone.now(), resource="verify")
+        ctx.operation.write({"step": 1})
+        return {"n": 1}
+
+    with pytest.raises(VerificationError):
+        guarded(handler, atomic=True, verify=lambda **kw: False)(
+            {"operationId": key()}, principal="svc")
+    assert Slot.objects.filter(resource="verify").count() == 0
+    assert Operation.objects.count() == 0 and JournalEntry.objects.count() == 0
+
+
+def test_atomic_tool_that_lost_its_lease_commits_no_effect(alice: Any, settings: Any) -> None:
+    one_transaction(settings, False)  # only a claim that commits first has a lease to lose
     slot = Slot.objects.create(starts_at=timezone.now(), resource="A")
 
     def handler(input: Any, ctx: Any) -> Any:

@@ -2,15 +2,19 @@
 
 Counted through the real REST call (DRF, the pipeline, the store), authenticated
 without a token lookup so that only the guard's and the effect's statements are
-seen. Every statement is a round trip, transaction control included, so both are
-counted: ``data`` (SELECT, INSERT, UPDATE, …) and ``control`` (BEGIN, COMMIT,
-SAVEPOINT, …). Runs on SQLite and, with DATABASE_URL, on PostgreSQL.
+seen. Transaction control is counted apart: ``data`` (SELECT, INSERT, UPDATE, …)
+and ``control`` (BEGIN, COMMIT, SAVEPOINT, …). Where the store sends several
+statements in one execute (PostgreSQL), each is counted, and so is each round trip.
+Runs on SQLite and, with DATABASE_URL, on PostgreSQL, for the three ways a call runs:
+a tool that is not atomic, an atomic one whose claim commits first, and an atomic one
+in one transaction (the default for atomic tools).
 
 - a validation failure issues no statement;
-- a replay issues at most 2 (the claim attempt, which inserts nothing, and a read);
-- an in-flight duplicate at most 2 (the same two);
-- a fresh call at most 2 writes beyond the effect (the claim and the completion), and
-  the claim is one statement in autocommit, never a transaction of its own.
+- a replay this process has seen issues none; another replay at most 2 data
+  statements (the claim attempt or the key's lock, and a read);
+- an in-flight duplicate at most 2 data statements;
+- a fresh call at most 2 writes beyond the effect: the claim and the completion, or,
+  in one transaction, the operation's INSERT alone.
 """
 
 from __future__ import annotations
@@ -25,7 +29,9 @@ from django.test.utils import CaptureQueriesContext
 
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
+from guarded_tools.replays import replays
 from guarded_tools.store import OperationStore, fingerprint
+from tests.conftest import one_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real BEGIN/COMMIT, as in production
 
@@ -47,7 +53,9 @@ def effect(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 class Counted:
     def __init__(self, queries: list[dict[str, Any]]) -> None:
-        self.sql = [q["sql"] for q in queries]
+        self.round_trips = [q["sql"] for q in queries]
+        # Statements sent together (the store joins them with "; ") count one each.
+        self.sql = [part for sql in self.round_trips for part in sql.split("; ")]
         self.control = [s for s in self.sql if s.split(None, 1)[0].upper() in CONTROL]
         self.data = [s for s in self.sql if s not in self.control]
         self.effect = [s for s in self.data if EFFECT_TABLE in s]
@@ -59,7 +67,7 @@ class Counted:
         return [s for s in self.writes if s not in self.effect]
 
     def __repr__(self) -> str:
-        return "\n".join(self.sql)
+        return "\n".join(self.round_trips)
 
 
 def call(client: Any, name: str, body: dict[str, Any], status: int) -> Counted:
@@ -73,9 +81,19 @@ def body() -> dict[str, Any]:
     return {"operationId": uuid.uuid4().hex, "name": f"g-{uuid.uuid4().hex[:12]}"}
 
 
-@pytest.fixture(params=[True, False], ids=["atomic", "not-atomic"])
-def definition(request: pytest.FixtureRequest, make_tool: Any) -> Any:
-    return make_tool(effect, input_schema=SCHEMA, atomic=request.param)
+PATHS = ["not-atomic", "atomic-claim-first", "atomic-one-transaction"]
+
+
+@pytest.fixture(params=PATHS)
+def definition(request: pytest.FixtureRequest, make_tool: Any, settings: Any) -> Any:
+    one_transaction(settings, request.param == "atomic-one-transaction")
+    return make_tool(effect, input_schema=SCHEMA, atomic=request.param != "not-atomic")
+
+
+def in_one_transaction(definition: Any) -> bool:
+    from guarded_tools.conf import gt_settings
+
+    return bool(definition.atomic and gt_settings.ATOMIC_SINGLE_TRANSACTION)
 
 
 @pytest.fixture
@@ -92,20 +110,35 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
                                                              client: Any) -> None:
     counted = call(client, definition.name, body(), 200)
     assert len(counted.effect) == 1, counted
-    assert len(counted.writes_beyond_effect) <= 2, counted  # the claim, the completion
-    assert len(counted.data) == 3, counted  # and no read besides
-    # Transaction control: atomic tools wrap effect + completion (BEGIN, COMMIT); the
-    # claim is one autocommit statement, never a transaction of its own.
-    assert len(counted.control) == (2 if definition.atomic else 0), counted
     assert Operation.objects.get(tool=definition.name).state == OperationState.SUCCEEDED
+    if not definition.atomic:  # claim (autocommit), effect, completion: no transaction
+        assert len(counted.writes_beyond_effect) == 2 and len(counted.data) == 3, counted
+        assert counted.control == [], counted
+    elif not in_one_transaction(definition):  # claim, then effect + completion together
+        assert len(counted.writes_beyond_effect) == 2 and len(counted.data) == 3, counted
+        assert len(counted.control) == 2, counted  # BEGIN, COMMIT
+    else:  # the key's lock and a read, the effect, the operation's INSERT
+        assert len(counted.writes_beyond_effect) == 1, counted
+        reads = 2 if connection.vendor == "postgresql" else 1  # the lock, then the read
+        assert len(counted.data) == reads + 2, counted
+        if connection.vendor == "postgresql":
+            # BEGIN; the lock and the read in one round trip; the effect; the INSERT and
+            # the COMMIT in one round trip (Django's COMMIT after it sends nothing).
+            assert len(counted.round_trips) - 1 == 4, counted
+            assert "COMMIT" in counted.sql[:-1], counted
 
 
 def test_a_replay_issues_at_most_two_statements(definition: Any, client: Any) -> None:
     data = body()
     call(client, definition.name, data, 200)
-    counted = call(client, definition.name, data, 200)
-    assert len(counted.sql) <= 2, counted
-    assert counted.control == [] and counted.effect == [], counted
+    assert call(client, definition.name, data, 200).sql == []  # seen by this process
+    replays.clear()
+    counted = call(client, definition.name, data, 200)  # as another process would
+    assert len(counted.data) <= 2 and counted.effect == [], counted
+    if in_one_transaction(definition):  # the lock is taken in a transaction: it ends
+        assert len(counted.control) == 2, counted
+    else:
+        assert counted.control == [], counted
     assert Group.objects.count() == 1
 
 
@@ -116,8 +149,9 @@ def test_an_in_flight_duplicate_issues_at_most_two_statements(definition: Any, c
                                   key=data["operationId"], fp=fingerprint(data), input=data,
                                   user=alice, lease_seconds=60)
     counted = call(client, definition.name, data, 409)
-    assert len(counted.sql) <= 2, counted  # the claim attempt (it inserts nothing) and a read
-    assert counted.control == [] and counted.effect == [], counted
+    assert len(counted.data) <= 2, counted  # the claim attempt (or the lock) and a read
+    assert counted.effect == [], counted
+    assert len(counted.control) == (2 if in_one_transaction(definition) else 0), counted
     row = Operation.objects.get(pk=live.operation.pk)
     assert (row.state, row.owner, row.fence) == (OperationState.IN_FLIGHT, live.owner, 1)
     assert Group.objects.count() == 0
@@ -127,11 +161,17 @@ def test_a_reused_key_with_another_input_issues_at_most_two_statements(definitio
                                                                        client: Any) -> None:
     data = body()
     call(client, definition.name, data, 200)
+    assert call(client, definition.name, {**data, "name": "other"}, 422).sql == []
+    replays.clear()
     counted = call(client, definition.name, {**data, "name": "other"}, 422)
-    assert len(counted.sql) <= 2 and counted.effect == [], counted
+    assert len(counted.data) <= 2 and counted.effect == [], counted
 
 
-def test_a_journal_write_is_one_statement_on_postgresql(make_tool: Any, client: Any) -> None:
+@pytest.mark.parametrize("path", ["atomic-claim-first", "atomic-one-transaction"])
+def test_a_journal_write_is_one_statement_on_postgresql(path: str, make_tool: Any, client: Any,
+                                                        settings: Any) -> None:
+    one_transaction(settings, path == "atomic-one-transaction")
+
     def journaled(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
         ctx.operation.write({"step": "before the effect"})
         return effect(input, ctx)
@@ -139,8 +179,14 @@ def test_a_journal_write_is_one_statement_on_postgresql(make_tool: Any, client: 
     definition = make_tool(journaled, input_schema=SCHEMA, atomic=True)
     counted = call(client, definition.name, body(), 200)
     journal = [s for s in counted.data if "guarded_tools_journalentry" in s]
-    if connection.vendor == "postgresql":
-        assert len(journal) == 1 and counted.control == ["BEGIN", "COMMIT"], counted
+    assert len(journal) == 1, counted
+    if path == "atomic-one-transaction":
+        # Kept in memory, inserted with the operation: no statement of its own.
+        assert len(counted.data) == (5 if connection.vendor == "postgresql" else 4), counted
+        assert len(counted.round_trips) == (
+            len(counted.sql) - 3 if connection.vendor == "postgresql" else len(counted.sql))
+    elif connection.vendor == "postgresql":
+        assert counted.control == ["BEGIN", "COMMIT"], counted
         assert len(counted.data) == 4, counted
     else:  # the compare-and-set and the entry, in a savepoint of the effect's transaction
-        assert len(journal) == 1 and len(counted.data) == 5, counted
+        assert len(counted.data) == 5, counted

@@ -19,9 +19,11 @@ from guarded_tools.registry import Tool, registry, tool
 
 EFFECT_TOOL = "process_effect"
 RECOVERABLE_TOOL = "process_recoverable"
+ATOMIC_TOOL = "process_atomic"
 SCHEMA = {
     "type": "object",
-    "properties": {"operationId": {"type": "string"}, "sleep": {"type": "number"}},
+    "properties": {"operationId": {"type": "string"}, "sleep": {"type": "number"},
+                   "sleepAfter": {"type": "number"}},
     "required": ["operationId"],
 }
 
@@ -43,6 +45,9 @@ def _effect(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
     time.sleep(float(input.get("sleep") or 0))
     Slot.objects.create(resource=f"effect:{input['operationId']}", starts_at=timezone.now())
+    if input.get("sleepAfter"):  # the effect is written (not committed, if atomic): say so
+        print("EFFECT WRITTEN", flush=True)
+        time.sleep(float(input["sleepAfter"]))
     return {"pid": os.getpid(), "key": input["operationId"]}
 
 
@@ -56,9 +61,12 @@ def _recover(*, input: dict[str, Any], operation: Any, **_: Any) -> dict[str, An
 
 
 def register() -> dict[str, Tool]:
-    """Register both tools in this process (idempotent)."""
+    """Register the tools in this process (idempotent)."""
     if EFFECT_TOOL not in registry:
         tool(name=EFFECT_TOOL, input_schema=SCHEMA, idempotency_key="operationId")(_effect)
+    if ATOMIC_TOOL not in registry:
+        tool(name=ATOMIC_TOOL, input_schema=SCHEMA, idempotency_key="operationId",
+             atomic=True)(_effect)
     if RECOVERABLE_TOOL not in registry:
         tool(
             name=RECOVERABLE_TOOL,
@@ -66,7 +74,7 @@ def register() -> dict[str, Tool]:
             idempotency_key="operationId",
             recover=_recover,
         )(_effect)
-    return {name: registry.get(name) for name in (EFFECT_TOOL, RECOVERABLE_TOOL)}
+    return {name: registry.get(name) for name in (EFFECT_TOOL, RECOVERABLE_TOOL, ATOMIC_TOOL)}
 
 
 if os.environ.get("GT_REGISTER_TEST_TOOLS") == "1":

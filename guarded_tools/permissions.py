@@ -1,0 +1,122 @@
+"""Provides the Django permission check the pipeline runs on every call, replays included.
+
+``user.has_perms(perms)`` with Django's ``ModelBackend`` builds two querysets per
+request (the user's and the groups' permissions) and loads every permission the
+user has: about a millisecond and a half of ORM work on each call, for a new user
+object each request. Where that backend alone decides (the default
+``AUTHENTICATION_BACKENDS``) and the user model keeps Django's permission
+relations, :func:`has_perms` asks the same question in one query, compiled by the
+ORM once per database and set of permissions and then run with the user's key
+only. Any other configuration gets ``user.has_perms`` unchanged.
+
+The answer is the backend's: inactive users have no permission, active superusers
+have all, and everyone else has what they were given directly or through a group.
+Nothing is cached across calls: a permission revoked is revoked on the next call.
+"""
+
+from __future__ import annotations
+
+import threading
+from functools import reduce
+from operator import or_
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group, Permission, PermissionsMixin
+from django.core.signals import setting_changed
+from django.db import connections, models, router
+from django.db.models import Q
+
+MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
+_SENTINEL = -918_273_645  # stands for the user's key in the compiled query
+
+_compiled: dict[tuple[str, tuple[str, ...]], tuple[str, list[Any]]] = {}
+_lock = threading.Lock()
+
+
+def has_perms(user: Any, perms: tuple[str, ...]) -> bool:
+    """``user.has_perms(perms)``, in one precompiled query where that is the same answer."""
+    wanted = set(perms)
+    if not wanted or not _checked_in_one_query(user):
+        return bool(user.has_perms(perms))
+    if not user.is_active:
+        return False
+    if user.is_superuser:
+        return True
+    cached = getattr(user, "_perm_cache", None)  # the backend's own cache on this object
+    if cached is not None:
+        return all(p in cached for p in perms)
+    alias = router.db_for_read(Permission)
+    sql, params = _query(alias, tuple(sorted(wanted)))
+    args = [user.pk if p == _SENTINEL else p for p in params]
+    with connections[alias].cursor() as cursor:
+        cursor.execute(sql, args)
+        granted = {f"{app_label}.{codename}" for app_label, codename in cursor.fetchall()}
+    return wanted <= granted
+
+
+def _checked_in_one_query(user: Any) -> bool:
+    """Only Django's ModelBackend decides, on a user with Django's permission relations."""
+    backends = settings.AUTHENTICATION_BACKENDS
+    if len(backends) != 1 or backends[0] != MODEL_BACKEND:
+        return False
+    cls = type(user)
+    return (
+        isinstance(user, PermissionsMixin)
+        and cls.has_perms is PermissionsMixin.has_perms
+        and cls.has_perm is PermissionsMixin.has_perm
+        and isinstance(cls._meta.pk, models.IntegerField)  # the key replaces an int
+    )
+
+
+def _query(alias: str, perms: tuple[str, ...]) -> tuple[str, list[Any]]:
+    key = (alias, perms)
+    found = _compiled.get(key)
+    if found is None:
+        with _lock:
+            found = _compiled[key] = _compile(alias, perms)
+    return found
+
+
+def _compile(alias: str, perms: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """The permissions among ``perms`` the sentinel user holds, directly or via a group."""
+    user_model = get_user_model()
+    direct: Any = user_model._meta.get_field("user_permissions").remote_field.through
+    membership: Any = user_model._meta.get_field("groups").remote_field.through
+    via_groups: Any = Group._meta.get_field("permissions").remote_field.through
+    user_fk = _fk_to(direct, user_model)
+    member_fk = _fk_to(membership, user_model)
+    named = reduce(or_, [
+        Q(content_type__app_label=app_label, codename=codename)
+        for app_label, _, codename in (p.partition(".") for p in perms)
+    ])
+    groups = membership.objects.filter(**{member_fk: _SENTINEL}).values("group_id")
+    queryset = (
+        Permission.objects.using(alias)
+        .filter(named)
+        .filter(
+            Q(pk__in=direct.objects.filter(**{user_fk: _SENTINEL}).values("permission_id"))
+            | Q(pk__in=via_groups.objects.filter(group_id__in=groups).values("permission_id"))
+        )
+        .values_list("content_type__app_label", "codename")
+        .order_by()
+    )
+    sql, params = queryset.query.sql_with_params()
+    return sql, list(params)
+
+
+def _fk_to(through: Any, model: Any) -> str:
+    """The attname of ``through``'s foreign key to ``model`` (``user_id`` by default)."""
+    for field in through._meta.get_fields():
+        if getattr(field, "related_model", None) is model and field.many_to_one:
+            return str(field.attname)
+    raise LookupError(f"{through.__name__} has no foreign key to {model.__name__}")
+
+
+def _forget(*, setting: str, **kwargs: Any) -> None:
+    if setting in ("AUTH_USER_MODEL", "DATABASES", "DATABASE_ROUTERS"):
+        _compiled.clear()
+
+
+setting_changed.connect(_forget)

@@ -1,0 +1,133 @@
+"""The replay cache: succeeded operations answered from this process, every rule still on."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from guarded_tools import AuthorizationError, VerificationError, guard
+from guarded_tools.exceptions import IdempotencyKeyReused
+from guarded_tools.models import Operation
+from guarded_tools.replays import ReplayCache, replays
+from tests.conftest import OBJECT, key
+
+pytestmark = pytest.mark.django_db
+
+
+class Handler:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, input: dict[str, Any], ctx: Any) -> Any:
+        self.calls += 1
+        return {"n": self.calls, "when": "2026-11-29"}
+
+
+def tool(handler: Any, **options: Any) -> Any:
+    return guard(handler, input_schema=OBJECT, idempotency_key="operationId", **options)
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_replay_this_process_saw_costs_no_statement(atomic: bool) -> None:
+    handler = Handler()
+    run = tool(handler, atomic=atomic)
+    body = {"operationId": key()}
+    first = run(body, principal="svc")
+    with CaptureQueriesContext(connection) as queries:
+        again = run(body, principal="svc")
+    assert queries.captured_queries == []
+    assert handler.calls == 1 and again.replayed and not first.replayed
+    assert again.output == first.output
+    assert again.operation == {**first.operation, "replayed": True}
+
+
+def test_the_cache_answers_what_the_database_answers() -> None:
+    run = tool(Handler())
+    body = {"operationId": key()}
+    run(body, principal="svc")
+    cached = run(body, principal="svc")
+    replays.clear()
+    stored = run(body, principal="svc")
+    assert (cached.output, cached.operation, cached.recovered) == (
+        stored.output, stored.operation, stored.recovered)
+
+
+def test_another_input_with_the_key_is_refused_from_the_cache_too() -> None:
+    run = tool(Handler())
+    body = {"operationId": key()}
+    run(body, principal="svc")
+    with CaptureQueriesContext(connection) as queries, pytest.raises(IdempotencyKeyReused):
+        run({**body, "other": 1}, principal="svc")
+    assert queries.captured_queries == []
+
+
+def test_keys_never_cross_principals_in_the_cache() -> None:
+    handler = Handler()
+    run = tool(handler)
+    body = {"operationId": key()}
+    run(body, principal="a")
+    assert not run(body, principal="b").replayed
+    assert handler.calls == 2
+
+
+def test_authorization_and_verify_still_run_on_a_cached_replay() -> None:
+    allowed = [True]
+    verified = [True]
+    run = tool(Handler(), authorize=lambda **kw: allowed[0], verify=lambda **kw: verified[0])
+    body = {"operationId": key()}
+    run(body, principal="svc")
+    allowed[0] = False
+    with pytest.raises(AuthorizationError):
+        run(body, principal="svc")
+    allowed[0], verified[0] = True, False
+    with pytest.raises(VerificationError):
+        run(body, principal="svc")
+
+
+def test_the_cache_can_be_turned_off(settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "REPLAY_CACHE_SIZE": 0}
+    run = tool(Handler())
+    body = {"operationId": key()}
+    run(body, principal="svc")
+    with CaptureQueriesContext(connection) as queries:
+        assert run(body, principal="svc").replayed
+    assert len(queries.captured_queries) >= 1 and len(replays) == 0
+
+
+def test_entries_expire_are_bounded_and_large_outputs_are_not_kept(settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "REPLAY_CACHE_SIZE": 2,
+                              "REPLAY_CACHE_SECONDS": 0.2, "REPLAY_CACHE_MAX_BYTES": 50}
+    cache = ReplayCache()
+    for k in ("a", "b", "c"):
+        assert cache.put("t", "s", k, fingerprint="f", output={"k": k}, operation={"id": k},
+                         recovered=False)
+    assert len(cache) == 2 and cache.get("t", "s", "a") is None  # least recently used out
+    assert cache.get("t", "s", "c") is not None
+    assert not cache.put("t", "s", "big", fingerprint="f", output={"x": "y" * 100},
+                         operation={}, recovered=False)
+    time.sleep(0.25)
+    assert cache.get("t", "s", "c") is None
+
+
+def test_a_cached_output_is_a_fresh_copy_each_time() -> None:
+    run = tool(Handler())
+    body = {"operationId": key()}
+    run(body, principal="svc")
+    run(body, principal="svc").output["n"] = "changed by a caller"
+    assert run(body, principal="svc").output["n"] == 1
+
+
+def test_the_purge_empties_this_processs_cache(settings: Any) -> None:
+    from guarded_tools.recovery import purge_completed
+
+    run = tool(Handler())
+    body = {"operationId": key()}
+    run(body, principal="svc")
+    Operation.objects.update(updated_at="2000-01-01T00:00:00Z")
+    assert purge_completed(days=1) == 1
+    assert len(replays) == 0
+    assert not run(body, principal="svc").replayed  # purged: the key is fresh again
