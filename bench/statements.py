@@ -17,10 +17,12 @@ from typing import Any
 
 
 def classify(queries: list[dict[str, Any]]) -> dict[str, Any]:
-    kinds = [q["sql"].split(None, 1)[0].upper() for q in queries]
+    # Statements the store sends together ("; "-joined, one round trip) count one each.
+    kinds = [part.split(None, 1)[0].upper() for q in queries for part in q["sql"].split("; ")]
     control = [k for k in kinds if k in ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")]
     data = [k for k in kinds if k not in control]
-    return {"statements": len(kinds), "data": data, "transaction_control": control}
+    return {"statements": len(kinds), "data": data, "transaction_control": control,
+            "executes": len(queries)}
 
 
 def main() -> None:
@@ -33,6 +35,7 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.test import APIClient
 
+    from guarded_tools.replays import replays
     from guarded_tools.store import OperationStore, fingerprint
 
     user = User.objects.get(username="bench")
@@ -55,14 +58,17 @@ def main() -> None:
             return ctx.captured_queries
 
         fresh = post(body, 200)
-        replay = post(body, 200)
+        replay = post(body, 200)  # this process saw it: the replay cache answers
+        replays.clear()
+        replay_cold = post(body, 200)  # as another process would replay it
         other = {"operationId": f"stmt-{uuid.uuid4().hex}", "value": 7}
         OperationStore().claim(tool=tool, scope=scope, key=other["operationId"],
                                fp=fingerprint(other), input=other, user=user, lease_seconds=60)
         in_flight = post(other, 409)
         invalid = post({"operationId": f"stmt-{uuid.uuid4().hex}", "value": "seven"}, 422)
         out[label] = {name: classify(q) for name, q in (
-            ("fresh", fresh), ("replay", replay), ("in_flight", in_flight), ("invalid", invalid))}
+            ("fresh", fresh), ("replay", replay), ("replay_cold", replay_cold),
+            ("in_flight", in_flight), ("invalid", invalid))}
     print(json.dumps(out))
 
 

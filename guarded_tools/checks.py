@@ -89,7 +89,8 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                         f"SQLite database {alias!r} does not use IMMEDIATE transactions.",
                         hint='Set OPTIONS={"transaction_mode": "IMMEDIATE", "init_command":'
                         ' "PRAGMA journal_mode=WAL;"} so concurrent claims wait instead of'
-                        ' failing with "database is locked".',
+                        ' failing with "database is locked" (and so atomic tools can run as'
+                        ' one transaction).',
                         id="guarded_tools.W002",
                     )
                 )

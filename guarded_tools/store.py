@@ -277,9 +277,10 @@ class OperationStore:
         ``"locked"``: nobody holds the key and it was never claimed; it stays locked
         until the transaction ends. ``"busy"``: another transaction holds it.
         ``"exists"``: the key has a row (returned, with the database clock).
-        PostgreSQL: a transaction-scoped advisory lock on a hash of the key, then a
-        read of the key in a second statement, whose snapshot is taken after the lock
-        (both sent at once where the driver allows it). SQLite: the transaction is
+        PostgreSQL: a transaction-scoped advisory lock on a hash of the key, tried
+        only when the key has no row (so replays never contend), then a read of the
+        key in a second statement, whose snapshot is taken after the lock (both sent
+        at once where the driver allows it). SQLite: the transaction is
         IMMEDIATE and already holds the database's write lock, so only the read.
         """
         using = router.db_for_write(Operation)
@@ -288,26 +289,32 @@ class OperationStore:
         if statements is None or not statements.locking or not connection.in_atomic_block:
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
         select_params = [*statements.now_params, tool, scope, key]
+        held: Any = True  # SQLite: the IMMEDIATE transaction holds the write lock
         with connection.cursor() as cursor:
             if statements.lock_sql:
-                lock_params = [LOCK_CLASS, _key_hash(tool, scope, key)]
+                # The lock is only tried for a key without a row, so that replays of an
+                # existing key never contend for it: no row back means "not tried".
+                lock_params = [LOCK_CLASS, _key_hash(tool, scope, key), tool, scope, key]
                 if statements.multi:
                     cursor.execute(f"{statements.lock_sql}; {statements.select}",
                                    [*lock_params, *select_params])
-                    held = cursor.fetchone()[0]
+                    tried = cursor.fetchone()
                     cursor.nextset()
                 else:
                     cursor.execute(statements.lock_sql, lock_params)
-                    held = cursor.fetchone()[0]
-                    if held:
+                    tried = cursor.fetchone()
+                    if tried is None or tried[0]:
                         cursor.execute(statements.select, select_params)
-                if not held:
+                held = None if tried is None else tried[0]
+                if held is False:
                     return "busy", None
             else:
                 cursor.execute(statements.select, select_params)
             row = cursor.fetchone()
         if row is None:
-            return "locked", None
+            # No row: ours to run if we hold the lock; if we did not try (a row existed
+            # and vanished since, e.g. purged), ask again later.
+            return ("locked", None) if held else ("busy", None)
         values = statements.convert_select(row, connection)
         db_now = values.pop()
         return "exists", (Operation.from_db(using, statements.select_names, values), db_now)
@@ -640,7 +647,10 @@ class _Statements:
         if connection.vendor == "postgresql":
             from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-            self.lock_sql = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+            self.lock_sql = (
+                "SELECT pg_try_advisory_xact_lock(%s, %s)"  # noqa: S608
+                f" WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE {by_key})"
+            )
             self.multi = is_psycopg3 and options.get("server_side_binding") is not True
             self.locking = True
         else:  # SQLite: only where every transaction takes the write lock when it begins

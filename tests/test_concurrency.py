@@ -593,3 +593,33 @@ def test_clock_skew_does_not_take_over_a_live_lease(skew: timedelta, make_tool: 
     assert store.complete(claims[0], {"ok": True})
     dead.refresh_from_db()
     assert (dead.state, dead.recovered) == ("succeeded", True)
+
+
+def test_a_held_key_lock_refuses_fresh_calls_but_never_replays(make_tool: Any) -> None:
+    """The atomic path's lock is tried only for keys without a row: a caller holding it
+    (another process between its lock and its commit) makes a duplicate of a fresh call
+    wait, never a replay of one that completed."""
+    from django.db import connections
+
+    from guarded_tools.replays import replays
+    from guarded_tools.store import LOCK_CLASS, _key_hash
+
+    handler = CountingHandler(sleep=0)
+    definition = make_tool(handler, input_schema=SCHEMA, atomic=True)
+    done, fresh = {"operationId": key()}, {"operationId": key()}
+    definition(done, principal="svc")
+    replays.clear()  # as a process that never saw it
+    other = connections.create_connection("default")
+    try:
+        with other.cursor() as cursor:
+            for body in (done, fresh):
+                cursor.execute("SELECT pg_advisory_lock(%s, %s)",
+                               [LOCK_CLASS, _key_hash(definition.name, "principal:svc",
+                                                      body["operationId"])])
+        assert definition(done, principal="svc").replayed
+        with pytest.raises(OperationInFlight):
+            definition(fresh, principal="svc")
+    finally:
+        other.close()  # the session's locks go with it
+    assert not definition(fresh, principal="svc").replayed
+    assert len(handler.keys) == 2
