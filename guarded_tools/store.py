@@ -294,7 +294,7 @@ class OperationStore:
             if statements.lock_sql:
                 # The lock is only tried for a key without a row, so that replays of an
                 # existing key never contend for it: no row back means "not tried".
-                lock_params = [LOCK_CLASS, _key_hash(tool, scope, key), tool, scope, key]
+                lock_params: list[Any] = [LOCK_CLASS, _key_hash(tool, scope, key), tool, scope, key]
                 if statements.multi:
                     cursor.execute(f"{statements.lock_sql}; {statements.select}",
                                    [*lock_params, *select_params])
