@@ -37,6 +37,21 @@ _lock = threading.Lock()
 
 def has_perms(user: Any, perms: tuple[str, ...]) -> bool:
     """``user.has_perms(perms)``, in one precompiled query where that is the same answer."""
+    decided = permission_query(user, perms)
+    if isinstance(decided, bool):
+        return decided
+    sql, params = decided
+    with connections[router.db_for_read(Permission)].cursor() as cursor:
+        cursor.execute(sql, params)
+        return granted(cursor.fetchall(), perms)
+
+
+def permission_query(user: Any, perms: tuple[str, ...]) -> bool | tuple[str, list[Any]]:
+    """The answer when no query is needed, else the query that gives it (see ``granted``).
+
+    The query reads ``router.db_for_read(Permission)``; a caller that sends it itself
+    (the store, in the round trip that locks a key) must send it there.
+    """
     wanted = set(perms)
     if not wanted or not _checked_in_one_query(user):
         return bool(user.has_perms(perms))
@@ -47,13 +62,13 @@ def has_perms(user: Any, perms: tuple[str, ...]) -> bool:
     cached = getattr(user, "_perm_cache", None)  # the backend's own cache on this object
     if cached is not None:
         return all(p in cached for p in perms)
-    alias = router.db_for_read(Permission)
-    sql, params = _query(alias, tuple(sorted(wanted)))
-    args = [user.pk if p == _SENTINEL else p for p in params]
-    with connections[alias].cursor() as cursor:
-        cursor.execute(sql, args)
-        granted = {f"{app_label}.{codename}" for app_label, codename in cursor.fetchall()}
-    return wanted <= granted
+    sql, params = _query(router.db_for_read(Permission), tuple(sorted(wanted)))
+    return sql, [user.pk if p == _SENTINEL else p for p in params]
+
+
+def granted(rows: Any, perms: tuple[str, ...]) -> bool:
+    """Whether the rows of a ``permission_query`` hold every one of ``perms``."""
+    return set(perms) <= {f"{app_label}.{codename}" for app_label, codename in rows}
 
 
 def _checked_in_one_query(user: Any) -> bool:

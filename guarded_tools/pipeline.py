@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
+from django.contrib.auth.models import Permission
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router, transaction
@@ -43,7 +44,7 @@ from guarded_tools.exceptions import (
     VerificationError,
 )
 from guarded_tools.models import Operation, OperationState
-from guarded_tools.permissions import has_perms
+from guarded_tools.permissions import granted, has_perms, permission_query
 from guarded_tools.replays import Remembered, replays
 from guarded_tools.store import (
     Claim,
@@ -203,9 +204,14 @@ class Pipeline:
         inv.input = self.validate_input(inv)
         inv.scope = self.identify(inv)
         inv.context = self.resolve_context(inv)
-        self.check_authorization(inv, obs)
+        deferred = self.check_authorization(inv, obs, defer=self.defers_permissions)
         if self.tool.idempotent:
-            inv.key = self.resolve_key(inv)
+            try:
+                inv.key = self.resolve_key(inv)
+            except GuardError:
+                if deferred is not None:  # a refusal comes first, as it always does
+                    self.check_authorization(inv, obs)
+                raise
         if self.tool.idempotent or self.tool.confirm_mode:
             inv.fingerprint = fingerprint(inv.input)
         if self.tool.confirm_mode == "always":
@@ -214,19 +220,26 @@ class Pipeline:
             return self.execute_unclaimed(inv, obs)
         remembered = replays.get(self.tool.name, inv.scope, inv.key or "")
         if remembered is not None:
+            if deferred is not None:
+                self.check_authorization(inv, obs)
             return self.replay_remembered(inv, remembered, obs)
-        result = self.claimed(inv, obs)
+        result = self.claimed(inv, obs, deferred)
         if result.operation is not None and result.operation.get("status") == "succeeded":
             replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
                         output=result.output, operation=result.operation,
                         recovered=result.recovered, output_json=result.output_json)
         return result
 
-    def claimed(self, inv: Invocation, obs: _Observer) -> GuardResult:
-        """Claim the key, then execute, replay, refuse or recover, as the claim says."""
+    def claimed(
+        self, inv: Invocation, obs: _Observer, permissions: tuple[str, list[Any]] | None = None
+    ) -> GuardResult:
+        """Claim the key, then execute, replay, refuse or recover, as the claim says.
+
+        ``permissions``: a deferred permission query (``check_authorization``).
+        """
         claim = None
         if self.locks_key:
-            result, claim = self.execute_locked(inv, obs)
+            result, claim = self.execute_locked(inv, obs, permissions)
             if result is not None:
                 return result
         if claim is None:
@@ -266,13 +279,26 @@ class Pipeline:
             return None
         return self.tool.context(inv.input, user=inv.user, request=inv.request)
 
-    def check_authorization(self, inv: Invocation, obs: _Observer) -> None:
-        """Django permissions, then the object-level callable; on every call, replays too."""
+    def check_authorization(
+        self, inv: Invocation, obs: _Observer, *, defer: bool = False
+    ) -> tuple[str, list[Any]] | None:
+        """Django permissions, then the object-level callable; on every call, replays too.
+
+        With ``defer`` (see ``defers_permissions``) a permission check that needs a
+        query returns that query instead of running it; the caller runs it, in the
+        round trip that locks the key, and passes its rows to ``check_permission_rows``
+        before anything else happens.
+        """
         if self.tool.permissions:
             user = inv.user
             if user is None or not getattr(user, "is_authenticated", False):
                 raise NotAuthenticated()
-            if not has_perms(user, self.tool.permissions):
+            decided = permission_query(user, self.tool.permissions)
+            if not isinstance(decided, bool):
+                if defer:
+                    return decided
+                decided = has_perms(user, self.tool.permissions)
+            if not decided:
                 raise AuthorizationError()
         if self.tool.authorize is not None:
             allowed, _reason = _decision(
@@ -287,6 +313,29 @@ class Pipeline:
                 raise AuthorizationError()
         if self.tool.permissions or self.tool.authorize is not None:
             obs.emit("authorized")
+        return None
+
+    def check_permission_rows(self, rows: Any, obs: _Observer) -> None:
+        """The deferred permission check, with its query's rows."""
+        if not granted(rows, self.tool.permissions):
+            raise AuthorizationError()
+        obs.emit("authorized")
+
+    @property
+    def defers_permissions(self) -> bool:
+        """Whether the permission query can go in the round trip that locks the key.
+
+        Only when nothing else depends on authorization before the key's lock: no
+        ``authorize`` callable (it runs after the permissions), no confirmation before
+        the claim, and the permissions read from the database the key is locked in.
+        """
+        return (
+            bool(self.tool.permissions)
+            and self.tool.authorize is None
+            and self.tool.confirm_mode is None
+            and self.locks_key
+            and router.db_for_read(Permission) == router.db_for_write(Operation)
+        )
 
     def confirm(self, inv: Invocation, obs: _Observer, claim: Claim | None = None) -> None:
         obs.emit("confirmation_requested")
@@ -480,7 +529,7 @@ class Pipeline:
         return result
 
     def execute_locked(
-        self, inv: Invocation, obs: _Observer
+        self, inv: Invocation, obs: _Observer, permissions: tuple[str, list[Any]] | None = None
     ) -> tuple[GuardResult | None, Claim | None]:
         """An atomic tool's call as one transaction: lock the key, run, insert the result.
 
@@ -494,9 +543,11 @@ class Pipeline:
         """
         try:
             with transaction.atomic(using=router.db_for_write(Operation), durable=True):
-                state, found = self.store.lock_key(
-                    tool=self.tool.name, scope=inv.scope, key=inv.key or ""
+                state, found, permission_rows = self.store.lock_key(
+                    tool=self.tool.name, scope=inv.scope, key=inv.key or "", also=permissions
                 )
+                if permissions is not None:  # before anything the lock says
+                    self.check_permission_rows(permission_rows, obs)
                 if state == "busy":
                     raise OperationInFlight(headers={"Retry-After": "1"})
                 if found is not None:  # the key exists: decided outside this transaction

@@ -13,7 +13,7 @@ import logging
 import uuid
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
@@ -75,6 +75,14 @@ def _key_hash(tool: str, scope: str, key: str) -> int:
     """A signed 32-bit hash of the key: the second key of its advisory lock."""
     digest = hashlib.blake2b(f"{tool}\0{scope}\0{key}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big", signed=True)
+
+
+class Locked(NamedTuple):
+    """What ``OperationStore.lock_key`` found: the lock's state, the key's row, ``also``'s rows."""
+
+    state: LockState
+    found: tuple[Operation, datetime] | None
+    also: list[Any]
 
 
 @dataclass
@@ -270,8 +278,8 @@ class OperationStore:
         return statements is not None and statements.locking
 
     def lock_key(
-        self, *, tool: str, scope: str, key: str
-    ) -> tuple[LockState, tuple[Operation, datetime] | None]:
+        self, *, tool: str, scope: str, key: str, also: tuple[str, list[Any]] | None = None
+    ) -> Locked:
         """Lock the key for the caller's open transaction, or say why not.
 
         ``"locked"``: nobody holds the key and it was never claimed; it stays locked
@@ -282,42 +290,58 @@ class OperationStore:
         key in a second statement, whose snapshot is taken after the lock (both sent
         at once where the driver allows it). SQLite: the transaction is
         IMMEDIATE and already holds the database's write lock, so only the read.
+        ``also`` is a read sent first in the same round trip (the call's permission
+        query); its rows come back in ``Locked.also``.
         """
         using = router.db_for_write(Operation)
         connection = connections[using]
         statements = _Statements.of(connection)
         if statements is None or not statements.locking or not connection.in_atomic_block:
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
-        select_params = [*statements.now_params, tool, scope, key]
-        held: Any = True  # SQLite: the IMMEDIATE transaction holds the write lock
+        # The lock is only tried for a key without a row, so that replays of an existing
+        # key never contend for it: no row back from it means "not tried".
+        lock: tuple[str, list[Any]] | None = None
+        if statements.lock_sql:
+            lock = (statements.lock_sql, [LOCK_CLASS, _key_hash(tool, scope, key), tool, scope,
+                                          key])
+        read: tuple[str, list[Any]] = (statements.select,
+                                       [*statements.now_params, tool, scope, key])
+        also_rows: list[Any] = []
+        tried: Any = (True,)  # SQLite: the IMMEDIATE transaction holds the write lock
+        row = None
         with connection.cursor() as cursor:
-            if statements.lock_sql:
-                # The lock is only tried for a key without a row, so that replays of an
-                # existing key never contend for it: no row back means "not tried".
-                lock_params: list[Any] = [LOCK_CLASS, _key_hash(tool, scope, key), tool, scope, key]
-                if statements.multi:
-                    cursor.execute(f"{statements.lock_sql}; {statements.select}",
-                                   [*lock_params, *select_params])
+            if statements.multi:
+                parts = [part for part in (also, lock, read) if part is not None]
+                cursor.execute("; ".join(sql for sql, _ in parts),
+                               [param for _, params in parts for param in params])
+                if also is not None:
+                    also_rows = cursor.fetchall()
+                    cursor.nextset()
+                if lock is not None:
                     tried = cursor.fetchone()
                     cursor.nextset()
-                else:
-                    cursor.execute(statements.lock_sql, lock_params)
-                    tried = cursor.fetchone()
-                    if tried is None or tried[0]:
-                        cursor.execute(statements.select, select_params)
-                held = None if tried is None else tried[0]
-                if held is False:
-                    return "busy", None
+                row = cursor.fetchone()
             else:
-                cursor.execute(statements.select, select_params)
-            row = cursor.fetchone()
+                if also is not None:
+                    cursor.execute(*also)
+                    also_rows = cursor.fetchall()
+                if lock is not None:
+                    cursor.execute(*lock)
+                    tried = cursor.fetchone()
+                if tried is None or tried[0]:
+                    cursor.execute(*read)
+                    row = cursor.fetchone()
+        held = None if tried is None else tried[0]
+        if held is False:
+            return Locked("busy", None, also_rows)
         if row is None:
             # No row: ours to run if we hold the lock; if we did not try (a row existed
             # and vanished since, e.g. purged), ask again later.
-            return ("locked", None) if held else ("busy", None)
+            return Locked("locked" if held else "busy", None, also_rows)
         values = statements.convert_select(row, connection)
         db_now = values.pop()
-        return "exists", (Operation.from_db(using, statements.select_names, values), db_now)
+        found = (Operation.from_db(using, statements.select_names, values), db_now)
+        return Locked("exists", found, also_rows)
 
     def pending(
         self, *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any

@@ -22,6 +22,8 @@ from guarded_tools.repair import normalize
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 _SURROGATE = re.compile("[\ud800-\udfff]")
+#: How a surrogate can appear in JSON text: an escape from \\uD800 to \\uDFFF.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 class _DuplicateKey(ValueError):
@@ -69,8 +71,13 @@ def parse_json(raw: bytes, *, max_depth: int) -> Any:
         raise MalformedRequest("The request body nests too deeply.") from None
     except ValueError:
         raise MalformedRequest("The request body is not valid JSON.") from None
-    check_depth(value, max_depth)
-    _check_strings(value)
+    # Walk the value only when the text could hold what the walks refuse: a NUL or a
+    # surrogate can only arrive as a \u escape, and nesting deeper than max_depth needs
+    # more than max_depth brackets. Typical inputs skip both walks.
+    if text.count("{") + text.count("[") > max_depth or "\\u0000" in text:
+        check_depth(value, max_depth)
+    if "\\u" in text and _SURROGATE_ESCAPE.search(text):
+        _check_strings(value)
     return value
 
 

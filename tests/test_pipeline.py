@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from guarded_tools import (
@@ -29,6 +30,7 @@ from guarded_tools.exceptions import (
     OperationInFlight,
 )
 from guarded_tools.models import JournalEntry, Operation, OperationState
+from guarded_tools.replays import replays
 from project.demo.models import Slot
 from tests.conftest import OBJECT, key, one_transaction
 
@@ -150,17 +152,46 @@ def test_anonymous_callers_need_a_principal_for_registered_tools(make_tool: Any)
         definition({"operationId": key()})
 
 
-def test_permissions_are_checked_on_every_call_including_replays(user_factory: Any) -> None:
+@pytest.mark.parametrize("cached", [True, False], ids=["replay-cache", "replay-from-database"])
+@pytest.mark.parametrize("atomic", [False, True], ids=["claim-first", "atomic-one-transaction"])
+def test_permissions_are_checked_on_every_call_including_replays(
+    atomic: bool, cached: bool, user_factory: Any
+) -> None:
     user = user_factory(perms=("demo.change_order",))
     handler = Counter()
-    run = guarded(handler, permissions=["demo.change_order"])
+    run = guarded(handler, permissions=["demo.change_order"], atomic=atomic)
     k = key()
     run({"operationId": k}, user=user)
     user.user_permissions.clear()
     user = type(user).objects.get(pk=user.pk)
+    if not cached:
+        replays.clear()
     with pytest.raises(AuthorizationError):
         run({"operationId": k}, user=user)
+    with pytest.raises(AuthorizationError):  # nor a fresh key
+        run({"operationId": key()}, user=user)
     assert handler.calls == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_tools_permission_query_rides_with_the_keys_lock(user_factory: Any) -> None:
+    """On PostgreSQL the permission query goes in the round trip that locks the key; a
+    refusal there rolls the lock back and runs nothing."""
+    user = user_factory(perms=("demo.change_order",))
+    handler = Counter()
+    run = guarded(handler, permissions=["demo.change_order"], atomic=True)
+    with CaptureQueriesContext(connection) as queries:
+        run({"operationId": key()}, user=user)
+    permission_reads = [q["sql"] for q in queries.captured_queries if "auth_permission" in q["sql"]]
+    assert len(permission_reads) == 1
+    if connection.vendor == "postgresql":
+        assert "pg_try_advisory_xact_lock" in permission_reads[0]
+    user.user_permissions.clear()
+    user = type(user).objects.get(pk=user.pk)
+    with pytest.raises(AuthorizationError):
+        run({"operationId": key()}, user=user)
+    assert handler.calls == 1 and Operation.objects.count() == 1
+    assert connection.get_autocommit() and not connection.in_atomic_block
 
 
 def test_authorize_callable_denies_without_running(alice: Any) -> None:
@@ -671,3 +702,15 @@ def test_claim_inside_a_transaction_is_refused_loudly() -> None:
     with pytest.raises(ImproperlyConfigured), transaction.atomic():
         run({"operationId": key()}, principal="svc")
     assert Operation.objects.count() == 0
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_a_caller_without_the_permission_is_refused_before_its_key_is_checked(
+    atomic: bool, user_factory: Any
+) -> None:
+    run = guarded(Counter(), permissions=["demo.change_order"], atomic=atomic,
+                  input_schema=OBJECT)
+    with pytest.raises(AuthorizationError):
+        run({}, user=user_factory())
+    with pytest.raises(IdempotencyKeyMissing):
+        run({}, user=user_factory(perms=("demo.change_order",)))
