@@ -413,7 +413,7 @@ def main() -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
                         help="one round of 3 s, 2,000 recovery ops, 100,000 admin rows")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--duration", type=float, default=5.0, help="seconds per wrk run")
     parser.add_argument("--warmup", type=float, default=1.0)
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")

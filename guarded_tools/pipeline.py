@@ -52,6 +52,7 @@ from guarded_tools.store import (
     OperationStore,
     PendingOperationHandle,
     fingerprint,
+    refuse_enclosing_transaction,
     storable_json,
 )
 from guarded_tools.validation import validate
@@ -541,38 +542,38 @@ class Pipeline:
         already has a row, nothing runs here: ``(None, claim)`` says what the row
         means (None for a released key, which the ordinary claim takes again).
         """
+        using = router.db_for_write(Operation)
         try:
-            with transaction.atomic(using=router.db_for_write(Operation), durable=True):
-                state, found, permission_rows = self.store.lock_key(
-                    tool=self.tool.name, scope=inv.scope, key=inv.key or "", also=permissions
-                )
-                if permissions is not None:  # before anything the lock says
-                    self.check_permission_rows(permission_rows, obs)
-                if state == "busy":
-                    raise OperationInFlight(headers={"Retry-After": "1"})
-                if found is not None:  # the key exists: decided outside this transaction
-                    operation, db_now = found
-                    if operation.state == OperationState.RELEASED:
-                        return None, None
-                    return None, self.store.classify(operation, db_now, inv.fingerprint)
-                claim = self.store.pending(
-                    tool=self.tool.name, scope=inv.scope, key=inv.key or "",
-                    fp=inv.fingerprint, input=inv.input, user=inv.user,
-                )
-                obs.operation_id = str(claim.operation.pk)
-                handle = PendingOperationHandle(self.store, claim, self.lease_seconds)
-                output = self.call_handler(inv, self.make_context(inv, handle))
-                obs.emit("executed")
-                text = self.measure_output(output, obs)
-                result = GuardResult(output=output, operation=claim.operation.summary(),
-                                     output_json=text)
-                self.verify(inv, result, obs)
-                stored = output if text is not None else storable_json(output)
-                self.store.insert_completed(claim, stored, handle.pending)
+            refuse_enclosing_transaction(connections[using])
         except RuntimeError as exc:
-            if "durable" in str(exc):
-                raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
-            raise
+            raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
+        with transaction.atomic(using=using, durable=True):
+            state, found, permission_rows = self.store.lock_key(
+                tool=self.tool.name, scope=inv.scope, key=inv.key or "", also=permissions
+            )
+            if permissions is not None:  # before anything the lock says
+                self.check_permission_rows(permission_rows, obs)
+            if state == "busy":
+                raise OperationInFlight(headers={"Retry-After": "1"})
+            if found is not None:  # the key exists: decided outside this transaction
+                operation, db_now = found
+                if operation.state == OperationState.RELEASED:
+                    return None, None
+                return None, self.store.classify(operation, db_now, inv.fingerprint)
+            claim = self.store.pending(
+                tool=self.tool.name, scope=inv.scope, key=inv.key or "",
+                fp=inv.fingerprint, input=inv.input, user=inv.user,
+            )
+            obs.operation_id = str(claim.operation.pk)
+            handle = PendingOperationHandle(self.store, claim, self.lease_seconds)
+            output = self.call_handler(inv, self.make_context(inv, handle))
+            obs.emit("executed")
+            text = self.measure_output(output, obs)
+            result = GuardResult(output=output, operation=claim.operation.summary(),
+                                 output_json=text)
+            self.verify(inv, result, obs)
+            stored = output if text is not None else storable_json(output)
+            self.store.insert_completed(claim, stored, handle.pending)
         result.operation = {**claim.operation.summary(), "status": OperationState.SUCCEEDED}
         return result, claim
 

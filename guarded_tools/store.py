@@ -176,7 +176,7 @@ class OperationStore:
         """
         using = router.db_for_write(Operation)
         connection = connections[using]
-        _refuse_enclosing_transaction(connection)
+        refuse_enclosing_transaction(connection)
         statements = _Statements.of(connection)
         if statements is None:
             operation = Operation(
@@ -856,7 +856,7 @@ def _converters(connection: Any, expression: Any) -> list[tuple[Any, Any]]:
     return [(converter, expression) for converter in convs]
 
 
-def _refuse_enclosing_transaction(connection: Any) -> None:
+def refuse_enclosing_transaction(connection: Any) -> None:
     """Refuse to claim inside a caller's transaction, as a durable atomic block would.
 
     Blocks a test case opened (Django's ``TestCase``, pytest-django's ``django_db``)

@@ -697,11 +697,13 @@ def test_journal_write_after_takeover_raises_before_the_effect() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_claim_inside_a_transaction_is_refused_loudly() -> None:
-    run = guarded(Counter())
+@pytest.mark.parametrize("atomic", [False, True])
+def test_claim_inside_a_transaction_is_refused_loudly(atomic: bool) -> None:
+    handler = Counter()
+    run = guarded(handler, atomic=atomic)
     with pytest.raises(ImproperlyConfigured), transaction.atomic():
         run({"operationId": key()}, principal="svc")
-    assert Operation.objects.count() == 0
+    assert Operation.objects.count() == 0 and handler.calls == 0
 
 
 @pytest.mark.parametrize("atomic", [False, True])
