@@ -242,7 +242,15 @@ class GuardError(Exception):
             limit = gt_settings.MESSAGE_MAX_CHARS
         except Exception:  # settings not configured (plain Python use)
             limit = 1500
-        return render_message(self.code, self.raw_message, self.retry, self.repair, limit=limit)
+        # Rendered once (it is read for ``args``, ``str()`` and ``as_dict``), again only
+        # if what it is made of changes.
+        made_of = (self.code, self.raw_message, self.retry, self.repair, limit)
+        cached = self.__dict__.get("_rendered")
+        if cached is not None and cached[0] == made_of:
+            return str(cached[1])
+        text = render_message(self.code, self.raw_message, self.retry, self.repair, limit=limit)
+        self.__dict__["_rendered"] = (made_of, text)
+        return text
 
     def __str__(self) -> str:
         return self.message

@@ -129,9 +129,13 @@ def take_batch(store: OperationStore, limit: int) -> list[Claim]:
     """
     claims: list[Claim] = []
     with transaction.atomic():
-        candidates = Operation.objects.abandoned().order_by("lease_expires_at")
+        # The user comes with its operation (recover runs as that user): no query each.
+        candidates = (
+            Operation.objects.abandoned().select_related("user").order_by("lease_expires_at")
+        )
         if connection.features.has_select_for_update_skip_locked:
-            candidates = candidates.select_for_update(skip_locked=True)
+            # Only the operations are locked, never their users (``of``).
+            candidates = candidates.select_for_update(skip_locked=True, of=("self",))
         for operation in candidates[:limit]:
             claim = store.takeover(operation, _lease(registry.find(operation.tool)))
             if claim is not None:

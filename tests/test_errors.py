@@ -348,3 +348,18 @@ def test_errors_survive_pickle_and_copy(error: GuardError) -> None:
         assert clone.status_code == error.status_code
         assert clone.headers == error.headers
         assert str(clone) == str(error)
+
+
+def test_an_error_renders_its_message_once() -> None:
+    from unittest import mock
+
+    from guarded_tools import exceptions
+
+    with mock.patch.object(exceptions, "render_message", wraps=exceptions.render_message) as spy:
+        error = ToolError("slot_stale", "The slot is gone.", retry="after_repair",
+                          repair=SLOT_REPAIR)
+        assert str(error) == error.args[0] == error.as_dict()["message"] == error.message
+        assert spy.call_count == 1
+        error.raw_message = "The slot was taken."  # what it is made of changed: again
+        assert error.message.startswith("The slot was taken. [slot_stale]")
+        assert spy.call_count == 2

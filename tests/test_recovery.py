@@ -209,3 +209,26 @@ def test_heartbeat_extends_the_lease_on_the_database_clock(make_tool: Any) -> No
     definition = make_tool(handler, lease_seconds=5)
     definition({"operationId": key()}, principal="svc")
     assert (leases[1] - leases[0]).total_seconds() > 500
+
+
+def test_recovery_loads_the_users_with_their_operations(make_tool: Any,
+                                                        user_factory: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    seen: list[Any] = []
+
+    def recover(*, input: Any, context: Any, **kw: Any) -> Any:
+        return {"recovered": True, "output": {}}
+
+    definition = make_tool(never, recover=recover,
+                           context=lambda input, user, **kw: seen.append(user.username))
+    people = [user_factory() for _ in range(3)]
+    for person in people:
+        Operation.objects.filter(pk=abandoned(definition).pk).update(user=person)
+    with CaptureQueriesContext(connection) as queries:
+        assert sweep().completed == 3
+    assert sorted(seen) == sorted(p.username for p in people)  # each recovered as its user
+    by_user = [q["sql"] for q in queries.captured_queries
+               if 'FROM "auth_user"' in q["sql"] and "guarded_tools_operation" not in q["sql"]]
+    assert by_user == [], by_user
