@@ -22,11 +22,12 @@ from operator import or_
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group, Permission, PermissionsMixin
 from django.core.signals import setting_changed
 from django.db import connections, models, router
 from django.db.models import Q
+
+# django.contrib.auth is imported where it is used: only tools with ``permissions``
+# need it, and the rest of the app works without it.
 
 MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 _SENTINEL = -918_273_645  # stands for the user's key in the compiled query
@@ -41,7 +42,7 @@ def has_perms(user: Any, perms: tuple[str, ...]) -> bool:
     if isinstance(decided, bool):
         return decided
     sql, params = decided
-    with connections[router.db_for_read(Permission)].cursor() as cursor:
+    with connections[permissions_database()].cursor() as cursor:
         cursor.execute(sql, params)
         return granted(cursor.fetchall(), perms)
 
@@ -49,8 +50,8 @@ def has_perms(user: Any, perms: tuple[str, ...]) -> bool:
 def permission_query(user: Any, perms: tuple[str, ...]) -> bool | tuple[str, list[Any]]:
     """The answer when no query is needed, else the query that gives it (see ``granted``).
 
-    The query reads ``router.db_for_read(Permission)``; a caller that sends it itself
-    (the store, in the round trip that locks a key) must send it there.
+    The query reads ``permissions_database()``; a caller that sends it itself (the
+    store, in the round trip that locks a key) must send it there.
     """
     wanted = set(perms)
     if not wanted or not _checked_in_one_query(user):
@@ -62,8 +63,15 @@ def permission_query(user: Any, perms: tuple[str, ...]) -> bool | tuple[str, lis
     cached = getattr(user, "_perm_cache", None)  # the backend's own cache on this object
     if cached is not None:
         return all(p in cached for p in perms)
-    sql, params = _query(router.db_for_read(Permission), tuple(sorted(wanted)))
+    sql, params = _query(permissions_database(), tuple(sorted(wanted)))
     return sql, [user.pk if p == _SENTINEL else p for p in params]
+
+
+def permissions_database() -> str:
+    """The database alias Django's permissions are read from."""
+    from django.contrib.auth.models import Permission
+
+    return str(router.db_for_read(Permission))
 
 
 def granted(rows: Any, perms: tuple[str, ...]) -> bool:
@@ -76,6 +84,8 @@ def _checked_in_one_query(user: Any) -> bool:
     backends = settings.AUTHENTICATION_BACKENDS
     if len(backends) != 1 or backends[0] != MODEL_BACKEND:
         return False
+    from django.contrib.auth.models import PermissionsMixin
+
     cls = type(user)
     return (
         isinstance(user, PermissionsMixin)
@@ -96,6 +106,9 @@ def _query(alias: str, perms: tuple[str, ...]) -> tuple[str, list[Any]]:
 
 def _compile(alias: str, perms: tuple[str, ...]) -> tuple[str, list[Any]]:
     """The permissions among ``perms`` the sentinel user holds, directly or via a group."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group, Permission
+
     user_model = get_user_model()
     direct: Any = user_model._meta.get_field("user_permissions").remote_field.through
     membership: Any = user_model._meta.get_field("groups").remote_field.through

@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
-from django.contrib.auth.models import Permission
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router, transaction
@@ -44,7 +43,12 @@ from guarded_tools.exceptions import (
     VerificationError,
 )
 from guarded_tools.models import Operation, OperationState
-from guarded_tools.permissions import granted, has_perms, permission_query
+from guarded_tools.permissions import (
+    granted,
+    has_perms,
+    permission_query,
+    permissions_database,
+)
 from guarded_tools.replays import Remembered, replays
 from guarded_tools.store import (
     Claim,
@@ -335,7 +339,7 @@ class Pipeline:
             and self.tool.authorize is None
             and self.tool.confirm_mode is None
             and self.locks_key
-            and router.db_for_read(Permission) == router.db_for_write(Operation)
+            and permissions_database() == router.db_for_write(Operation)
         )
 
     def confirm(self, inv: Invocation, obs: _Observer, claim: Claim | None = None) -> None:
