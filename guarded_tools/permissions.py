@@ -38,7 +38,11 @@ _lock = threading.Lock()
 
 def has_perms(user: Any, perms: tuple[str, ...]) -> bool:
     """``user.has_perms(perms)``, in one precompiled query where that is the same answer."""
-    decided = permission_query(user, perms)
+    return answer(permission_query(user, perms), perms)
+
+
+def answer(decided: bool | tuple[str, list[Any]], perms: tuple[str, ...]) -> bool:
+    """The answer of a ``permission_query``: as decided, or by running its query."""
     if isinstance(decided, bool):
         return decided
     sql, params = decided

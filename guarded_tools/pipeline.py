@@ -17,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
@@ -44,8 +45,8 @@ from guarded_tools.exceptions import (
 )
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.permissions import (
+    answer,
     granted,
-    has_perms,
     permission_query,
     permissions_database,
 )
@@ -299,11 +300,9 @@ class Pipeline:
             if user is None or not getattr(user, "is_authenticated", False):
                 raise NotAuthenticated()
             decided = permission_query(user, self.tool.permissions)
-            if not isinstance(decided, bool):
-                if defer:
-                    return decided
-                decided = has_perms(user, self.tool.permissions)
-            if not decided:
+            if defer and not isinstance(decided, bool):
+                return decided
+            if not answer(decided, self.tool.permissions):
                 raise AuthorizationError()
         if self.tool.authorize is not None:
             allowed, _reason = _decision(
@@ -326,7 +325,7 @@ class Pipeline:
             raise AuthorizationError()
         obs.emit("authorized")
 
-    @property
+    @cached_property
     def defers_permissions(self) -> bool:
         """Whether the permission query can go in the round trip that locks the key.
 
@@ -418,7 +417,7 @@ class Pipeline:
     def lease_seconds(self) -> int:
         return self.tool.lease
 
-    @property
+    @cached_property
     def locks_key(self) -> bool:
         """Whether calls run as one transaction: key lock, effect, operation (``atomic``).
 
@@ -576,9 +575,8 @@ class Pipeline:
             result = GuardResult(output=output, operation=claim.operation.summary(),
                                  output_json=text)
             self.verify(inv, result, obs)
-            stored = output if text is not None else storable_json(output)
-            self.store.insert_completed(claim, stored, handle.pending)
-        result.operation = {**claim.operation.summary(), "status": OperationState.SUCCEEDED}
+            self.store.insert_completed(claim, storable_json(output, text), handle.pending)
+        result.operation = claim.operation.summary()  # succeeded, as inserted
         return result, claim
 
     def _try_release(self, claim: Claim) -> bool:
@@ -741,8 +739,7 @@ class Pipeline:
                 self.store.mark_unknown(claim, exc.as_dict(), output=storable_json(output))
             exc.extra["operation"] = claim.operation.summary()
             raise
-        stored = output if text is not None else storable_json(output)
-        if not self.store.complete(claim, stored, recovered=recovered):
+        if not self.store.complete(claim, storable_json(output, text), recovered=recovered):
             if self.tool.atomic:
                 raise LeaseLost(str(claim.operation.pk))
             return self.after_lost_lease(claim, evidence={"output": storable_json(output)})

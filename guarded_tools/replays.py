@@ -100,10 +100,6 @@ class ReplayCache:
                 self._entries.popitem(last=False)
         return True
 
-    def forget(self, tool: str, scope: str, key: str) -> None:
-        with self._lock:
-            self._entries.pop((tool, scope, key), None)
-
     def clear(self) -> None:
         """Drop every entry (after a purge or an admin deletion in this process; in tests)."""
         with self._lock:

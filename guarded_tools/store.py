@@ -58,8 +58,13 @@ class _Placeholders(DjangoJSONEncoder):
             return {"__unserializable__": type(o).__name__}
 
 
-def storable_json(value: Any) -> Any:
-    """Outputs are stored as JSON; anything that is not becomes a typed placeholder."""
+def storable_json(value: Any, serialized: str | None = None) -> Any:
+    """Outputs are stored as JSON; anything that is not becomes a typed placeholder.
+
+    ``serialized``: the value's JSON, when the caller already made it (then it is JSON).
+    """
+    if serialized is not None:
+        return value
     try:
         json.dumps(value, cls=DjangoJSONEncoder)
         return value
@@ -239,9 +244,7 @@ class OperationStore:
             row = cursor.fetchone()
         if row is None:
             return None
-        values = statements.convert_select(row, connection)
-        db_now = values.pop()
-        return Operation.from_db(using, statements.select_names, values), db_now
+        return statements.loaded(row, using, connection)
 
     def _reclaim(
         self, operation: Operation, fp: str, input: Any, user: Any, lease_seconds: int
@@ -338,10 +341,7 @@ class OperationStore:
             # No row: ours to run if we hold the lock; if we did not try (a row existed
             # and vanished since, e.g. purged), ask again later.
             return Locked("locked" if held else "busy", None, also_rows)
-        values = statements.convert_select(row, connection)
-        db_now = values.pop()
-        found = (Operation.from_db(using, statements.select_names, values), db_now)
-        return Locked("exists", found, also_rows)
+        return Locked("exists", statements.loaded(row, using, connection), also_rows)
 
     def pending(
         self, *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any
@@ -585,24 +585,17 @@ class _Statements:
         self.now_sql = now_sql
         self._leases: dict[int, tuple[str, list[Any]]] = {}
         self.names = [f.attname for f in self.fields]
-        # The claim: values from the call, NULLs, and the database's clock.
-        claim_sql: list[str] = []
-        self._claim_plan: list[str] = []
-        for f in self.fields:
-            if f.name in ("created_at", "updated_at"):
-                claim_sql.append(now_sql)
-                self._claim_plan.append("now")
-            elif f.name == "lease_expires_at":
-                claim_sql.append("{lease}")
-                self._claim_plan.append("lease")
-            elif f.name in ("output", "error", "completed_at"):
-                claim_sql.append("NULL")
-            else:
-                claim_sql.append("%s")
-                self._claim_plan.append(f.attname)
+        self._prepared: dict[str, Any] = {
+            name: opts.get_field(name) for name in ("id", "input", "output")
+        }
+        # The claim: values from the call, NULLs, the lease and the database's clock.
+        claim_values, self._claim_plan = self._plan(
+            now_sql, clock={"created_at", "updated_at"}, lease={"lease_expires_at"},
+            nulls={"output", "error", "completed_at"},
+        )
         insert = (
             f"INSERT INTO {table} ({', '.join(c[f.name] for f in self.fields)})"  # noqa: S608
-            f" VALUES ({', '.join(claim_sql)})"
+            f" VALUES ({claim_values})"
             f" ON CONFLICT ({c['tool']}, {c['scope']}, {c['key']}) DO NOTHING"
         )
         selected = [f for f in self.fields if f.name != "input"]  # inputs can be large
@@ -617,8 +610,6 @@ class _Statements:
         )
         lease = opts.get_field("lease_expires_at")
         self.time_converters = _converters(connection, lease.get_col(opts.db_table))
-        self._native_uuid = connection.features.has_native_uuid_field
-        self._input = opts.get_field("input")
         self.select_names = [f.attname for f in selected]
         self.select = f"SELECT {columns}, {now_sql} FROM {table} WHERE {by_key}"  # noqa: S608
         self.select_converters: list[Converter] = [
@@ -638,7 +629,6 @@ class _Statements:
         )
         self.touch_sql = f"UPDATE {table} SET {c['updated_at']} = {now_sql} WHERE {owned}"  # noqa: S608
         self._pk = opts.pk
-        self._output = opts.get_field("output")
         # Takeover of an abandoned claim: Operation.objects.abandoned() as one statement.
         self.takeover_sql = (
             f"UPDATE {table} SET {c['state']} = %s, {c['owner']} = %s,"  # noqa: S608
@@ -680,26 +670,66 @@ class _Statements:
         else:  # SQLite: only where every transaction takes the write lock when it begins
             mode = str(options.get("transaction_mode") or "").upper()
             self.locking = mode in ("IMMEDIATE", "EXCLUSIVE")
-        completed_sql: list[str] = []
-        self._completed_plan: list[str] = []
-        for f in self.fields:
-            if f.name in ("created_at", "updated_at", "completed_at"):
-                completed_sql.append(now_sql)
-                self._completed_plan.append("now")
-            elif f.name in ("lease_expires_at", "error"):
-                completed_sql.append("NULL")
-            else:
-                completed_sql.append("%s")
-                self._completed_plan.append(f.attname)
+        completed_values, self._completed_plan = self._plan(
+            now_sql, clock={"created_at", "updated_at", "completed_at"},
+            nulls={"lease_expires_at", "error"},
+        )
         self.completed_sql = (
             f"INSERT INTO {table} ({', '.join(c[f.name] for f in self.fields)})"  # noqa: S608
-            f" VALUES ({', '.join(completed_sql)})"
+            f" VALUES ({completed_values})"
         )
         self._journal_insert = (
             f"INSERT INTO {qn(jopts.db_table)} ({j['operation']}, {j['kind']}, {j['data']},"  # noqa: S608
             f" {j['fence']}, {j['removed']}, {j['created_at']}) VALUES "
         )
         self._journal_row = f"(%s, %s, %s, %s, %s, {now_sql})"
+
+    def _plan(
+        self, now_sql: str, *, clock: set[str], nulls: set[str], lease: set[str] | None = None
+    ) -> tuple[str, list[str]]:
+        """The VALUES of an INSERT of every column, and the plan of its parameters.
+
+        Each column is the database's clock, the lease (a ``{lease}`` placeholder),
+        NULL, or a parameter named by the field's attname.
+        """
+        sql: list[str] = []
+        plan: list[str] = []
+        for f in self.fields:
+            if f.name in clock:
+                sql.append(now_sql)
+                plan.append("now")
+            elif lease and f.name in lease:
+                sql.append("{lease}")
+                plan.append("lease")
+            elif f.name in nulls:
+                sql.append("NULL")
+            else:
+                sql.append("%s")
+                plan.append(f.attname)
+        return ", ".join(sql), plan
+
+    def _params(
+        self, plan: list[str], values: dict[str, Any], connection: Any,
+        lease_params: list[Any] | None = None,
+    ) -> list[Any]:
+        """The parameters of a plan; the key and the JSON fields as the ORM would save them."""
+        params: list[Any] = []
+        for name in plan:
+            if name == "now":
+                params.extend(self.now_params)
+            elif name == "lease":
+                params.extend(lease_params or [])
+            elif name in self._prepared:
+                params.append(self._prepared[name].get_db_prep_save(values[name], connection))
+            else:
+                params.append(values[name])
+        return params
+
+    def loaded(self, row: Any, using: str, connection: Any) -> tuple[Operation, datetime]:
+        """The operation (its input deferred) and the database's clock from a ``select`` row."""
+        values = self.convert_select(row, connection)
+        db_now = values.pop()
+        return Operation.from_db(using, self.select_names, values), db_now
 
     def lease(self, connection: Any, seconds: int) -> tuple[str, list[Any]]:
         found = self._leases.get(seconds)
@@ -713,18 +743,7 @@ class _Statements:
     ) -> tuple[str, list[Any]]:
         """The claim's SQL and parameters; the lease is ``now() + lease_seconds`` (DB clock)."""
         lease_sql, lease_params = self.lease(connection, lease_seconds)
-        params: list[Any] = []
-        for name in self._claim_plan:
-            if name == "now":
-                params.extend(self.now_params)
-            elif name == "lease":
-                params.extend(lease_params)
-            elif name == "id":
-                params.append(values["id"] if self._native_uuid else values["id"].hex)
-            elif name == "input":
-                params.append(self._input.get_db_prep_save(values["input"], connection))
-            else:
-                params.append(values[name])
+        params = self._params(self._claim_plan, values, connection, lease_params)
         return self._claim_sql.replace("{lease}", lease_sql), params
 
     def convert_times(self, row: Any, connection: Any) -> list[Any]:
@@ -757,7 +776,7 @@ class _Statements:
     ) -> tuple[str, list[Any]]:
         return self.complete_sql, [
             OperationState.SUCCEEDED.value,
-            self._output.get_db_prep_save(output, connection),
+            self._prepared["output"].get_db_prep_save(output, connection),
             bool(recovered),
             "",
             *self.now_params,
@@ -785,22 +804,10 @@ class _Statements:
         self, operation: Operation, output: Any, connection: Any
     ) -> tuple[str, list[Any]]:
         """The INSERT of an operation that is already succeeded (atomic tools)."""
-        params: list[Any] = []
-        for name in self._completed_plan:
-            if name == "now":
-                params.extend(self.now_params)
-            elif name == "id":
-                params.append(self._pk.get_db_prep_value(operation.pk, connection))
-            elif name == "input":
-                params.append(self._input.get_db_prep_save(operation.input, connection))
-            elif name == "output":
-                params.append(self._output.get_db_prep_save(output, connection))
-            elif name == "state":
-                params.append(OperationState.SUCCEEDED.value)
-            elif name == "owner":
-                params.append("")
-            else:
-                params.append(getattr(operation, name))
+        values = {name: getattr(operation, name) for name in self._completed_plan
+                  if name != "now"}
+        values.update(state=OperationState.SUCCEEDED.value, owner="", output=output)
+        params = self._params(self._completed_plan, values, connection)
         return self.completed_sql, params
 
     def journal_rows(
