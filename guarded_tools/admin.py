@@ -211,7 +211,7 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
             definition = registry.find(confirmation.tool)
             refusal = confirmations.can_decide(request.user, confirmation)
             open_ = (confirmation.status == ConfirmationStatus.PENDING
-                     and confirmation in Confirmation.objects.pending())
+                     and Confirmation.objects.pending().filter(pk=confirmation.pk).exists())
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,

@@ -65,9 +65,7 @@ def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
 
 def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
     call = _call(definition, inv)
-    Confirmation.objects.filter(call).filter(
-        status=ConfirmationStatus.PENDING, expires_at__lte=Now()
-    ).update(status=ConfirmationStatus.EXPIRED)
+    Confirmation.objects.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
     latest = Confirmation.objects.filter(call).order_by("-created_at").first()
     if latest is not None and latest.status == ConfirmationStatus.APPROVED:
         consumed = Confirmation.objects.filter(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import json
 import re
 from collections.abc import Callable, Mapping
@@ -20,7 +21,6 @@ from rest_framework.utils.encoders import JSONEncoder
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
 from guarded_tools.handlers import docs_url, to_guard_error
-from guarded_tools.parsers import read_unframed_body
 from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline
 from guarded_tools.registry import Tool, registry
 from guarded_tools.views import GuardedAPIView, prefer_wait, visible_tools
@@ -288,7 +288,9 @@ def param_header_problem(
 
 
 # -- methods ----------------------------------------------------------------------------------
+@functools.cache
 def _server_version() -> str:
+    """This package's version (looked up once: it cannot change while the process runs)."""
     try:
         return metadata.version("guarded-tools")
     except metadata.PackageNotFoundError:  # used from a checkout, not installed
@@ -526,7 +528,7 @@ def _require_caller(request: Request) -> None:
         raise NotAuthenticated()
 
 
-def serve(request: Request) -> HttpResponse:
+def serve(request: Request, body: Any) -> HttpResponse:
     """Route one POST by its protocol version: unsupported, 2026-07-28, or handshake era.
 
     Handshake era: ``initialize`` negotiates 2025-11-25, 2025-06-18 or 2025-03-26, and
@@ -536,8 +538,6 @@ def serve(request: Request) -> HttpResponse:
     must match the body; ``server/discover`` replaces ``initialize``. Nothing is kept
     between POSTs.
     """
-    unframed = read_unframed_body(request._request)
-    body = request.data if unframed is None else unframed
     header = request.headers.get("MCP-Protocol-Version")
     if header is not None and header not in SUPPORTED_VERSIONS:
         data = {"supported": list(SUPPORTED_VERSIONS), "requested": header}
@@ -572,5 +572,5 @@ class McpView(GuardedAPIView):
 
     def post(self, request: Request) -> HttpResponse:
         _require_caller(request)
-        return serve(request)
+        return serve(request, self.request_body(request))
 

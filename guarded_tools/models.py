@@ -30,9 +30,6 @@ class OperationState(models.TextChoices):
 
 
 class OperationQuerySet(models.QuerySet["Operation"]):
-    def owned_by(self, scope: str) -> OperationQuerySet:
-        return self.filter(scope=scope)
-
     def abandoned(self) -> OperationQuerySet:
         """Claims with no live owner: abandoned, or in flight past their lease (DB clock)."""
         return self.filter(

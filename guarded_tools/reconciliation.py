@@ -52,9 +52,9 @@ def _decide(
     if not note.strip():
         raise ReconcileRefused("A note is required: say how you established the outcome.")
     with transaction.atomic():
-        updated = Operation.objects.filter(
-            pk=operation.pk, state=OperationState.OUTCOME_UNKNOWN
-        ).update(owner="", lease_expires_at=None, updated_at=Now(), **changes)
+        updated = Operation.objects.unknown().filter(pk=operation.pk).update(
+            owner="", lease_expires_at=None, updated_at=Now(), **changes
+        )
         if not updated:
             raise ReconcileRefused("This operation is not waiting for reconciliation.")
         AuditEntry.objects.create(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Action = Literal[
     "change_input",
@@ -16,17 +16,9 @@ Action = Literal[
     "reconcile",
     "stop",
 ]
-ACTIONS: tuple[str, ...] = (
-    "change_input",
-    "call_tool",
-    "refresh_state",
-    "retry_same_operation",
-    "ask_user",
-    "reconcile",
-    "stop",
-)
+ACTIONS: tuple[str, ...] = get_args(Action)
 RetryPolicy = Literal["never", "as_is", "after_repair"]
-RETRY_POLICIES: tuple[str, ...] = ("never", "as_is", "after_repair")
+RETRY_POLICIES: tuple[str, ...] = get_args(RetryPolicy)
 
 #: A portable plan: what every agent host is expected to carry intact.
 MAX_STEPS = 5
