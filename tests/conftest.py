@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -75,6 +76,25 @@ def make_tool() -> Iterator[Callable[..., Tool]]:
 
 def key() -> str:
     return uuid.uuid4().hex
+
+
+class Effects:
+    """A handler that counts its runs: the effect must happen exactly once, or never."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, input: Any, ctx: Any) -> Any:
+        self.count += 1
+        return {"done": self.count}
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10, step: float = 0.05) -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(step)
 
 
 @pytest.fixture(autouse=True)

@@ -23,6 +23,7 @@ from rest_framework.authtoken.models import Token
 
 from guarded_tools.models import AuditEntry, Confirmation, Operation, OperationState
 from project.demo.models import Account, LedgerEntry
+from tests.conftest import Effects
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -126,17 +127,6 @@ class Agent:
 @pytest.fixture
 def agent_for(live_server: Any) -> Callable[[Any], Agent]:
     return lambda user: Agent(live_server.url, user)
-
-
-class Effects:
-    """A handler that counts its runs: the effect must happen exactly once, or never."""
-
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, input: Any, ctx: Any) -> Any:
-        self.count += 1
-        return {"done": self.count}
 
 
 def request_confirmation(agent: Agent, tool: str, body: dict[str, Any]) -> str:

@@ -13,9 +13,8 @@ import os
 import re
 import signal
 import subprocess
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -29,7 +28,7 @@ from guarded_tools import tasks
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.store import fingerprint
 from project.celery import app
-from tests.conftest import REPO_ROOT
+from tests.conftest import REPO_ROOT, wait_until
 from tests.tools_for_processes import RECOVERABLE_TOOL, recover_rows
 
 # Runs on PostgreSQL and on SQLite's file test database (project/settings.py names it);
@@ -38,13 +37,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 CELERY = Path(REPO_ROOT) / ".venv" / "bin" / "celery"
 DONE = re.compile(r"Task guarded_tools\.tasks\.sweep\[[0-9a-f-]+\] succeeded")
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 30, step: float = 0.1) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(step)
 
 
 def broker_options(var_dir: Path) -> dict[str, Any]:
@@ -106,7 +98,8 @@ def worker(subprocess_env: dict[str, str], tmp_path: Path) -> Iterator[Worker]:
     app.conf.task_always_eager = False
     reset_publisher()
     try:
-        wait_until(lambda: " ready." in running.text() or process.poll() is not None, 60)
+        wait_until(lambda: " ready." in running.text() or process.poll() is not None,
+                   timeout=60, step=0.1)
         assert process.poll() is None, running.text()
         yield running
     finally:
@@ -146,9 +139,10 @@ def recovered(rows: list[Operation]) -> bool:
 def test_worker_sweeps_abandoned_operations_once(worker: Worker) -> None:
     [first] = abandoned(1)
     tasks.sweep.delay()
-    wait_until(lambda: recovered([first]) or worker.process.poll() is not None)
+    wait_until(lambda: recovered([first]) or worker.process.poll() is not None,
+               timeout=30, step=0.1)
     assert worker.process.poll() is None, worker.text()
-    wait_until(lambda: worker.sweeps_done() == 1)
+    wait_until(lambda: worker.sweeps_done() == 1, timeout=30, step=0.1)
     first.refresh_from_db()
     assert first.output == {"recoveredBy": worker.process.pid, "key": first.key}
     assert first.fence == 2 and recover_rows(str(first.pk)).count() == 1
@@ -159,7 +153,8 @@ def test_worker_sweeps_abandoned_operations_once(worker: Worker) -> None:
     tasks.sweep.apply_async(task_id=task_id)
     tasks.sweep.apply_async(task_id=task_id)
     tasks.sweep.delay()
-    wait_until(lambda: worker.sweeps_done() == 4 or worker.process.poll() is not None)
+    wait_until(lambda: worker.sweeps_done() == 4 or worker.process.poll() is not None,
+               timeout=30, step=0.1)
     assert worker.process.poll() is None, worker.text()
     assert recovered([first, *more])
     for row in [first, *more]:

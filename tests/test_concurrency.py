@@ -38,7 +38,7 @@ from guarded_tools.models import (
 )
 from guarded_tools.recovery import sweep
 from guarded_tools.store import OperationStore, fingerprint
-from tests.conftest import REPO_ROOT, key, one_transaction
+from tests.conftest import REPO_ROOT, key, one_transaction, wait_until
 from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, effect_rows
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -90,13 +90,6 @@ class CountingHandler:
             self.keys.append(input["operationId"])
         time.sleep(self.sleep)
         return {"n": input.get("n"), "run": uuid.uuid4().hex}
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 10, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(step)
 
 
 def expire_lease(queryset: Any, seconds: int = 5) -> None:

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from guarded_tools import confirmations, signals
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
-from tests.conftest import key
+from tests.conftest import Effects, key
 
 pytestmark = pytest.mark.django_db
 URL = "/agent/tools/{}/"
@@ -25,15 +25,6 @@ def approver(django_user_model: Any) -> Any:
 
 def call(client: Any, name: str, body: Any, **headers: str) -> Any:
     return client.post(URL.format(name), body, format="json", headers=headers)
-
-
-class Effects:
-    def __init__(self) -> None:
-        self.count = 0
-
-    def __call__(self, input: Any, ctx: Any) -> Any:
-        self.count += 1
-        return {"done": self.count}
 
 
 @pytest.mark.parametrize("mode", ["effect-only", "always"])

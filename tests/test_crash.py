@@ -15,8 +15,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -28,7 +26,7 @@ from guarded_tools.models import Confirmation, JournalEntry, Operation, Operatio
 from guarded_tools.recovery import sweep
 from guarded_tools.registry import registry
 from project.demo.models import Account, LedgerEntry, PaymentAuthorization
-from tests.conftest import REPO_ROOT, key
+from tests.conftest import REPO_ROOT, key, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -42,13 +40,6 @@ CHILD = (
     "result = registry.get('send_payment')(json.loads(sys.argv[2]), user=user)\n"
     "print(json.dumps(result.output))\n"
 )
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 20, step: float = 0.05) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(step)
 
 
 @pytest.fixture
@@ -135,7 +126,8 @@ def crashed_operation(payment: dict[str, Any], env: dict[str, str], point: str,
     assert ledger(payment).count() == POINTS[point]["ledger"]
     assert Confirmation.objects.get(key=operation.key).status == "consumed"
     # Nobody may take it over while the dead owner's lease (1 s, DB clock) runs.
-    wait_until(lambda: Operation.objects.abandoned().filter(pk=operation.pk).exists())
+    wait_until(lambda: Operation.objects.abandoned().filter(pk=operation.pk).exists(),
+               timeout=20)
     return operation
 
 
@@ -168,19 +160,11 @@ def assert_end_state(payment: dict[str, Any], operation: Operation, point: str) 
     assert payment["receiver"].balance == Decimal("12.50")
 
 
+@pytest.mark.parametrize("how", ["exit", "sigkill"], ids=["crash", "sigkill-while-stalled"])
 @pytest.mark.parametrize("point", list(POINTS))
-def test_crash_then_sweep(point: str, payment: dict[str, Any],
+def test_crash_then_sweep(point: str, how: str, payment: dict[str, Any],
                           subprocess_env: dict[str, str]) -> None:
-    operation = crashed_operation(payment, subprocess_env, point, "exit")
-    report = sweep()
-    assert report.taken == 1 and not report.errors
-    assert_end_state(payment, operation, point)
-
-
-@pytest.mark.parametrize("point", list(POINTS))
-def test_sigkill_while_stalled_then_sweep(point: str, payment: dict[str, Any],
-                                          subprocess_env: dict[str, str]) -> None:
-    operation = crashed_operation(payment, subprocess_env, point, "sigkill")
+    operation = crashed_operation(payment, subprocess_env, point, how)
     report = sweep()
     assert report.taken == 1 and not report.errors
     assert_end_state(payment, operation, point)

@@ -16,7 +16,7 @@ from django.db import DatabaseError, connection, connections
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.recovery import sweep
 from tests import test_concurrency as concurrency
-from tests.conftest import REPO_ROOT, key
+from tests.conftest import REPO_ROOT, key, wait_until
 from tests.test_celery_worker import CELERY, Worker, abandoned, recovered, worker  # noqa: F401
 from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, recover_rows
 
@@ -149,7 +149,7 @@ def test_a_sweeper_killed_mid_sweep_leaves_nothing_half_done(subprocess_env: dic
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
     try:
-        concurrency.wait_until(lambda: Operation.objects.filter(
+        wait_until(lambda: Operation.objects.filter(
             pk__in=[r.pk for r in rows], fence=2).exists(), timeout=30)
     finally:
         os.killpg(stalled.pid, signal.SIGKILL)
@@ -180,11 +180,11 @@ def test_two_beats_and_a_worker_recover_each_operation_once(worker: Worker,  # n
         for i in range(2)
     ]
     try:
-        concurrency.wait_until(lambda: worker.sweeps_done() >= 4, timeout=60)
+        wait_until(lambda: worker.sweeps_done() >= 4, timeout=60)
         rows = abandoned(20)
-        concurrency.wait_until(lambda: recovered(rows), timeout=60)
+        wait_until(lambda: recovered(rows), timeout=60)
         before = worker.sweeps_done()
-        concurrency.wait_until(lambda: worker.sweeps_done() >= before + 4, timeout=60)
+        wait_until(lambda: worker.sweeps_done() >= before + 4, timeout=60)
     finally:
         for beat in beats:
             beat.send_signal(signal.SIGTERM)
