@@ -121,7 +121,13 @@ class Operation(models.Model):
             )
         ]
         indexes = [
-            models.Index(fields=["state", "lease_expires_at"], name="gt_operation_state_lease"),
+            # Only claims that can be abandoned: the sweep's index stays as small as the
+            # work it finds, and a call that completes never writes to it.
+            models.Index(
+                fields=["lease_expires_at"],
+                name="gt_operation_open_lease",
+                condition=Q(state__in=[OperationState.IN_FLIGHT, OperationState.ABANDONED]),
+            ),
             models.Index(fields=["state", "updated_at"], name="gt_operation_state_updated"),
         ]
         permissions = [("reconcile_operation", _("Can reconcile operations"))]
@@ -153,6 +159,7 @@ class JournalEntry(models.Model):
         verbose_name=_("operation"),
         on_delete=models.CASCADE,
         related_name="journal",
+        db_index=False,  # gt_journal_live starts with it
     )
     kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices, default=Kind.ENTRY)
     data = models.JSONField(_("data"), encoder=DjangoJSONEncoder, null=True)
