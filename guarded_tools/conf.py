@@ -50,13 +50,15 @@ IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS"}
 class GuardedToolsSettings:
     """Attribute access to ``settings.GUARDED_TOOLS`` with defaults.
 
-    Values are read from Django settings on first access and cached; the cache is
-    dropped whenever ``GUARDED_TOOLS`` changes (``override_settings`` in tests).
+    Values are read from Django settings on first access and cached as attributes
+    (later reads do not reach ``__getattr__``: the pipeline reads several per call);
+    the cache is dropped whenever ``GUARDED_TOOLS`` changes (``override_settings`` in
+    tests).
     """
 
     def __init__(self, defaults: dict[str, Any] | None = None) -> None:
         self.defaults = defaults or DEFAULTS
-        self._cached: dict[str, Any] = {}
+        self._cached: set[str] = set()
 
     @property
     def user_settings(self) -> dict[str, Any]:
@@ -65,15 +67,16 @@ class GuardedToolsSettings:
     def __getattr__(self, attr: str) -> Any:
         if attr.startswith("_") or attr not in self.defaults:
             raise AttributeError(f"Invalid guarded_tools setting: {attr!r}")
-        if attr in self._cached:
-            return self._cached[attr]
         value = self.user_settings.get(attr, self.defaults[attr])
         if attr in IMPORT_STRINGS:
             value = _import(value)
-        self._cached[attr] = value
+        setattr(self, attr, value)
+        self._cached.add(attr)
         return value
 
     def reload(self) -> None:
+        for attr in self._cached:
+            self.__dict__.pop(attr, None)
         self._cached.clear()
 
 
