@@ -42,7 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench-results"
 CHART = ROOT / "docs" / "performance.png"
 PYTHON = sys.executable
+sys.path.insert(0, str(ROOT))  # run as a script: bench/ is on the path, the project is not
 
+from bench.cpu import CpuMeter, database_server_pid  # noqa: E402
 
 # name, what, path, key mode
 CONFIGS: list[tuple[str, str, str, str]] = [
@@ -195,6 +197,10 @@ def bench_http(db: str, env: dict[str, str], token: str, args: argparse.Namespac
         {**env, "BENCH_STUB_URL": stub_url}, RESULTS / f"gunicorn-{db}.log",
     )
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in CONFIGS}
+    # Whose CPU each request costs: the app server's, the database server's (PostgreSQL
+    # when it runs here; SQLite works inside the app's processes), the whole machine's.
+    meter = CpuMeter({"app": server.pid, "db": database_server_pid(env["DATABASE_URL"])
+                      if db == "postgresql" else None})
     try:
         wait_http(base + "/ping/")
         replay_key = f"replay-{db}-{uuid.uuid4().hex[:8]}"
@@ -208,13 +214,17 @@ def bench_http(db: str, env: dict[str, str], token: str, args: argparse.Namespac
             for name, _, path, mode in order:
                 key = replay_key if mode == "replay" else (
                     f"{db}-{name}-{round_no}-{uuid.uuid4().hex[:6]}")
+                before = meter.snapshot()
                 result = run_wrk(base, path, mode, key, token, args.duration, args.threads,
                                  args.connections)
+                result["cpu_us"] = CpuMeter.per_request(before, meter.snapshot(),
+                                                        result["requests"])
                 result["round"] = round_no
                 runs[name].append(result)
                 log(f"[{db}] round {round_no + 1}/{args.rounds} {name:10} "
                     f"{result['rps']:8.1f} req/s  p50 {result.get('p50_ms', 0):6.2f} ms  "
                     f"p99 {result.get('p99_ms', 0):7.2f} ms"
+                    + "".join(f"  {k} {v:.0f} µs" for k, v in result["cpu_us"].items())
                     + (f"  NON-2XX {result['non_2xx']}" if result["non_2xx"] else ""))
     finally:
         procs.stop(server)
@@ -228,6 +238,8 @@ def bench_http(db: str, env: dict[str, str], token: str, args: argparse.Namespac
             "p50_ms": round(statistics.median(r["p50_ms"] for r in rs), 2),
             "p99_ms": round(statistics.median(r["p99_ms"] for r in rs), 2),
             "errors": sum(r["non_2xx"] + r["socket_errors"] for r in rs),
+            "cpu_us": {part: round(statistics.median(r["cpu_us"][part] for r in rs), 1)
+                       for part in rs[0].get("cpu_us", {})},
         }
     ratios = {}
     for label, num, den in RATIOS:
@@ -284,6 +296,11 @@ def table(results: dict[str, Any]) -> str:
             lines.append(f"  {name:10} {c['rps']:9.1f} {c['rps_min']:8.1f} {c['rps_max']:8.1f}"
                          f" {c['p50_ms']:8.2f} {c['p99_ms']:8.2f}  {c['what']}"
                          + (f"  [{c['errors']} errors]" if c["errors"] else ""))
+        cpu = {name: c["cpu_us"] for name, c in http["configs"].items() if c.get("cpu_us")}
+        if cpu:
+            lines.append("  CPU per request (µs, median): " + "; ".join(
+                f"{name} " + " ".join(f"{k} {v:.0f}" for k, v in parts.items())
+                for name, parts in cpu.items()))
         lines.append("  ratios (same run):")
         for label, *_ in RATIOS:
             value = http["ratios"][label]
@@ -360,7 +377,29 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"| {label} | {goal} | "
                        + " | ".join(cells) + " |")
         out.append("")
+        out.extend(cpu_markdown(results, dbs))
     return "\n".join(out)
+
+
+def cpu_markdown(results: dict[str, Any], dbs: list[str]) -> list[str]:
+    """CPU per request (medians), beside A's: where a configuration's extra cost goes."""
+    out: list[str] = []
+    for db in dbs:
+        configs = results["databases"][db]["http"]["configs"]
+        if not configs.get("A", {}).get("cpu_us"):
+            continue
+        parts = list(configs["A"]["cpu_us"])
+        out.append(f"| {db}: CPU µs per request | " + " | ".join(parts) + " |")
+        out.append("|---|" + "---:|" * len(parts))
+        base = configs["A"]["cpu_us"]
+        for name, *_ in CONFIGS:
+            mine = configs[name].get("cpu_us") or {}
+            out.append(f"| {name} | " + " | ".join(
+                f"{mine.get(p, 0):.0f}" + ("" if name == "A" else
+                                           f" ({mine.get(p, 0) - base[p]:+.0f})")
+                for p in parts) + " |")
+        out.append("")
+    return out
 
 
 def chart(results: dict[str, Any], path: Path) -> None:
