@@ -286,13 +286,15 @@ class OperationStore:
         """Lock the key for the caller's open transaction, or say why not.
 
         ``"locked"``: nobody holds the key and it was never claimed; it stays locked
-        until the transaction ends. ``"busy"``: another transaction holds it.
-        ``"exists"``: the key has a row (returned, with the database clock).
-        PostgreSQL: a transaction-scoped advisory lock on a hash of the key, tried
-        only when the key has no row (so replays never contend), then a read of the
-        key in a second statement, whose snapshot is taken after the lock (both sent
-        at once where the driver allows it). SQLite: the transaction is
-        IMMEDIATE and already holds the database's write lock, so only the read.
+        until the transaction ends. ``"busy"``: another transaction holds it and the
+        key has no row yet. ``"exists"``: the key has a row (returned, with the
+        database clock), whoever holds the lock: a row decides by itself.
+        PostgreSQL: a try of a transaction-scoped advisory lock on a hash of the key,
+        then a read of the key in a second statement, whose snapshot is taken after
+        the try (both sent at once where the driver allows it): a call that
+        committed the key's row and released the lock before the try is seen by the
+        read. SQLite: the transaction is IMMEDIATE and already holds the database's
+        write lock, so only the read.
         ``also`` is a read sent first in the same round trip (the call's permission
         query); its rows come back in ``Locked.also``.
         """
@@ -301,17 +303,13 @@ class OperationStore:
         statements = _Statements.of(connection)
         if statements is None or not statements.locking or not connection.in_atomic_block:
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
-        # The lock is only tried for a key without a row, so that replays of an existing
-        # key never contend for it: no row back from it means "not tried".
         lock: tuple[str, list[Any]] | None = None
         if statements.lock_sql:
-            lock = (statements.lock_sql, [LOCK_CLASS, _key_hash(tool, scope, key), tool, scope,
-                                          key])
+            lock = (statements.lock_sql, [LOCK_CLASS, _key_hash(tool, scope, key)])
         read: tuple[str, list[Any]] = (statements.select,
                                        [*statements.now_params, tool, scope, key])
         also_rows: list[Any] = []
-        tried: Any = (True,)  # SQLite: the IMMEDIATE transaction holds the write lock
-        row = None
+        held = True  # SQLite: the IMMEDIATE transaction holds the write lock
         with connection.cursor() as cursor:
             if statements.multi:
                 parts = [part for part in (also, lock, read) if part is not None]
@@ -321,27 +319,20 @@ class OperationStore:
                     also_rows = cursor.fetchall()
                     cursor.nextset()
                 if lock is not None:
-                    tried = cursor.fetchone()
+                    held = bool(cursor.fetchone()[0])
                     cursor.nextset()
-                row = cursor.fetchone()
             else:
                 if also is not None:
                     cursor.execute(*also)
                     also_rows = cursor.fetchall()
                 if lock is not None:
                     cursor.execute(*lock)
-                    tried = cursor.fetchone()
-                if tried is None or tried[0]:
-                    cursor.execute(*read)
-                    row = cursor.fetchone()
-        held = None if tried is None else tried[0]
-        if held is False:
-            return Locked("busy", None, also_rows)
-        if row is None:
-            # No row: ours to run if we hold the lock; if we did not try (a row existed
-            # and vanished since, e.g. purged), ask again later.
-            return Locked("locked" if held else "busy", None, also_rows)
-        return Locked("exists", statements.loaded(row, using, connection), also_rows)
+                    held = bool(cursor.fetchone()[0])
+                cursor.execute(*read)
+            row = cursor.fetchone()
+        if row is not None:
+            return Locked("exists", statements.loaded(row, using, connection), also_rows)
+        return Locked("locked" if held else "busy", None, also_rows)
 
     def pending(
         self, *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any
@@ -661,10 +652,10 @@ class _Statements:
         if connection.vendor == "postgresql":
             from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
-            self.lock_sql = (
-                "SELECT pg_try_advisory_xact_lock(%s, %s)"  # noqa: S608
-                f" WHERE NOT EXISTS (SELECT 1 FROM {table} WHERE {by_key})"
-            )
+            # Tried whether or not the key has a row: a NOT EXISTS here cost every fresh
+            # call more to plan than it saved the rare replay that misses this process's
+            # cache (a replay that finds the lock taken still reads its row).
+            self.lock_sql = "SELECT pg_try_advisory_xact_lock(%s, %s)"
             self.multi = is_psycopg3 and options.get("server_side_binding") is not True
             self.locking = True
         else:  # SQLite: only where every transaction takes the write lock when it begins

@@ -589,9 +589,9 @@ def test_clock_skew_does_not_take_over_a_live_lease(skew: timedelta, make_tool: 
 
 
 def test_a_held_key_lock_refuses_fresh_calls_but_never_replays(make_tool: Any) -> None:
-    """The atomic path's lock is tried only for keys without a row: a caller holding it
-    (another process between its lock and its commit) makes a duplicate of a fresh call
-    wait, never a replay of one that completed."""
+    """A caller holding the atomic path's key lock (another process between its lock and
+    its commit) makes a duplicate of a fresh call wait, never a replay of one that
+    completed: a key's row decides by itself, whoever holds the lock."""
     from django.db import connections
 
     from guarded_tools.replays import replays
