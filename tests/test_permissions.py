@@ -9,6 +9,7 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from guarded_tools import permissions
 from guarded_tools.permissions import has_perms
 
 pytestmark = pytest.mark.django_db
@@ -66,11 +67,23 @@ def test_answers_exactly_what_django_answers(perms: tuple[str, ...],
         assert has_perms(fresh(user), perms) == fresh(user).has_perms(perms), (name, perms)
 
 
+@pytest.fixture(autouse=True)
+def forgotten_keys() -> None:
+    """Each test starts as a process that never asked about any permission."""
+    permissions._compiled.clear()
+
+
 def test_one_query_for_a_user_with_no_cached_permissions(people: dict[str, Any]) -> None:
+    perms = ("demo.add_ordernote", "demo.view_slot")
+    with CaptureQueriesContext(connection) as queries:
+        assert has_perms(fresh(people["both"]), perms)
+    assert len(queries) == 3  # the user; once per process, the permissions' keys; grants
+    assert "auth_permission" in queries[1]["sql"]
     user = fresh(people["both"])
     with CaptureQueriesContext(connection) as queries:
-        assert has_perms(user, ("demo.add_ordernote", "demo.view_slot"))
+        assert has_perms(user, perms)
     assert len(queries) == 1
+    assert "auth_permission" not in queries[0]["sql"]  # the grant tables only
     with CaptureQueriesContext(connection) as queries:
         assert has_perms(fresh(people["admin"]), ("demo.add_ordernote",))
         assert not has_perms(fresh(people["inactive"]), ("demo.add_ordernote",))
@@ -82,6 +95,46 @@ def test_a_revoked_permission_is_revoked_on_the_next_call(people: dict[str, Any]
     assert has_perms(fresh(user), ("demo.add_ordernote",))
     user.user_permissions.clear()
     assert not has_perms(fresh(user), ("demo.add_ordernote",))
+
+
+def test_a_permission_that_does_not_exist_yet_is_asked_for_again(people: dict[str, Any]) -> None:
+    """Nobody holds a permission that does not exist; once created and granted, it counts."""
+    from django.contrib.contenttypes.models import ContentType
+
+    user = people["direct"]
+    assert not has_perms(fresh(user), ("demo.approve_ordernote",))
+    created = Permission.objects.create(
+        codename="approve_ordernote", name="Can approve order notes",
+        content_type=ContentType.objects.get(app_label="demo", model="ordernote"))
+    user.user_permissions.add(created)
+    assert has_perms(fresh(user), ("demo.approve_ordernote",))
+    assert has_perms(fresh(user), ("demo.approve_ordernote",)) == fresh(user).has_perms(
+        ("demo.approve_ordernote",))
+
+
+def test_a_permission_created_again_under_its_name_is_found(people: dict[str, Any]) -> None:
+    """Deleting or saving a permission in this process forgets the keys it had."""
+    user = people["direct"]
+    assert has_perms(fresh(user), ("demo.add_ordernote",))
+    old = Permission.objects.get(content_type__app_label="demo", codename="add_ordernote")
+    content_type, name = old.content_type, old.name
+    old.delete()  # its grants go with it
+    assert not has_perms(fresh(user), ("demo.add_ordernote",))
+    again = Permission.objects.create(codename="add_ordernote", name=name,
+                                      content_type=content_type)
+    user.user_permissions.add(again)
+    assert has_perms(fresh(user), ("demo.add_ordernote",))
+
+
+def test_migrate_forgets_the_keys(people: dict[str, Any]) -> None:
+    from django.apps import apps
+    from django.db.models.signals import post_migrate
+
+    assert has_perms(fresh(people["direct"]), ("demo.add_ordernote",))
+    assert permissions._compiled
+    post_migrate.send(sender=apps.get_app_config("demo"), app_config=apps.get_app_config("demo"),
+                      verbosity=0, interactive=False, using="default", plan=[], apps=apps)
+    assert not permissions._compiled
 
 
 def test_another_backend_gets_user_has_perms(people: dict[str, Any], settings: Any) -> None:
