@@ -463,7 +463,7 @@ def main() -> int:
     parser.add_argument("--configs", default="",
                         help="comma-separated subset of the HTTP configurations (default all)")
     parser.add_argument("--recovery-ops", type=int, default=10_000)
-    parser.add_argument("--recovery-rounds", type=int, default=1)
+    parser.add_argument("--recovery-rounds", type=int, default=3)
     parser.add_argument("--admin-rows", type=int, default=1_000_000)
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument("--keep-db", action="store_true",
