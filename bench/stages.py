@@ -1,12 +1,13 @@
-"""``python -m bench.stages [TOOL_OR_PATH] [N]``: where a call's time goes, stage by stage.
+"""``python -m bench.stages [TOOL_OR_PATH] [N] [replay]``: where a call's time goes, by stage.
 
 Calls go through Django's full request handling with the test client, as the bench
-user, a fresh key each, against the database in ``DATABASE_URL`` (PostgreSQL). Each
-stage of the view, the pipeline and the store is timed (wall clock), and so is every
-wait of psycopg for the server, which is charged to the stages it happened in: a
-stage's time less its waits is what this process spent on it (Python, the driver,
-the kernel). Nested stages are included in their callers. A profiler's sampling
-would distort exactly these small costs; timers around a few dozen calls do not.
+user, against the database in ``DATABASE_URL`` (PostgreSQL), a fresh key each
+(``replay``: one key, so every call but the first replays). Each stage of the view,
+the pipeline and the store is timed (wall clock), and so is every wait of psycopg for
+the server, which is charged to the stages it happened in: a stage's time less its
+waits is what this process spent on it (Python, the driver, the kernel). Nested
+stages are included in their callers. A profiler's sampling would distort exactly
+these small costs; timers around a few dozen calls do not.
 
 ``bench_remote`` calls the 5 ms stub: start one (``python -m bench.stub 8765 5``)
 and point ``BENCH_STUB_URL`` at it. Prints a table; figures are per call.
@@ -42,6 +43,9 @@ STAGES = [
     ("guarded_tools.store", "OperationStore", "complete"),
     ("guarded_tools.store", None, "fingerprint"),
     ("guarded_tools.replays", "ReplayCache", "put"),
+    ("guarded_tools.replays", "ReplayCache", "get"),
+    ("guarded_tools.pipeline", "Pipeline", "replay_remembered"),
+    ("guarded_tools.pipeline", "Pipeline", "verify"),
 ]
 
 
@@ -113,6 +117,7 @@ def main(argv: list[str]) -> None:
         raise SystemExit("bench.stages times psycopg's waits: run it against PostgreSQL")
     target = argv[0] if argv else "bench_insert"
     n = int(argv[1]) if len(argv) > 1 else 2000
+    replay = len(argv) > 2 and argv[2] == "replay"
     path = target if target.startswith("/") else f"/agent/tools/{target}/"
     timers = Timers()
     instrument(timers)
@@ -122,7 +127,7 @@ def main(argv: list[str]) -> None:
     def calls(count: int, tag: str) -> float:
         started = time.perf_counter()
         for i in range(count):
-            key = f"{prefix}-{tag}-{i}"
+            key = f"{prefix}-replay" if replay else f"{prefix}-{tag}-{i}"
             response = client.post(path, {"operationId": key, "value": 1},
                                    content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
             assert response.status_code in (200, 201), response.content
