@@ -207,7 +207,8 @@ class Pipeline:
         return result
 
     def guarded(self, inv: Invocation, obs: _Observer) -> GuardResult:
-        inv.input = self.validate_input(inv)
+        if not self.answered_before(inv):
+            inv.input = self.validate_input(inv)
         inv.scope = self.identify(inv)
         inv.context = self.resolve_context(inv)
         deferred = self.check_authorization(inv, obs, defer=self.defers_permissions)
@@ -218,7 +219,7 @@ class Pipeline:
                 if deferred is not None:  # a refusal comes first, as it always does
                     self.check_authorization(inv, obs)
                 raise
-        if self.tool.idempotent or self.tool.confirm_mode:
+        if (self.tool.idempotent or self.tool.confirm_mode) and not inv.fingerprint:
             inv.fingerprint = fingerprint(inv.input)
         if self.tool.confirm_mode == "always":
             self.confirm(inv, obs)
@@ -263,6 +264,28 @@ class Pipeline:
         return self.execute_fresh(inv, claim, obs)
 
     # -- stages before the claim -----------------------------------------------------------
+    def answered_before(self, inv: Invocation) -> bool:
+        """Whether this process answered this very input, for this principal and key.
+
+        Such an input passed this tool's validator when it was answered (only
+        succeeded calls are remembered, and a process keeps its schemas), so its
+        replay skips validation; everything else still runs. Any other input, an
+        invalid one included, is validated first as always. Keys computed from the
+        input by a callable take the ordinary path.
+        """
+        spec = self.tool.idempotency_key
+        if not self.tool.idempotent or callable(spec) or not replays.enabled():
+            return False
+        key = inv.input.get(spec) if isinstance(spec, str) else inv.header_key
+        scope = principal_scope(inv.user, inv.principal)
+        if not isinstance(key, str) or not key or scope is None:
+            return False
+        remembered = replays.get(self.tool.name, scope, key)
+        if remembered is None:
+            return False
+        inv.fingerprint = fingerprint(inv.input)
+        return remembered.fingerprint == inv.fingerprint
+
     def validate_input(self, inv: Invocation) -> Mapping[str, Any]:
         validate(
             self.tool.validator,

@@ -131,3 +131,35 @@ def test_the_purge_empties_this_processs_cache(settings: Any) -> None:
     assert purge_completed(days=1) == 1
     assert len(replays) == 0
     assert not run(body, principal="svc").replayed  # purged: the key is fresh again
+
+
+STRICT = {
+    "type": "object",
+    "properties": {"operationId": {"type": "string"}, "n": {"type": "integer", "minimum": 0}},
+    "required": ["operationId", "n"],
+    "additionalProperties": False,
+}
+
+
+def test_the_very_input_it_answered_is_not_validated_again(monkeypatch: Any) -> None:
+    """It passed the same validator when it was answered; every other input is validated."""
+    import guarded_tools.pipeline as pipeline
+    from guarded_tools.exceptions import ValidationError
+
+    validated: list[Any] = []
+    real = pipeline.validate
+    monkeypatch.setattr(pipeline, "validate", lambda v, value, **kw: (
+        validated.append(value), real(v, value, **kw))[1])
+    handler = Handler()
+    run = guard(handler, input_schema=STRICT, idempotency_key="operationId")
+    body = {"operationId": key(), "n": 1}
+    run(body, principal="svc")
+    assert run(dict(body), principal="svc").replayed
+    assert validated == [body]  # the first call only
+    with pytest.raises(ValidationError):  # the same key, an invalid input: 422 first
+        run({**body, "n": -1}, principal="svc")
+    with pytest.raises(IdempotencyKeyReused):  # a valid other input: validated, then refused
+        run({**body, "n": 2}, principal="svc")
+    assert len(validated) == 3
+    assert run(body, principal="other").replayed is False  # another principal: validated
+    assert len(validated) == 4 and handler.calls == 2
