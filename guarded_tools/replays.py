@@ -2,8 +2,9 @@
 
 A succeeded operation never changes again (no transition leaves ``succeeded``), so
 its stored output can be answered from memory: a retry that reaches the process
-which already saw the result costs no SQL statement. Authorization, validation
-and the fingerprint check still run on every replay; only the read is skipped.
+which already saw the result costs no SQL statement. Authorization and the
+fingerprint check still run on every replay; only the read is skipped, and the
+validation of the very input that was answered (it passed the same validator).
 
 Entries live at most ``REPLAY_CACHE_SECONDS`` and the cache holds at most
 ``REPLAY_CACHE_SIZE`` of them (least recently used first out); outputs larger
