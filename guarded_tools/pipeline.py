@@ -207,7 +207,8 @@ class Pipeline:
         return result
 
     def guarded(self, inv: Invocation, obs: _Observer) -> GuardResult:
-        if not self.answered_before(inv):
+        remembered = self.remembered(inv)
+        if remembered is None or remembered.fingerprint != inv.fingerprint:
             inv.input = self.validate_input(inv)
         inv.scope = self.identify(inv)
         inv.context = self.resolve_context(inv)
@@ -225,7 +226,8 @@ class Pipeline:
             self.confirm(inv, obs)
         if not self.tool.idempotent:
             return self.execute_unclaimed(inv, obs)
-        remembered = replays.get(self.tool.name, inv.scope, inv.key or "")
+        if callable(self.tool.idempotency_key):  # such a key exists only now
+            remembered = replays.get(self.tool.name, inv.scope, inv.key or "")
         if remembered is not None:
             if deferred is not None:
                 self.check_authorization(inv, obs)
@@ -264,27 +266,25 @@ class Pipeline:
         return self.execute_fresh(inv, claim, obs)
 
     # -- stages before the claim -----------------------------------------------------------
-    def answered_before(self, inv: Invocation) -> bool:
-        """Whether this process answered this very input, for this principal and key.
+    def remembered(self, inv: Invocation) -> Remembered | None:
+        """This process's answer for the call's key, looked up before validation.
 
-        Such an input passed this tool's validator when it was answered (only
-        succeeded calls are remembered, and a process keeps its schemas), so its
-        replay skips validation; everything else still runs. Any other input, an
-        invalid one included, is validated first as always. Keys computed from the
-        input by a callable take the ordinary path.
+        When the input is the very one answered (the same fingerprint, set here), it
+        passed this tool's validator then (only succeeded calls are remembered, and a
+        process keeps its schemas), so its replay skips validation; everything else
+        still runs, and any other input is validated first as always. A key computed
+        by a callable needs the validated input: it is looked up later instead.
         """
-        spec = self.tool.idempotency_key
-        if not self.tool.idempotent or callable(spec) or not replays.enabled():
-            return False
-        key = inv.input.get(spec) if isinstance(spec, str) else inv.header_key
-        scope = principal_scope(inv.user, inv.principal)
+        if not self.tool.idempotent or callable(self.tool.idempotency_key):
+            return None
+        key = self.given_key(inv)
+        scope = self.scope_of(inv)
         if not isinstance(key, str) or not key or scope is None:
-            return False
-        remembered = replays.get(self.tool.name, scope, key)
-        if remembered is None:
-            return False
-        inv.fingerprint = fingerprint(inv.input)
-        return remembered.fingerprint == inv.fingerprint
+            return None  # refused later, by identify or resolve_key
+        found = replays.get(self.tool.name, scope, key)
+        if found is not None:
+            inv.fingerprint = fingerprint(inv.input)
+        return found
 
     def validate_input(self, inv: Invocation) -> Mapping[str, Any]:
         validate(
@@ -296,11 +296,16 @@ class Pipeline:
         return inv.input
 
     def identify(self, inv: Invocation) -> str:
-        scope = principal_scope(inv.user, inv.principal)
+        scope = self.scope_of(inv)
         if scope is None:
-            if not self.tool.allow_anonymous:
-                raise NotAuthenticated()
-            scope = "anonymous"
+            raise NotAuthenticated()
+        return scope
+
+    def scope_of(self, inv: Invocation) -> str | None:
+        """Whose keys the call uses: its principal, "anonymous" where allowed, else None."""
+        scope = principal_scope(inv.user, inv.principal)
+        if scope is None and self.tool.allow_anonymous:
+            return "anonymous"
         return scope
 
     def resolve_context(self, inv: Invocation) -> Any:
@@ -395,14 +400,17 @@ class Pipeline:
             )
         obs.emit("confirmed")
 
+    def given_key(self, inv: Invocation) -> Any:
+        """The key as the caller gave it (an input field or the header), unchecked."""
+        spec = self.tool.idempotency_key
+        return inv.input.get(spec) if isinstance(spec, str) else inv.header_key
+
     def resolve_key(self, inv: Invocation) -> str:
         spec = self.tool.idempotency_key
         if callable(spec):
             key: Any = spec(inv.input, context=inv.context)
-        elif isinstance(spec, str):
-            key = inv.input.get(spec)
         else:
-            key = inv.header_key
+            key = self.given_key(inv)
         if key is None or key == "":
             raise IdempotencyKeyMissing(
                 repair={
