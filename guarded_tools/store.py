@@ -308,30 +308,15 @@ class OperationStore:
             lock = (statements.lock_sql, [LOCK_CLASS, _key_hash(tool, scope, key)])
         read: tuple[str, list[Any]] = (statements.select,
                                        [*statements.now_params, tool, scope, key])
-        also_rows: list[Any] = []
-        held = True  # SQLite: the IMMEDIATE transaction holds the write lock
+        parts = [part for part in (also, lock, read) if part is not None]
         with connection.cursor() as cursor:
-            if statements.multi:
-                parts = [part for part in (also, lock, read) if part is not None]
-                cursor.execute("; ".join(sql for sql, _ in parts),
-                               [param for _, params in parts for param in params])
-                if also is not None:
-                    also_rows = cursor.fetchall()
-                    cursor.nextset()
-                if lock is not None:
-                    held = bool(cursor.fetchone()[0])
-                    cursor.nextset()
-            else:
-                if also is not None:
-                    cursor.execute(*also)
-                    also_rows = cursor.fetchall()
-                if lock is not None:
-                    cursor.execute(*lock)
-                    held = bool(cursor.fetchone()[0])
-                cursor.execute(*read)
-            row = cursor.fetchone()
-        if row is not None:
-            return Locked("exists", statements.loaded(row, using, connection), also_rows)
+            results = statements.send(cursor, parts, rows=True)
+        also_rows = results[0] if also is not None else []
+        # SQLite: the IMMEDIATE transaction already holds the write lock.
+        held = bool(results[-2][0][0]) if lock is not None else True
+        if results[-1]:
+            return Locked("exists", statements.loaded(results[-1][0], using, connection),
+                          also_rows)
         return Locked("locked" if held else "busy", None, also_rows)
 
     def pending(
@@ -363,13 +348,10 @@ class OperationStore:
         # Only the outermost transaction may commit here: inside a test case's block
         # (or any savepoint) Django ends the block itself.
         outermost = len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
+        if statements.multi and outermost:
+            parts.append(("COMMIT", []))
         with connection.cursor() as cursor:
-            if statements.multi:
-                sqls = [sql for sql, _ in parts] + (["COMMIT"] if outermost else [])
-                cursor.execute("; ".join(sqls), [p for _, params in parts for p in params])
-            else:
-                for sql, params in parts:
-                    cursor.execute(sql, params)
+            statements.send(cursor, parts)
         claim.operation.state = OperationState.SUCCEEDED
         claim.operation.owner = ""
 
@@ -715,6 +697,28 @@ class _Statements:
             else:
                 params.append(values[name])
         return params
+
+    def send(
+        self, cursor: Any, parts: list[tuple[str, list[Any]]], *, rows: bool = False
+    ) -> list[list[Any]]:
+        """Execute ``parts`` in order, in one round trip where the driver allows several
+        statements in one execute (``multi``), else one each; with ``rows``, each
+        part's rows."""
+        results: list[list[Any]] = []
+        if not self.multi:
+            for sql, params in parts:
+                cursor.execute(sql, params)
+                if rows:
+                    results.append(cursor.fetchall())
+            return results
+        cursor.execute("; ".join(sql for sql, _ in parts),
+                       [param for _, params in parts for param in params])
+        if rows:
+            results.append(cursor.fetchall())
+            while len(results) < len(parts):
+                cursor.nextset()
+                results.append(cursor.fetchall())
+        return results
 
     def loaded(self, row: Any, using: str, connection: Any) -> tuple[Operation, datetime]:
         """The operation (its input deferred) and the database's clock from a ``select`` row."""
