@@ -58,7 +58,6 @@ class GuardedToolsSettings:
 
     def __init__(self, defaults: dict[str, Any] | None = None) -> None:
         self.defaults = defaults or DEFAULTS
-        self._cached: set[str] = set()
 
     @property
     def user_settings(self) -> dict[str, Any]:
@@ -71,13 +70,11 @@ class GuardedToolsSettings:
         if attr in IMPORT_STRINGS:
             value = _import(value)
         setattr(self, attr, value)
-        self._cached.add(attr)
         return value
 
     def reload(self) -> None:
-        for attr in self._cached:
+        for attr in self.defaults:  # the cached values are the attributes set
             self.__dict__.pop(attr, None)
-        self._cached.clear()
 
 
 def _import(value: Any) -> Any:
