@@ -12,20 +12,25 @@ import os
 import sys
 import time
 import uuid
+from collections.abc import Callable
 
 
-def main(argv: list[str]) -> None:
+def caller(argv: list[str], default_n: int) -> tuple[str, int, Callable[[int], None]]:
+    """Django set up, then the path, N, and ``call(i)`` that POSTs the i-th call to it.
+
+    ``argv``: ``[TOOL_OR_PATH] [N] [replay]``. Each call is as the bench user, through
+    the test client, with a fresh key (``replay``: one key for every call).
+    """
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     import django
 
     django.setup()
     from django.test import Client
-    from pyinstrument import Profiler
 
     from bench.prepare import TOKEN
 
     target = argv[0] if argv else "bench_insert"
-    n = int(argv[1]) if len(argv) > 1 else 500
+    n = int(argv[1]) if len(argv) > 1 else default_n
     replay = len(argv) > 2 and argv[2] == "replay"
     path = target if target.startswith("/") else f"/agent/tools/{target}/"
     client = Client(HTTP_AUTHORIZATION=f"Token {TOKEN}")
@@ -35,7 +40,14 @@ def main(argv: list[str]) -> None:
         key = f"{prefix}-replay" if replay else f"{prefix}-{i}"
         response = client.post(path, {"operationId": key, "value": 1},
                                content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
-        assert response.status_code == 200, response.content
+        assert response.status_code in (200, 201), response.content
+
+    return path, n, call
+
+
+def main(argv: list[str]) -> None:
+    path, n, call = caller(argv, default_n=500)
+    from pyinstrument import Profiler
 
     for i in range(50):  # warm up: imports, connections, caches
         call(-i - 1)

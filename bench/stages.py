@@ -16,10 +16,8 @@ and point ``BENCH_STUB_URL`` at it. Prints a table; figures are per call.
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
-import uuid
 from collections import Counter
 from typing import Any
 
@@ -104,39 +102,26 @@ def instrument(timers: Timers) -> None:
 
 
 def main(argv: list[str]) -> None:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-    import django
+    from bench.profile import caller
 
-    django.setup()
+    path, n, call = caller(argv, default_n=2000)
     from django.db import connection
-    from django.test import Client
-
-    from bench.prepare import TOKEN
 
     if connection.vendor != "postgresql":
         raise SystemExit("bench.stages times psycopg's waits: run it against PostgreSQL")
-    target = argv[0] if argv else "bench_insert"
-    n = int(argv[1]) if len(argv) > 1 else 2000
-    replay = len(argv) > 2 and argv[2] == "replay"
-    path = target if target.startswith("/") else f"/agent/tools/{target}/"
     timers = Timers()
     instrument(timers)
-    client = Client(HTTP_AUTHORIZATION=f"Token {TOKEN}")
-    prefix = uuid.uuid4().hex[:8]
 
-    def calls(count: int, tag: str) -> float:
+    def calls(first: int, count: int) -> float:
         started = time.perf_counter()
-        for i in range(count):
-            key = f"{prefix}-replay" if replay else f"{prefix}-{tag}-{i}"
-            response = client.post(path, {"operationId": key, "value": 1},
-                                   content_type="application/json", HTTP_IDEMPOTENCY_KEY=key)
-            assert response.status_code in (200, 201), response.content
+        for i in range(first, first + count):
+            call(i)
         return time.perf_counter() - started
 
-    calls(200, "warm")  # imports, connections, compiled statements
+    calls(-200, 200)  # imports, connections, compiled statements
     timers.clear()
     cpu = time.process_time()
-    total = calls(n, "m")
+    total = calls(0, n)
     cpu = time.process_time() - cpu
     print(f"{n} calls to {path}: {total / n * 1e6:.0f} µs each, of which "
           f"{timers.waited['(all)'] / n * 1e6:.0f} waiting for PostgreSQL; "
