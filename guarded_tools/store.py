@@ -308,10 +308,11 @@ class OperationStore:
             lock = (statements.lock_sql, [LOCK_CLASS, _key_hash(tool, scope, key)])
         read: tuple[str, list[Any]] = (statements.select,
                                        [*statements.now_params, tool, scope, key])
-        parts = [part for part in (also, lock, read) if part is not None]
+        begin = statements.begin(connection)
+        parts = [part for part in (begin, also, lock, read) if part is not None]
         with connection.cursor() as cursor:
             results = statements.send(cursor, parts, rows=True)
-        also_rows = results[0] if also is not None else []
+        also_rows = results[1 if begin else 0] if also is not None else []
         # SQLite: the IMMEDIATE transaction already holds the write lock.
         held = bool(results[-2][0][0]) if lock is not None else True
         if results[-1]:
@@ -631,6 +632,7 @@ class _Statements:
         options = connection.settings_dict.get("OPTIONS") or {}
         self.lock_sql = ""
         self.multi = False  # several statements (and COMMIT) in one execute
+        self._idle: Any = None  # psycopg 3's idle transaction status, where multi
         if connection.vendor == "postgresql":
             from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
@@ -639,6 +641,10 @@ class _Statements:
             # cache (a replay that finds the lock taken still reads its row).
             self.lock_sql = "SELECT pg_try_advisory_xact_lock(%s, %s)"
             self.multi = is_psycopg3 and options.get("server_side_binding") is not True
+            if self.multi:
+                from psycopg.pq import TransactionStatus
+
+                self._idle = TransactionStatus.IDLE
             self.locking = True
         else:  # SQLite: only where every transaction takes the write lock when it begins
             mode = str(options.get("transaction_mode") or "").upper()
@@ -698,12 +704,36 @@ class _Statements:
                 params.append(values[name])
         return params
 
+    def begin(self, connection: Any) -> tuple[str, list[Any]] | None:
+        """BEGIN, to send with a transaction's first statements, or None to let psycopg.
+
+        psycopg (``autocommit=False``, as Django sets it in ``atomic()``) sends BEGIN
+        alone, a round trip of its own, before the first statement of a transaction.
+        Where the statements go in one round trip (``multi``), this is the outermost
+        block, nothing has run in it yet and the transaction has psycopg's defaults,
+        the driver is switched to autocommit (public API, no round trip) and BEGIN
+        goes first in the caller's round trip: the server is in the same
+        transaction, Django still knows it is in one, and its commit or rollback at
+        the end of the block ends it (psycopg commits or rolls back whenever the
+        server is in a transaction) and then sets autocommit back as usual. The
+        statement stays visible to Django's query logging and execute wrappers.
+        """
+        if not self.multi or len(connection.atomic_blocks) != 1 or connection.savepoint_ids:
+            return None
+        raw = connection.connection
+        if (raw.autocommit or raw.info.transaction_status != self._idle
+                or raw.isolation_level is not None or raw.read_only is not None
+                or raw.deferrable is not None):
+            return None
+        raw.autocommit = True
+        return ("BEGIN", [])
+
     def send(
         self, cursor: Any, parts: list[tuple[str, list[Any]]], *, rows: bool = False
     ) -> list[list[Any]]:
         """Execute ``parts`` in order, in one round trip where the driver allows several
         statements in one execute (``multi``), else one each; with ``rows``, each
-        part's rows."""
+        part's rows (none for a statement that returns none, such as BEGIN)."""
         results: list[list[Any]] = []
         if not self.multi:
             for sql, params in parts:
@@ -714,10 +744,10 @@ class _Statements:
         cursor.execute("; ".join(sql for sql, _ in parts),
                        [param for _, params in parts for param in params])
         if rows:
-            results.append(cursor.fetchall())
+            results.append(cursor.fetchall() if cursor.description is not None else [])
             while len(results) < len(parts):
                 cursor.nextset()
-                results.append(cursor.fetchall())
+                results.append(cursor.fetchall() if cursor.description is not None else [])
         return results
 
     def loaded(self, row: Any, using: str, connection: Any) -> tuple[Operation, datetime]:

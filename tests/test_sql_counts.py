@@ -53,7 +53,15 @@ def effect(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 class Counted:
     def __init__(self, queries: list[dict[str, Any]]) -> None:
-        self.round_trips = [q["sql"] for q in queries]
+        logged = [q["sql"] for q in queries]
+        # Django logs a BEGIN when its block starts and a COMMIT when it ends; where the
+        # store sends them with its own statements, the logged ones never reach the
+        # server (test_a_fresh_call_is_three_round_trips_on_the_wire).
+        self.round_trips = [
+            sql for i, sql in enumerate(logged)
+            if not (sql == "BEGIN" and i + 1 < len(logged) and logged[i + 1].startswith("BEGIN; "))
+            and not (sql == "COMMIT" and i and logged[i - 1].endswith("; COMMIT"))
+        ]
         # Statements sent together (the store joins them with "; ") count one each.
         self.sql = [part for sql in self.round_trips for part in sql.split("; ")]
         self.control = [s for s in self.sql if s.split(None, 1)[0].upper() in CONTROL]
@@ -122,10 +130,75 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
         reads = 2 if connection.vendor == "postgresql" else 1  # the lock, then the read
         assert len(counted.data) == reads + 2, counted
         if connection.vendor == "postgresql":
-            # BEGIN; the lock and the read in one round trip; the effect; the INSERT and
-            # the COMMIT in one round trip (Django's COMMIT after it sends nothing).
-            assert len(counted.round_trips) - 1 == 4, counted
-            assert "COMMIT" in counted.sql[:-1], counted
+            # BEGIN, the lock and the read in one round trip; the effect; the INSERT and
+            # the COMMIT in one round trip.
+            assert len(counted.round_trips) == 3, counted
+            assert counted.round_trips[0].startswith("BEGIN; "), counted
+            assert counted.round_trips[-1].endswith("; COMMIT"), counted
+
+
+def on_the_wire(run: Any) -> list[str]:
+    """The simple queries psycopg really sends while ``run()`` runs (libpq's trace)."""
+    import tempfile
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        try:
+            run()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        return [line.split("\tQuery\t", 1)[1].strip().strip('"')
+                for line in trace if "\tF\t" in line and "\tQuery\t" in line]
+
+
+def test_a_fresh_call_is_three_round_trips_on_the_wire(make_tool: Any, client: Any,
+                                                       settings: Any) -> None:
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's round trips")
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    if not is_psycopg3:
+        pytest.skip("psycopg 3's round trips")
+    one_transaction(settings, True)
+    definition = make_tool(effect, input_schema=SCHEMA, atomic=True)
+
+    def run() -> None:
+        assert client.post(f"/agent/tools/{definition.name}/", body(),
+                           format="json").status_code == 200
+
+    sent = on_the_wire(run)
+    # BEGIN goes with the lock and the read; the COMMIT with the operation's INSERT.
+    assert len(sent) == 3, sent
+    assert sent[0].startswith("BEGIN; SELECT pg_try_advisory_xact_lock("), sent
+    assert "auth_group" in sent[1] and sent[2].endswith("; COMMIT"), sent
+    # The transaction ended; the driver is back to Django's autocommit.
+    assert connection.connection.info.transaction_status.name == "IDLE"
+    assert connection.connection.autocommit and connection.get_autocommit()
+
+
+def test_a_failing_handler_rolls_back_the_transaction_begun_with_the_lock(
+        make_tool: Any, client: Any, settings: Any) -> None:
+    one_transaction(settings, True)
+
+    def fails(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        effect(input, ctx)
+        raise RuntimeError("after the effect")
+
+    failing = make_tool(fails, input_schema=SCHEMA, atomic=True)
+    response = client.post(f"/agent/tools/{failing.name}/", body(), format="json")
+    assert response.status_code == 500, response.content
+    assert not Group.objects.exists() and not Operation.objects.exists()
+    assert connection.get_autocommit() and not connection.in_atomic_block
+    if connection.vendor == "postgresql":
+        assert connection.connection.info.transaction_status.name == "IDLE"
+        assert connection.connection.autocommit
+    # The connection goes on as before: a call that succeeds commits its effect.
+    working = make_tool(effect, input_schema=SCHEMA, atomic=True)
+    assert client.post(f"/agent/tools/{working.name}/", body(), format="json").status_code == 200
+    assert Group.objects.count() == 1 and Operation.objects.get().tool == working.name
 
 
 def test_a_replay_issues_at_most_two_statements(definition: Any, client: Any) -> None:
@@ -184,7 +257,7 @@ def test_a_journal_write_is_one_statement_on_postgresql(path: str, make_tool: An
         # Kept in memory, inserted with the operation: no statement of its own.
         assert len(counted.data) == (5 if connection.vendor == "postgresql" else 4), counted
         assert len(counted.round_trips) == (
-            len(counted.sql) - 3 if connection.vendor == "postgresql" else len(counted.sql))
+            len(counted.sql) - 4 if connection.vendor == "postgresql" else len(counted.sql))
     elif connection.vendor == "postgresql":
         assert counted.control == ["BEGIN", "COMMIT"], counted
         assert len(counted.data) == 4, counted
