@@ -10,18 +10,21 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import re
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import IntegrityError, connections, router, transaction
+from django.db import DatabaseError, IntegrityError, connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
+from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import IdempotencyKeyReused, LeaseLost
 from guarded_tools.models import JournalEntry, Operation, OperationState
 
@@ -207,8 +210,8 @@ class OperationStore:
         }
         sql, params = statements.claim(values, lease_seconds, connection)
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            row = cursor.fetchone()
+            found = statements.send(cursor, [(sql, params)], rows=True, prepare=(sql,))
+        row = found[0][0] if found[0] else None
         if row is None:  # the key exists: read it (None if it vanished meanwhile)
             return self._load(tool, scope, key)
         values.update(zip(statements.claim_returning,
@@ -240,10 +243,13 @@ class OperationStore:
             )
             return None if found is None else (found, found.db_now)  # type: ignore[attr-defined]
         with connection.cursor() as cursor:
-            cursor.execute(statements.select, [*statements.now_params, tool, scope, key])
-            row = cursor.fetchone()
-        if row is None:
+            rows = statements.send(
+                cursor, [(statements.select, [*statements.now_params, tool, scope, key])],
+                rows=True, prepare=(statements.select,),
+            )[0]
+        if not rows:
             return None
+        row = rows[0]
         return statements.loaded(row, using, connection)
 
     def _reclaim(
@@ -311,7 +317,13 @@ class OperationStore:
         begin = statements.begin(connection)
         parts = [part for part in (begin, also, lock, read) if part is not None]
         with connection.cursor() as cursor:
-            results = statements.send(cursor, parts, rows=True)
+            results = statements.send(
+                cursor, parts, rows=True, prepare=[sql for sql, _ in parts if sql != "BEGIN"],
+                along=(statements.completed_sql,), salt=statements.family,
+            )
+        # The operation's INSERT runs prepared only where this round trip found the
+        # session holding the statements prepared with it (``send``).
+        statements.family_open = statements.executed
         also_rows = results[1 if begin else 0] if also is not None else []
         # SQLite: the IMMEDIATE transaction already holds the write lock.
         held = bool(results[-2][0][0]) if lock is not None else True
@@ -351,8 +363,10 @@ class OperationStore:
         outermost = len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
         if statements.multi and outermost:
             parts.append(("COMMIT", []))
+        prepare = (statements.completed_sql,) if statements.family_open else ()
+        statements.family_open = False
         with connection.cursor() as cursor:
-            statements.send(cursor, parts)
+            statements.send(cursor, parts, prepare=prepare, salt=statements.family)
         claim.operation.state = OperationState.SUCCEEDED
         claim.operation.owner = ""
 
@@ -416,7 +430,7 @@ class OperationStore:
             )
         sql, params = statements.complete(claim, output, recovered, connection)
         with connection.cursor() as cursor:
-            cursor.execute(sql, params)
+            statements.send(cursor, [(sql, params)], prepare=(sql,))
             return cursor.rowcount == 1
 
     def write_journal(self, claim: Claim, data: Any) -> bool:
@@ -558,6 +572,7 @@ class _Statements:
         now_sql, self.now_params, now_expression = _compile(connection, Now())
         self.now_sql = now_sql
         self._leases: dict[int, tuple[str, list[Any]]] = {}
+        self._claims: dict[str, str] = {}  # the claim's SQL by its lease's SQL
         self.names = [f.attname for f in self.fields]
         self._prepared: dict[str, Any] = {
             name: opts.get_field(name) for name in ("id", "input", "output")
@@ -633,6 +648,15 @@ class _Statements:
         self.lock_sql = ""
         self.multi = False  # several statements (and COMMIT) in one execute
         self._idle: Any = None  # psycopg 3's idle transaction status, where multi
+        # Server-side prepared statements (``send``): what is known of the session.
+        self.preparing = False
+        self._named: dict[tuple[str, str], tuple[str, str]] = {}
+        self._session: Any = None  # the driver connection ``_ready`` describes
+        self._ready: set[tuple[str, str]] = set()
+        self._plain = False  # what is prepared on ``_session`` is unknown: prepare nothing
+        self.executed = False  # the last ``send`` ran prepared statements
+        self.family = ""
+        self.family_open = False  # this transaction's session holds the family's statements
         if connection.vendor == "postgresql":
             from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
@@ -645,6 +669,12 @@ class _Statements:
                 from psycopg.pq import TransactionStatus
 
                 self._idle = TransactionStatus.IDLE
+                # Signs of a transaction-pooling PgBouncer, which Django's and psycopg's
+                # docs tell users to give: no server-side prepared statements there.
+                self.preparing = not (
+                    connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
+                    or ("prepare_threshold" in options and options["prepare_threshold"] is None)
+                )
             self.locking = True
         else:  # SQLite: only where every transaction takes the write lock when it begins
             mode = str(options.get("transaction_mode") or "").upper()
@@ -657,6 +687,9 @@ class _Statements:
             f"INSERT INTO {table} ({', '.join(c[f.name] for f in self.fields)})"  # noqa: S608
             f" VALUES ({completed_values})"
         )
+        # The atomic path's statements are prepared together and named after all of
+        # them: a session that has one has the others (see ``send``).
+        self.family = f"{self.select}\n{self.completed_sql}"
         self._journal_insert = (
             f"INSERT INTO {qn(jopts.db_table)} ({j['operation']}, {j['kind']}, {j['data']},"  # noqa: S608
             f" {j['fence']}, {j['removed']}, {j['created_at']}) VALUES "
@@ -728,12 +761,31 @@ class _Statements:
         raw.autocommit = True
         return ("BEGIN", [])
 
+    #: At most this many statements are prepared on one session.
+    PREPARED_MAX = 32
+
     def send(
-        self, cursor: Any, parts: list[tuple[str, list[Any]]], *, rows: bool = False
+        self, cursor: Any, parts: list[tuple[str, list[Any]]], *, rows: bool = False,
+        prepare: Collection[str] = (), along: Collection[str] = (), salt: str = "",
     ) -> list[list[Any]]:
         """Execute ``parts`` in order, in one round trip where the driver allows several
         statements in one execute (``multi``), else one each; with ``rows``, each
-        part's rows (none for a statement that returns none, such as BEGIN)."""
+        part's rows (none for a statement that returns none, such as BEGIN).
+
+        Server-side prepared statements: the parts whose SQL is in ``prepare`` go as
+        ``EXECUTE`` of a statement PostgreSQL planned once for the session, preceded
+        in the same round trip by its ``PREPARE`` the first time; ``along`` is SQL
+        to prepare with them (a transaction's later statements, which ``salt``, part
+        of every name, ties to these: a session that has one has all). Names are
+        hashes of the SQL, so a statement of that name is always this one.
+        Statements are prepared only where nothing has run before this round trip
+        (autocommit, or BEGIN is its first statement), so that when the session is
+        not what was expected (SQLSTATE 26000 or 42P05: a pooler such as PgBouncer
+        in transaction mode switched sessions) the parts are sent again, plain.
+        Later in a transaction, only statements already prepared are executed.
+        After any failure while preparing, the session is left plain until the
+        connection is replaced.
+        """
         results: list[list[Any]] = []
         if not self.multi:
             for sql, params in parts:
@@ -741,14 +793,83 @@ class _Statements:
                 if rows:
                     results.append(cursor.fetchall())
             return results
-        cursor.execute("; ".join(sql for sql, _ in parts),
-                       [param for _, params in parts for param in params])
-        if rows:
-            results.append(cursor.fetchall() if cursor.description is not None else [])
-            while len(results) < len(parts):
-                cursor.nextset()
+        raw = cursor.db.connection
+        self.executed = False
+        nothing_ran = raw.autocommit and raw.info.transaction_status == self._idle
+        prepared = None
+        if (prepare or along) and self._preparable(raw):
+            prepared = self._prepared_parts(parts, prepare, along, salt, nothing_ran)
+        sent, picks, new = prepared or (parts, range(len(parts)), [])
+        try:
+            cursor.execute("; ".join(sql for sql, _ in sent),
+                           [param for _, params in sent for param in params])
+            if rows:
                 results.append(cursor.fetchall() if cursor.description is not None else [])
-        return results
+                while len(results) < len(sent):
+                    cursor.nextset()
+                    results.append(cursor.fetchall() if cursor.description is not None else [])
+            else:  # the cursor's rowcount is the last statement's
+                while cursor.nextset():
+                    pass
+        except DatabaseError as exc:
+            if prepared is None:
+                raise
+            self._plain = True
+            if not nothing_ran or getattr(exc.__cause__, "sqlstate", None) not in (
+                "26000", "42P05"
+            ):
+                raise
+            logger.warning(
+                "The database session's prepared statements were not as expected (a pooler "
+                "such as PgBouncer in transaction mode?): this connection stops using them. "
+                "GUARDED_TOOLS['PREPARED_STATEMENTS'] = False never uses them."
+            )
+            if raw.info.transaction_status != self._idle:
+                cursor.execute("ROLLBACK")  # the transaction this round trip began
+            return self.send(cursor, parts, rows=rows)
+        self._ready.update(new)
+        self.executed = prepared is not None
+        return [results[i] for i in picks] if rows else results
+
+    def _preparable(self, raw: Any) -> bool:
+        if not (self.preparing and gt_settings.PREPARED_STATEMENTS):
+            return False
+        if raw is not self._session:  # a new connection: a new session, nothing prepared
+            self._session, self._ready, self._plain = raw, set(), False
+        return not self._plain
+
+    def _prepared_parts(
+        self, parts: list[tuple[str, list[Any]]], prepare: Collection[str],
+        along: Collection[str], salt: str, may_prepare: bool,
+    ) -> tuple[list[tuple[str, list[Any]]], list[int], list[tuple[str, str]]] | None:
+        """``parts`` as sent prepared, where each part's rows are, and what is new.
+
+        None (send them plain) where a statement would have to be prepared and may
+        not be, or where the session already holds ``PREPARED_MAX`` of them.
+        """
+        wanted = [(sql, salt) for sql in (*prepare, *along)]
+        for key in wanted:
+            if key not in self._named:
+                if len(self._named) >= self.PREPARED_MAX:
+                    return None
+                self._named[key] = _prepare_and_execute(*key)
+        new = [key for key in wanted if key not in self._ready]
+        if new and not may_prepare:
+            return None
+        sent: list[tuple[str, list[Any]]] = []
+        picks: list[int] = []
+        preparing = list(new)  # their PREPAREs go just before the first EXECUTE
+        for sql, params in parts:
+            if sql in prepare:
+                sent.extend((self._named[key][0], []) for key in preparing)
+                preparing = []
+                part = (self._named[sql, salt][1], params)
+            else:
+                part = (sql, params)
+            picks.append(len(sent))
+            sent.append(part)
+        sent.extend((self._named[key][0], []) for key in preparing)
+        return sent, picks, new
 
     def loaded(self, row: Any, using: str, connection: Any) -> tuple[Operation, datetime]:
         """The operation (its input deferred) and the database's clock from a ``select`` row."""
@@ -769,7 +890,10 @@ class _Statements:
         """The claim's SQL and parameters; the lease is ``now() + lease_seconds`` (DB clock)."""
         lease_sql, lease_params = self.lease(connection, lease_seconds)
         params = self._params(self._claim_plan, values, connection, lease_params)
-        return self._claim_sql.replace("{lease}", lease_sql), params
+        sql = self._claims.get(lease_sql)
+        if sql is None:
+            sql = self._claims[lease_sql] = self._claim_sql.replace("{lease}", lease_sql)
+        return sql, params
 
     def convert_times(self, row: Any, connection: Any) -> list[Any]:
         out = []
@@ -869,6 +993,23 @@ class _Statements:
 
     def touch(self, claim: Claim, connection: Any) -> tuple[str, list[Any]]:
         return self.touch_sql, [*self.now_params, *self._owned_params(claim, connection)]
+
+
+def _prepare_and_execute(sql: str, salt: str) -> tuple[str, str]:
+    """``PREPARE name AS sql`` (``$n`` for each ``%s``) and ``EXECUTE name(%s, …)``."""
+    name = "gt_" + hashlib.sha256(f"{salt}\0{sql}".encode()).hexdigest()[:24]
+    count = 0
+
+    def number(match: re.Match[str]) -> str:
+        nonlocal count
+        if match.group() == "%%":
+            return "%"
+        count += 1
+        return f"${count}"
+
+    body = re.sub("%[s%]", number, sql)
+    arguments = f"({', '.join(['%s'] * count)})" if count else ""
+    return f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}"
 
 
 def _compile(connection: Any, expression: Any) -> tuple[str, list[Any], Any]:

@@ -102,6 +102,25 @@ def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+def on_the_wire(run: Callable[[], Any]) -> list[str]:
+    """The simple queries psycopg really sends while ``run()`` runs (libpq's trace)."""
+    import tempfile
+
+    from django.db import connection
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    with tempfile.TemporaryFile("w+") as trace:
+        pgconn.trace(trace.fileno())
+        try:
+            run()
+        finally:
+            pgconn.untrace()
+        trace.seek(0)
+        return [line.split("\tQuery\t", 1)[1].strip().strip('"')
+                for line in trace if "\tF\t" in line and "\tQuery\t" in line]
+
+
 def one_transaction(settings: Any, on: bool) -> None:
     """Turn ``ATOMIC_SINGLE_TRANSACTION`` on or off for one test."""
     settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),

@@ -31,7 +31,7 @@ from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
 from guarded_tools.replays import replays
 from guarded_tools.store import OperationStore, fingerprint
-from tests.conftest import one_transaction
+from tests.conftest import on_the_wire, one_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real BEGIN/COMMIT, as in production
 
@@ -62,8 +62,13 @@ class Counted:
             if not (sql == "BEGIN" and i + 1 < len(logged) and logged[i + 1].startswith("BEGIN; "))
             and not (sql == "COMMIT" and i and logged[i - 1].endswith("; COMMIT"))
         ]
-        # Statements sent together (the store joins them with "; ") count one each.
-        self.sql = [part for sql in self.round_trips for part in sql.split("; ")]
+        # Statements sent together (the store joins them with "; ") count one each; an
+        # EXECUTE counts as the statement it runs, a PREPARE as none (``prepares``).
+        parts = [part for sql in self.round_trips for part in sql.split("; ")]
+        self.prepares = [part for part in parts if part.startswith("PREPARE ")]
+        prepared = server_prepared()
+        self.sql = [prepared[part.split()[1].split("(")[0]] if part.startswith("EXECUTE ")
+                    else part for part in parts if part not in self.prepares]
         self.control = [s for s in self.sql if s.split(None, 1)[0].upper() in CONTROL]
         self.data = [s for s in self.sql if s not in self.control]
         self.effect = [s for s in self.data if EFFECT_TABLE in s]
@@ -76,6 +81,17 @@ class Counted:
 
     def __repr__(self) -> str:
         return "\n".join(self.round_trips)
+
+
+def server_prepared() -> dict[str, str]:
+    """The session's prepared statements, by name (PostgreSQL's own record of them)."""
+    if connection.vendor != "postgresql":
+        return {}
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+        found = cursor.fetchall()
+    return {name: part.split(" AS ", 1)[1] for name, statement in found
+            for part in statement.split("; ") if part.startswith(f"PREPARE {name} AS ")}
 
 
 def call(client: Any, name: str, body: dict[str, Any], status: int) -> Counted:
@@ -137,23 +153,6 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
             assert counted.round_trips[-1].endswith("; COMMIT"), counted
 
 
-def on_the_wire(run: Any) -> list[str]:
-    """The simple queries psycopg really sends while ``run()`` runs (libpq's trace)."""
-    import tempfile
-
-    connection.ensure_connection()
-    pgconn = connection.connection.pgconn
-    with tempfile.TemporaryFile("w+") as trace:
-        pgconn.trace(trace.fileno())
-        try:
-            run()
-        finally:
-            pgconn.untrace()
-        trace.seek(0)
-        return [line.split("\tQuery\t", 1)[1].strip().strip('"')
-                for line in trace if "\tF\t" in line and "\tQuery\t" in line]
-
-
 def test_a_fresh_call_is_three_round_trips_on_the_wire(make_tool: Any, client: Any,
                                                        settings: Any) -> None:
     if connection.vendor != "postgresql":
@@ -172,7 +171,7 @@ def test_a_fresh_call_is_three_round_trips_on_the_wire(make_tool: Any, client: A
     sent = on_the_wire(run)
     # BEGIN goes with the lock and the read; the COMMIT with the operation's INSERT.
     assert len(sent) == 3, sent
-    assert sent[0].startswith("BEGIN; SELECT pg_try_advisory_xact_lock("), sent
+    assert sent[0].startswith("BEGIN; ") and "pg_try_advisory_xact_lock" in sent[0], sent
     assert "auth_group" in sent[1] and sent[2].endswith("; COMMIT"), sent
     # The transaction ended; the driver is back to Django's autocommit.
     assert connection.connection.info.transaction_status.name == "IDLE"
