@@ -319,7 +319,7 @@ class OperationStore:
         with connection.cursor() as cursor:
             results = statements.send(
                 cursor, parts, rows=True, prepare=[sql for sql, _ in parts if sql != "BEGIN"],
-                along=(statements.completed_sql,), salt=statements.family,
+                along=statements.later, salt=statements.family,
             )
         # The operation's INSERT runs prepared only where this round trip found the
         # session holding the statements prepared with it (``send``).
@@ -363,7 +363,7 @@ class OperationStore:
         outermost = len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
         if statements.multi and outermost:
             parts.append(("COMMIT", []))
-        prepare = (statements.completed_sql,) if statements.family_open else ()
+        prepare = statements.later if statements.family_open else ()
         statements.family_open = False
         with connection.cursor() as cursor:
             statements.send(cursor, parts, prepare=prepare, salt=statements.family)
@@ -688,13 +688,15 @@ class _Statements:
             f" VALUES ({completed_values})"
         )
         # The atomic path's statements are prepared together and named after all of
-        # them: a session that has one has the others (see ``send``).
-        self.family = f"{self.select}\n{self.completed_sql}"
+        # them (``family``): a session that has one has the others (see ``send``).
         self._journal_insert = (
             f"INSERT INTO {qn(jopts.db_table)} ({j['operation']}, {j['kind']}, {j['data']},"  # noqa: S608
             f" {j['fence']}, {j['removed']}, {j['created_at']}) VALUES "
         )
         self._journal_row = f"(%s, %s, %s, %s, %s, {now_sql})"
+        self.journal_one = self._journal_insert + self._journal_row
+        self.later = (self.completed_sql, self.journal_one)
+        self.family = "\n".join((self.select, *self.later))
 
     def _plan(
         self, now_sql: str, *, clock: set[str], nulls: set[str], lease: set[str] | None = None
@@ -971,6 +973,8 @@ class _Statements:
             params += [pk, JournalEntry.Kind.ENTRY.value,
                        self._data.get_db_prep_save(data, connection), claim.fence, removed,
                        *self.now_params]
+        if len(rows) == 1:  # the usual case, prepared with the atomic path's statements
+            return self.journal_one, params
         return self._journal_insert + ", ".join(rows), params
 
     def journal_live(self, operation: Operation, connection: Any) -> tuple[str, list[Any]]:

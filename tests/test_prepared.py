@@ -15,7 +15,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
-from guarded_tools.models import Operation, OperationState
+from guarded_tools.models import JournalEntry, Operation, OperationState
 from tests.conftest import on_the_wire, one_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real BEGIN/COMMIT, as in production
@@ -86,8 +86,9 @@ def session_prepared() -> set[str]:
 def test_statements_are_prepared_once_per_session_then_executed(tools: Any, post: Any) -> None:
     first = statements(post(tools["atomic"]))
     prepared = [part for part in first if part.startswith("PREPARE ")]
-    # The lock, the read and (along with them) the operation's INSERT of later.
-    assert len(prepared) == 3, first
+    # The lock, the read and, along with them, the INSERTs of the operation and of a
+    # journal entry that end the transaction.
+    assert len(prepared) == 4, first
     assert {p.split()[1] for p in prepared} <= session_prepared()
 
     second = post(tools["atomic"])
@@ -180,3 +181,20 @@ def test_a_permission_query_is_prepared_with_the_lock(make_tool: Any, post: Any,
     assert "auth_user_user_permissions" not in sent[0], sent  # executed, not sent again
     assert statements(sent)[:4] == [part for part in statements(sent)[:4]
                                     if part == "BEGIN" or part.startswith("EXECUTE gt_")]
+
+
+def test_a_journal_entry_is_inserted_prepared_with_the_operation(make_tool: Any, post: Any,
+                                                                settings: Any) -> None:
+    one_transaction(settings, True)
+
+    def journaled(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.operation.write({"step": "insert"})
+        return effect(input, ctx)
+
+    definition = make_tool(journaled, input_schema=SCHEMA, atomic=True)
+    post(definition)
+    last = statements(post(definition)[-1:])
+    assert len(last) == 3 and last[-1] == "COMMIT", last
+    assert all(part.startswith("EXECUTE gt_") for part in last[:2]), last
+
+    assert JournalEntry.objects.filter(data={"step": "insert"}).count() == 2
