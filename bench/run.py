@@ -333,10 +333,11 @@ def table(results: dict[str, Any]) -> str:
             lines.append(f"  constant number of queries: {adm['constant_queries']}")
         stm = data.get("statements")
         if stm:
-            lines.append(f"\n{db}: SQL statements per call (data + transaction control)")
+            lines.append(f"\n{db}: SQL statements per call (data + transaction control),"
+                         " round trips")
             for tool in ("B", "D"):
                 parts = [f"{k} {v['statements']} ({len(v['data'])}+{len(v['transaction_control'])})"
-                         for k, v in stm[tool].items()]
+                         f" {v.get('round_trips', '?')} RT" for k, v in stm[tool].items()]
                 lines.append(f"  {tool}: " + ", ".join(parts))
     micro = results.get("micro")
     if micro:
