@@ -366,7 +366,8 @@ class OperationStore:
         prepare = statements.later if statements.family_open else ()
         statements.family_open = False
         with connection.cursor() as cursor:
-            statements.send(cursor, parts, prepare=prepare, salt=statements.family)
+            statements.send(cursor, parts, prepare=prepare, salt=statements.family,
+                            vouched=True)
         claim.operation.state = OperationState.SUCCEEDED
         claim.operation.owner = ""
 
@@ -769,6 +770,7 @@ class _Statements:
     def send(
         self, cursor: Any, parts: list[tuple[str, list[Any]]], *, rows: bool = False,
         prepare: Collection[str] = (), along: Collection[str] = (), salt: str = "",
+        vouched: bool = False,
     ) -> list[list[Any]]:
         """Execute ``parts`` in order, in one round trip where the driver allows several
         statements in one execute (``multi``), else one each; with ``rows``, each
@@ -784,7 +786,9 @@ class _Statements:
         (autocommit, or BEGIN is its first statement), so that when the session is
         not what was expected (SQLSTATE 26000 or 42P05: a pooler such as PgBouncer
         in transaction mode switched sessions) the parts are sent again, plain.
-        Later in a transaction, only statements already prepared are executed.
+        Later in a transaction, statements are executed prepared only where the
+        caller ``vouched`` that this transaction's session holds them (``family_open``):
+        a session switched under a transaction would otherwise fail it.
         After any failure while preparing, the session is left plain until the
         connection is replaced.
         """
@@ -799,7 +803,7 @@ class _Statements:
         self.executed = False
         nothing_ran = raw.autocommit and raw.info.transaction_status == self._idle
         prepared = None
-        if (prepare or along) and self._preparable(raw):
+        if (prepare or along) and (nothing_ran or vouched) and self._preparable(raw):
             prepared = self._prepared_parts(parts, prepare, along, salt, nothing_ran)
         sent, picks, new = prepared or (parts, range(len(parts)), [])
         try:

@@ -198,3 +198,23 @@ def test_a_journal_entry_is_inserted_prepared_with_the_operation(make_tool: Any,
     assert all(part.startswith("EXECUTE gt_") for part in last[:2]), last
 
     assert JournalEntry.objects.filter(data={"step": "insert"}).count() == 2
+
+
+def test_a_completion_inside_a_transaction_is_never_sent_on_trust(make_tool: Any, tools: Any,
+                                                                  post: Any,
+                                                                  settings: Any) -> None:
+    post(tools["claimed"])  # the claim and the completion, prepared in autocommit
+    with connection.cursor() as cursor:  # this session lost the completion, not the claim
+        cursor.execute("SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
+                       ['%UPDATE "guarded_tools_operation" SET "state"%'])
+        (name,) = cursor.fetchone()
+        cursor.execute(f"DEALLOCATE {name}")
+    # Claim first, then the effect and the completion in one transaction: a missing
+    # statement there could not be sent again, so the completion goes plain.
+    one_transaction(settings, False)
+    claim_first = make_tool(effect, input_schema=SCHEMA, atomic=True)
+    sent = post(claim_first)
+    assert sent[0].startswith("EXECUTE gt_"), sent  # the claim, in autocommit
+    assert any(q.startswith('UPDATE "guarded_tools_operation"') for q in statements(sent)), sent
+    assert Operation.objects.filter(tool=claim_first.name,
+                                    state=OperationState.SUCCEEDED).exists()
