@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import uuid
+import weakref
 from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -652,9 +653,6 @@ class _Statements:
         # Server-side prepared statements (``send``): what is known of the session.
         self.preparing = False
         self._named: dict[tuple[str, str], tuple[str, str]] = {}
-        self._session: Any = None  # the driver connection ``_ready`` describes
-        self._ready: set[tuple[str, str]] = set()
-        self._plain = False  # what is prepared on ``_session`` is unknown: prepare nothing
         self.executed = False  # the last ``send`` ran prepared statements
         self.family = ""
         self.family_open = False  # this transaction's session holds the family's statements
@@ -782,15 +780,18 @@ class _Statements:
         to prepare with them (a transaction's later statements, which ``salt``, part
         of every name, ties to these: a session that has one has all). Names are
         hashes of the SQL, so a statement of that name is always this one.
-        Statements are prepared only where nothing has run before this round trip
-        (autocommit, or BEGIN is its first statement), so that when the session is
-        not what was expected (SQLSTATE 26000 or 42P05: a pooler such as PgBouncer
-        in transaction mode switched sessions) the parts are sent again, plain.
-        Later in a transaction, statements are executed prepared only where the
-        caller ``vouched`` that this transaction's session holds them (``family_open``):
-        a session switched under a transaction would otherwise fail it.
-        After any failure while preparing, the session is left plain until the
-        connection is replaced.
+        What each driver connection holds is kept with it (``_SESSIONS``), so a
+        pooled connection keeps its statements. Statements are prepared only where
+        nothing has run before this round trip (autocommit, or BEGIN is its first
+        statement), so that when the session is not what was expected (SQLSTATE
+        26000 or 42P05: a pooler such as PgBouncer in transaction mode switched
+        sessions under the connection) the parts are sent again, plain; the process
+        then prepares nothing on that database. Later in a transaction, statements
+        are executed prepared only where the caller ``vouched`` that this
+        transaction's session holds them (``family_open``): a session switched under
+        a transaction would otherwise fail it. A round trip that fails otherwise
+        while preparing leaves that connection plain (which of its PREPAREs ran is
+        unknown); one that only executed leaves it as it was.
         """
         results: list[list[Any]] = []
         if not self.multi:
@@ -803,8 +804,11 @@ class _Statements:
         self.executed = False
         nothing_ran = raw.autocommit and raw.info.transaction_status == self._idle
         prepared = None
-        if (prepare or along) and (nothing_ran or vouched) and self._preparable(raw):
-            prepared = self._prepared_parts(parts, prepare, along, salt, nothing_ran)
+        ready = None
+        if (prepare or along) and (nothing_ran or vouched) and self._preparable(cursor.db):
+            ready = _SESSIONS.get(raw, set())
+            if ready is not None:
+                prepared = self._prepared_parts(parts, prepare, along, salt, nothing_ran, ready)
         sent, picks, new = prepared or (parts, range(len(parts)), [])
         try:
             cursor.execute("; ".join(sql for sql, _ in sent),
@@ -820,46 +824,55 @@ class _Statements:
         except DatabaseError as exc:
             if prepared is None:
                 raise
-            self._plain = True
-            if not nothing_ran or getattr(exc.__cause__, "sqlstate", None) not in (
-                "26000", "42P05"
-            ):
+            if getattr(exc.__cause__, "sqlstate", None) not in ("26000", "42P05"):
+                if new:
+                    _SESSIONS[raw] = None
                 raise
-            logger.warning(
-                "The database session's prepared statements were not as expected (a pooler "
-                "such as PgBouncer in transaction mode?): this connection stops using them. "
-                "GUARDED_TOOLS['PREPARED_STATEMENTS'] = False never uses them."
-            )
+            if cursor.db.alias not in _SWITCHED:
+                _SWITCHED.add(cursor.db.alias)
+                logger.warning(
+                    "The database session's prepared statements were not as expected (a "
+                    "pooler such as PgBouncer in transaction mode?): this process stops "
+                    "preparing statements on database %r. Set DISABLE_SERVER_SIDE_CURSORS "
+                    "or GUARDED_TOOLS['PREPARED_STATEMENTS'] = False to never prepare them.",
+                    cursor.db.alias,
+                )
+            if not nothing_ran:
+                raise
             if raw.info.transaction_status != self._idle:
                 cursor.execute("ROLLBACK")  # the transaction this round trip began
             return self.send(cursor, parts, rows=rows)
-        self._ready.update(new)
+        if new:
+            assert ready is not None  # new statements are prepared only on a known session
+            _SESSIONS[raw] = ready | set(new)
         self.executed = prepared is not None
         return [results[i] for i in picks] if rows else results
 
-    def _preparable(self, raw: Any) -> bool:
-        if not (self.preparing and gt_settings.PREPARED_STATEMENTS):
-            return False
-        if raw is not self._session:  # a new connection: a new session, nothing prepared
-            self._session, self._ready, self._plain = raw, set(), False
-        return not self._plain
+    def _preparable(self, connection: Any) -> bool:
+        return (self.preparing and gt_settings.PREPARED_STATEMENTS
+                and connection.alias not in _SWITCHED)
 
     def _prepared_parts(
         self, parts: list[tuple[str, list[Any]]], prepare: Collection[str],
-        along: Collection[str], salt: str, may_prepare: bool,
+        along: Collection[str], salt: str, may_prepare: bool, ready: set[tuple[str, str]],
     ) -> tuple[list[tuple[str, list[Any]]], list[int], list[tuple[str, str]]] | None:
         """``parts`` as sent prepared, where each part's rows are, and what is new.
 
         None (send them plain) where a statement would have to be prepared and may
-        not be, or where the session already holds ``PREPARED_MAX`` of them.
+        not be, or where the session already holds ``PREPARED_MAX`` of them. The
+        PREPAREs go in order, ``along`` first and the last part of ``prepare`` last:
+        PREPARE is not transactional, so a round trip cut short leaves a session
+        with only the first ones, and a session that can execute the last (the
+        atomic path's read, which the transaction's later INSERTs are vouched on)
+        holds all of them.
         """
-        wanted = [(sql, salt) for sql in (*prepare, *along)]
+        wanted = [(sql, salt) for sql in (*along, *prepare)]
         for key in wanted:
             if key not in self._named:
                 if len(self._named) >= self.PREPARED_MAX:
                     return None
                 self._named[key] = _prepare_and_execute(*key)
-        new = [key for key in wanted if key not in self._ready]
+        new = [key for key in wanted if key not in ready]
         if new and not may_prepare:
             return None
         sent: list[tuple[str, list[Any]]] = []
@@ -1003,6 +1016,15 @@ class _Statements:
         return self.touch_sql, [*self.now_params, *self._owned_params(claim, connection)]
 
 
+#: What each driver connection's session holds: the (SQL, salt) prepared on it, or None
+#: where that is unknown (a round trip failed while preparing): nothing more is prepared.
+_SESSIONS: weakref.WeakKeyDictionary[Any, set[tuple[str, str]] | None] = (
+    weakref.WeakKeyDictionary()
+)
+#: Database aliases whose sessions were seen switched under a connection (a pooler).
+_SWITCHED: set[str] = set()
+
+
 def _prepare_and_execute(sql: str, salt: str) -> tuple[str, str]:
     """``PREPARE name AS sql`` (``$n`` for each ``%s``) and ``EXECUTE name(%s, …)``."""
     name = "gt_" + hashlib.sha256(f"{salt}\0{sql}".encode()).hexdigest()[:24]
@@ -1011,7 +1033,7 @@ def _prepare_and_execute(sql: str, salt: str) -> tuple[str, str]:
     def number(match: re.Match[str]) -> str:
         nonlocal count
         if match.group() == "%%":
-            return "%"
+            return "%%"  # still a literal percent sign for the client-side formatting
         count += 1
         return f"${count}"
 

@@ -218,3 +218,95 @@ def test_a_completion_inside_a_transaction_is_never_sent_on_trust(make_tool: Any
     assert any(q.startswith('UPDATE "guarded_tools_operation"') for q in statements(sent)), sent
     assert Operation.objects.filter(tool=claim_first.name,
                                     state=OperationState.SUCCEEDED).exists()
+
+
+
+@pytest.fixture(autouse=True)
+def consistent_sessions(postgresql_with_psycopg3: None) -> Any:
+    """After each test, no session holds statements the store does not know of, and the
+    process prepares again (a test may have shown it a switched session)."""
+    yield
+    from guarded_tools import store
+
+    if connection.connection is not None:
+        with connection.cursor() as cursor:
+            cursor.execute("DEALLOCATE ALL")
+    store._SESSIONS.clear()
+    store._SWITCHED.clear()
+
+
+def test_a_pooled_connection_keeps_its_statements(tools: Any, post: Any) -> None:
+    wrapper = connections[DEFAULT_DB_ALIAS]
+    post(tools["atomic"])
+    first = wrapper.connection
+    other = wrapper.get_new_connection(wrapper.get_connection_params())
+    other.autocommit = True
+    try:
+        wrapper.connection = other  # a pool hands out another connection...
+        assert any("PREPARE " in q for q in post(tools["atomic"]))
+        wrapper.connection = first  # ...then the first one again: it still has them
+        sent = post(tools["atomic"])
+        assert len(sent) == 3 and not any("PREPARE " in q for q in sent), sent
+        assert sent[0].startswith("BEGIN; EXECUTE gt_"), sent
+    finally:
+        wrapper.connection = first
+        other.close()
+    assert Group.objects.count() == 3
+
+
+def test_a_statement_lost_mid_transaction_fails_the_call_and_commits_nothing(
+        make_tool: Any, client_for: Any, alice: Any, settings: Any, caplog: Any) -> None:
+    one_transaction(settings, True)
+
+    def loses_the_insert(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        output = effect(input, ctx)
+        if input["name"] != "lose":
+            return output
+        with connection.cursor() as cursor:  # the session changes under the transaction
+            cursor.execute("SELECT name, statement FROM pg_prepared_statements")
+            for name, statement in cursor.fetchall():
+                if f'PREPARE {name} AS INSERT INTO "guarded_tools_operation"' in statement:
+                    cursor.execute(f"DEALLOCATE {name}")
+        return output
+
+    definition = make_tool(loses_the_insert, input_schema=SCHEMA, atomic=True)
+    client = client_for(alice)
+    client.post(f"/agent/tools/{definition.name}/", body(), format="json")  # prepares
+    assert Operation.objects.count() == 1
+    response = client.post(f"/agent/tools/{definition.name}/", {**body(), "name": "lose"},
+                           format="json")
+    # The INSERT cannot be sent again: the effect is in the same transaction, so the
+    # call fails whole rather than commit an operation without its effect.
+    assert response.status_code == 500, response.content
+    assert Group.objects.count() == 1 and Operation.objects.count() == 1
+
+
+def test_a_failing_round_trip_that_only_executed_keeps_the_statements(
+        make_tool: Any, post: Any, client_for: Any, alice: Any, settings: Any) -> None:
+    one_transaction(settings, True)
+
+    def answers(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        output = effect(input, ctx)
+        return {**output, "note": "\x00" if input.get("note") == "nul" else ""}
+
+    definition = make_tool(answers, input_schema=SCHEMA, atomic=True)
+    post(definition)
+    # jsonb refuses a NUL character: the operation's INSERT fails, in a round trip
+    # that prepared nothing.
+    response = client_for(alice).post(f"/agent/tools/{definition.name}/",
+                                      {**body(), "note": "nul"}, format="json")
+    assert response.status_code == 500, response.content
+    sent = post(definition)
+    assert sent[0].startswith("BEGIN; EXECUTE gt_") and "PREPARE " not in sent[0], sent
+
+
+def test_a_literal_percent_sign_survives_preparing() -> None:
+    from guarded_tools.store import _Statements
+
+    statements = _Statements.of(connection)
+    sql = "SELECT %s::text || '%%'"
+    with connection.cursor() as cursor:
+        first = statements.send(cursor, [(sql, ["a"])], rows=True, prepare=(sql,))
+        again = statements.send(cursor, [(sql, ["b"])], rows=True, prepare=(sql,))
+    assert (first, again) == ([[("a%",)]], [[("b%",)]])
+    assert statements.executed
