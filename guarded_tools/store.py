@@ -813,11 +813,11 @@ class _Statements:
         try:
             cursor.execute("; ".join(sql for sql, _ in sent),
                            [param for _, params in sent for param in params])
-            if rows:
-                results.append(cursor.fetchall() if cursor.description is not None else [])
-                while len(results) < len(sent):
-                    cursor.nextset()
-                    results.append(cursor.fetchall() if cursor.description is not None else [])
+            if rows:  # (asking the cursor for its description would build its columns)
+                for i, (sql, _params) in enumerate(sent):
+                    if i:
+                        cursor.nextset()
+                    results.append([] if sql.startswith(_NO_ROWS) else cursor.fetchall())
             else:  # the cursor's rowcount is the last statement's
                 while cursor.nextset():
                     pass
@@ -1015,6 +1015,9 @@ class _Statements:
     def touch(self, claim: Claim, connection: Any) -> tuple[str, list[Any]]:
         return self.touch_sql, [*self.now_params, *self._owned_params(claim, connection)]
 
+
+#: The statements ``send`` sends that return no rows.
+_NO_ROWS = ("BEGIN", "COMMIT", "ROLLBACK", "PREPARE ")
 
 #: What each driver connection's session holds: the (SQL, salt) prepared on it, or None
 #: where that is unknown (a round trip failed while preparing): nothing more is prepared.
