@@ -361,8 +361,7 @@ class OperationStore:
             parts.append(statements.journal_rows(claim, entries, connection))
         # Only the outermost transaction may commit here: inside a test case's block
         # (or any savepoint) Django ends the block itself.
-        outermost = len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
-        if statements.multi and outermost:
+        if statements.multi and _outermost(connection):
             parts.append(("COMMIT", []))
         prepare = statements.later if statements.family_open else ()
         statements.family_open = False
@@ -752,7 +751,7 @@ class _Statements:
         server is in a transaction) and then sets autocommit back as usual. The
         statement stays visible to Django's query logging and execute wrappers.
         """
-        if not self.multi or len(connection.atomic_blocks) != 1 or connection.savepoint_ids:
+        if not self.multi or not _outermost(connection):
             return None
         raw = connection.connection
         if (raw.autocommit or raw.info.transaction_status != self._idle
@@ -1060,6 +1059,12 @@ def _converters(connection: Any, expression: Any) -> list[tuple[Any, Any]]:
         connection
     )
     return [(converter, expression) for converter in convs]
+
+
+def _outermost(connection: Any) -> bool:
+    """Whether the block open on ``connection`` is its outermost ``atomic()``: the one
+    whose transaction the store may begin (``_Statements.begin``) and commit."""
+    return len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
 
 
 def refuse_enclosing_transaction(connection: Any) -> None:
