@@ -11,21 +11,14 @@ medians and their ratios.
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 import time
 from typing import Any
 
 
-def backend_cpu(pid: int) -> float:
-    """CPU seconds the server process ``pid`` has used (utime + stime)."""
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main(argv: list[str]) -> None:
+    from bench.cpu import CpuMeter
     from bench.profile import caller
 
     path, n, call = caller(argv, default_n=2000)
@@ -43,12 +36,12 @@ def main(argv: list[str]) -> None:
         nonlocal done
         with override_settings(GUARDED_TOOLS={**base, "PREPARED_STATEMENTS": prepared}):
             call(done)  # the connection is open, and prepared if it is to be
-            pid = connection.connection.info.backend_pid
-            server, cpu, wall = backend_cpu(pid), time.process_time(), time.perf_counter()
+            meter = CpuMeter({"backend": connection.connection.info.backend_pid})
+            server, cpu, wall = meter.snapshot(), time.process_time(), time.perf_counter()
             for i in range(done + 1, done + 1 + n):
                 call(i)
             figures = (time.perf_counter() - wall, time.process_time() - cpu,
-                       backend_cpu(pid) - server)
+                       meter.snapshot()["backend"] - server["backend"])
         done += n + 1
         return tuple(value / n * 1e6 for value in figures)  # type: ignore[return-value]
 

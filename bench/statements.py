@@ -15,23 +15,29 @@ import os
 import uuid
 from typing import Any
 
+#: Transaction control: each is a round trip of its own unless sent with other statements.
+CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 
-def classify(queries: list[dict[str, Any]], prepared: dict[str, str]) -> dict[str, Any]:
-    """Statements the store sends together ("; "-joined, one round trip) count one each;
-    an EXECUTE as the statement it runs (``prepared``: name -> SQL), a PREPARE as none.
-    Django logs a BEGIN when its block starts and a COMMIT when it ends: where the store
-    sent them with its own statements, the logged ones never reached the server."""
+
+def round_trips(queries: list[dict[str, Any]]) -> list[str]:
+    """What reached the server, one entry per round trip, from Django's query log.
+
+    Django logs a BEGIN when its block starts and a COMMIT when it ends; where the store
+    sent them with its own statements, the logged ones never reached the server.
+    """
     logged = [q["sql"] for q in queries]
-    sent = [sql for i, sql in enumerate(logged)
-            if not (sql == "BEGIN" and logged[i + 1:i + 2] and logged[i + 1].startswith("BEGIN; "))
+    return [sql for i, sql in enumerate(logged)
+            if not (sql == "BEGIN" and logged[i + 1:i + 2]
+                    and logged[i + 1].startswith("BEGIN; "))
             and not (sql == "COMMIT" and i and logged[i - 1].endswith("; COMMIT"))]
-    parts = [part for sql in sent for part in sql.split("; ") if not part.startswith("PREPARE ")]
-    kinds = [(prepared.get(part.split()[1].split("(")[0], "?") if part.startswith("EXECUTE ")
-              else part).split(None, 1)[0].upper() for part in parts]
-    control = [k for k in kinds if k in ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")]
-    data = [k for k in kinds if k not in control]
-    return {"statements": len(kinds), "data": data, "transaction_control": control,
-            "round_trips": len(sent)}
+
+
+def statements(sent: list[str], prepared: dict[str, str]) -> list[str]:
+    """The statements of ``sent``: those sent together ("; "-joined) one each, an
+    EXECUTE as the statement it runs (``prepared``: name -> SQL), a PREPARE as none."""
+    return [prepared.get(part.split()[1].split("(")[0], "?") if part.startswith("EXECUTE ")
+            else part
+            for sql in sent for part in sql.split("; ") if not part.startswith("PREPARE ")]
 
 
 def server_prepared(connection: Any) -> dict[str, str]:
@@ -43,6 +49,15 @@ def server_prepared(connection: Any) -> dict[str, str]:
         found = cursor.fetchall()
     return {name: part.split(" AS ", 1)[1] for name, statement in found
             for part in statement.split("; ") if part.startswith(f"PREPARE {name} AS ")}
+
+
+def classify(queries: list[dict[str, Any]], prepared: dict[str, str]) -> dict[str, Any]:
+    sent = round_trips(queries)
+    kinds = [sql.split(None, 1)[0].upper() for sql in statements(sent, prepared)]
+    control = [k for k in kinds if k in CONTROL]
+    data = [k for k in kinds if k not in control]
+    return {"statements": len(kinds), "data": data, "transaction_control": control,
+            "round_trips": len(sent)}
 
 
 def main() -> None:

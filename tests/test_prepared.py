@@ -15,6 +15,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.db import DEFAULT_DB_ALIAS, connection, connections
 
+from bench.statements import server_prepared
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from tests.conftest import on_the_wire, one_transaction
 
@@ -78,9 +79,7 @@ def statements(sent: list[str]) -> list[str]:
 
 
 def session_prepared() -> set[str]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT name FROM pg_prepared_statements")
-        return {name for (name,) in cursor.fetchall()}
+    return set(server_prepared(connection))
 
 
 def test_statements_are_prepared_once_per_session_then_executed(tools: Any, post: Any) -> None:

@@ -27,6 +27,7 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from bench.statements import CONTROL, round_trips, server_prepared, statements
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
 from guarded_tools.replays import replays
@@ -41,7 +42,6 @@ SCHEMA = {
     "required": ["operationId", "name"],
     "additionalProperties": False,
 }
-CONTROL = ("BEGIN", "COMMIT", "ROLLBACK", "SAVEPOINT", "RELEASE")
 EFFECT_TABLE = "auth_group"
 
 
@@ -53,22 +53,11 @@ def effect(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 class Counted:
     def __init__(self, queries: list[dict[str, Any]]) -> None:
-        logged = [q["sql"] for q in queries]
-        # Django logs a BEGIN when its block starts and a COMMIT when it ends; where the
-        # store sends them with its own statements, the logged ones never reach the
-        # server (test_a_fresh_call_is_three_round_trips_on_the_wire).
-        self.round_trips = [
-            sql for i, sql in enumerate(logged)
-            if not (sql == "BEGIN" and i + 1 < len(logged) and logged[i + 1].startswith("BEGIN; "))
-            and not (sql == "COMMIT" and i and logged[i - 1].endswith("; COMMIT"))
-        ]
-        # Statements sent together (the store joins them with "; ") count one each; an
-        # EXECUTE counts as the statement it runs, a PREPARE as none (``prepares``).
-        parts = [part for sql in self.round_trips for part in sql.split("; ")]
-        self.prepares = [part for part in parts if part.startswith("PREPARE ")]
-        prepared = server_prepared()
-        self.sql = [prepared[part.split()[1].split("(")[0]] if part.startswith("EXECUTE ")
-                    else part for part in parts if part not in self.prepares]
+        # What reached the server (test_a_fresh_call_is_three_round_trips_on_the_wire
+        # checks the wire itself), and its statements: those sent together count one
+        # each, an EXECUTE as the statement it runs, a PREPARE as none.
+        self.round_trips = round_trips(queries)
+        self.sql = statements(self.round_trips, server_prepared(connection))
         self.control = [s for s in self.sql if s.split(None, 1)[0].upper() in CONTROL]
         self.data = [s for s in self.sql if s not in self.control]
         self.effect = [s for s in self.data if EFFECT_TABLE in s]
@@ -81,17 +70,6 @@ class Counted:
 
     def __repr__(self) -> str:
         return "\n".join(self.round_trips)
-
-
-def server_prepared() -> dict[str, str]:
-    """The session's prepared statements, by name (PostgreSQL's own record of them)."""
-    if connection.vendor != "postgresql":
-        return {}
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT name, statement FROM pg_prepared_statements")
-        found = cursor.fetchall()
-    return {name: part.split(" AS ", 1)[1] for name, statement in found
-            for part in statement.split("; ") if part.startswith(f"PREPARE {name} AS ")}
 
 
 def call(client: Any, name: str, body: dict[str, Any], status: int) -> Counted:
