@@ -68,6 +68,11 @@ class Operation(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="+",
+        # Every call inserts an operation. A database constraint would make each commit
+        # lock the caller's user row (FOR KEY SHARE): concurrent calls of one principal
+        # would contend on it, and a transaction holding that row would stall them.
+        # Django still sets this to NULL when the user is deleted (on_delete).
+        db_constraint=False,
         help_text=_("The user who called the tool, when there was one."),
     )
     fingerprint = models.CharField(

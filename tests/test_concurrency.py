@@ -616,3 +616,35 @@ def test_a_held_key_lock_refuses_fresh_calls_but_never_replays(make_tool: Any) -
         other.close()  # the session's locks go with it
     assert not definition(fresh, principal="svc").replayed
     assert len(handler.keys) == 2
+
+
+@pytest.mark.parametrize("atomic", [True, False], ids=["atomic", "claim-first"])
+def test_a_call_does_not_wait_for_a_transaction_holding_its_users_row(
+    atomic: bool, make_tool: Any, alice: Any, client_for: Any
+) -> None:
+    """Operations keep their user without a foreign key constraint: with one, every
+    call's commit would lock the caller's user row (FOR KEY SHARE), so calls of one
+    principal would contend on that row and wait behind any transaction updating it."""
+    from django.db import connections
+
+    handler = CountingHandler(sleep=0)
+    definition = make_tool(handler, input_schema=SCHEMA, atomic=atomic)
+    other = connections.create_connection("default")
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:  # a transaction that updates alice, left open
+            cursor.execute("SELECT id FROM auth_user WHERE id = %s FOR UPDATE", [alice.pk])
+        with connection.cursor() as cursor:
+            cursor.execute("SET lock_timeout = '3s'")  # a wait fails the call, not the run
+        response = client_for(alice).post(URL.format(definition.name),
+                                          {"operationId": key()}, format="json")
+        assert response.status_code == 200, response.content
+    finally:
+        other.rollback()
+        other.close()
+        connection.close()  # drops the session's lock_timeout
+    operation = Operation.objects.get(tool=definition.name)
+    assert (operation.state, operation.user_id) == ("succeeded", alice.pk)
+    alice.delete()  # Django still nulls the reference: on_delete=SET_NULL
+    operation.refresh_from_db()
+    assert operation.user_id is None
