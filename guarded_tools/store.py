@@ -7,6 +7,7 @@ number of web processes and workers stay correct together.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -21,7 +22,7 @@ from typing import Any, Literal, NamedTuple
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Value
+from django.db.models import DateTimeField, ExpressionWrapper, F, Field, Value
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
@@ -78,6 +79,32 @@ def storable_json(value: Any, serialized: str | None = None) -> Any:
 
 def new_token() -> str:
     return uuid.uuid4().hex
+
+
+@functools.cache
+def _operation_fields() -> list[tuple[str, Any]]:
+    """Each concrete field of Operation, in order, with its default (a field, if callable)."""
+    return [
+        (f.attname, f if callable(f.default) else f.get_default())
+        for f in Operation._meta.concrete_fields
+    ]
+
+
+def _new_operation(*, user: Any, **values: Any) -> Operation:
+    """``Operation(**values)`` by position: Django's fast path, a third of the keyword one's
+    cost on the atomic path's every call. Defaults are the model's, as with keywords."""
+    args: list[Any] = []
+    for name, default in _operation_fields():
+        if name in values:
+            args.append(values[name])
+        elif name == "user_id":
+            args.append(user.pk if user is not None else None)
+        else:
+            args.append(default.get_default() if isinstance(default, Field) else default)
+    operation = Operation(*args)  # type: ignore[misc]
+    if user is not None:
+        Operation.user.field.set_cached_value(operation, user)
+    return operation
 
 
 def _key_hash(tool: str, scope: str, key: str) -> int:
@@ -337,7 +364,7 @@ class OperationStore:
         self, *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any
     ) -> Claim:
         """The claim on a locked key: the operation as it will be inserted, not yet a row."""
-        operation = Operation(
+        operation = _new_operation(
             id=uuid.uuid4(), tool=tool, scope=scope, key=key, fingerprint=fp, input=input,
             user=user if getattr(user, "pk", None) else None, owner=new_token(),
         )

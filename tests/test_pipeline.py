@@ -717,3 +717,29 @@ def test_a_caller_without_the_permission_is_refused_before_its_key_is_checked(
         run({}, user=user_factory())
     with pytest.raises(IdempotencyKeyMissing):
         run({}, user=user_factory(perms=("demo.change_order",)))
+
+
+@pytest.mark.parametrize("principal", ["user", "anonymous"])
+def test_an_atomic_claims_pending_operation_is_what_the_model_would_build(
+    principal: str, alice: Any
+) -> None:
+    """The store builds it by position (Django's fast path): every field must still be
+    the model's default, the user attached without a query."""
+    from guarded_tools.store import OperationStore
+
+    user = alice if principal == "user" else None
+    values = {"tool": "t", "scope": "s", "key": "k", "fp": "f" * 64, "input": {"a": [1]}}
+    claim = OperationStore().pending(user=user, **values)
+    built = claim.operation
+    expected = Operation(tool="t", scope="s", key="k", fingerprint="f" * 64,
+                         input={"a": [1]}, user=user)
+    for field in Operation._meta.concrete_fields:
+        if field.attname not in ("id", "owner"):
+            assert getattr(built, field.attname) == getattr(expected, field.attname), field
+    assert built.pk and built.owner and (claim.owner, claim.fence) == (built.owner, built.fence)
+    assert built.input is values["input"] and built._state.adding
+    with CaptureQueriesContext(connection) as queries:
+        assert built.user == user
+    assert len(queries) == 0
+    other = OperationStore().pending(user=user, **values)
+    assert (other.operation.pk, other.owner) != (built.pk, built.owner)
