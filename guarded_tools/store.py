@@ -7,7 +7,6 @@ number of web processes and workers stay correct together.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import logging
@@ -22,7 +21,7 @@ from typing import Any, Literal, NamedTuple
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
-from django.db.models import DateTimeField, ExpressionWrapper, F, Field, Value
+from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
@@ -81,30 +80,24 @@ def new_token() -> str:
     return uuid.uuid4().hex
 
 
-@functools.cache
-def _operation_fields() -> list[tuple[str, Any]]:
-    """Each concrete field of Operation, in order, with its default (a field, if callable)."""
-    return [
-        (f.attname, f if callable(f.default) else f.get_default())
-        for f in Operation._meta.concrete_fields
-    ]
-
-
-def _new_operation(*, user: Any, **values: Any) -> Operation:
-    """``Operation(**values)`` by position: Django's fast path, a third of the keyword one's
-    cost on the atomic path's every call. Defaults are the model's, as with keywords."""
-    args: list[Any] = []
-    for name, default in _operation_fields():
-        if name in values:
-            args.append(values[name])
-        elif name == "user_id":
-            args.append(user.pk if user is not None else None)
-        else:
-            args.append(default.get_default() if isinstance(default, Field) else default)
-    operation = Operation(*args)  # type: ignore[misc]
-    if user is not None:
-        Operation.user.field.set_cached_value(operation, user)
-    return operation
+def _fresh(
+    *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any, owner: str
+) -> dict[str, Any]:
+    """A fresh claim's values by attname; the columns left out are NULL or the clock's."""
+    return {
+        "id": uuid.uuid4(),
+        "tool": tool,
+        "scope": scope,
+        "key": key,
+        "user_id": user.pk if user is not None else None,
+        "fingerprint": fp,
+        "input": input,
+        "state": OperationState.IN_FLIGHT.value,
+        "owner": owner,
+        "fence": 1,
+        "recovered": False,
+        "attempts": 1,
+    }
 
 
 def _key_hash(tool: str, scope: str, key: str) -> int:
@@ -222,20 +215,8 @@ class OperationStore:
             if self._insert_portable(operation, using):
                 return operation, None
             return self._load(tool, scope, key)
-        values = {
-            "id": uuid.uuid4(),
-            "tool": tool,
-            "scope": scope,
-            "key": key,
-            "user_id": user.pk if user is not None else None,
-            "fingerprint": fp,
-            "input": input,
-            "state": OperationState.IN_FLIGHT.value,
-            "owner": owner,
-            "fence": 1,
-            "recovered": False,
-            "attempts": 1,
-        }
+        values = _fresh(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user,
+                        owner=owner)
         sql, params = statements.claim(values, lease_seconds, connection)
         with connection.cursor() as cursor:
             found = statements.send(cursor, [(sql, params)], rows=True, prepare=(sql,))
@@ -244,12 +225,7 @@ class OperationStore:
             return self._load(tool, scope, key)
         values.update(zip(statements.claim_returning,
                           statements.convert_times(row, connection), strict=True))
-        operation = Operation.from_db(
-            using, statements.names, [values.get(n) for n in statements.names]
-        )
-        if user is not None:
-            operation.user = user  # the caller's user object, not a lazy query later
-        return operation, None
+        return statements.operation(values, user, using), None
 
     def _insert_portable(self, operation: Operation, using: str) -> bool:
         try:
@@ -364,9 +340,13 @@ class OperationStore:
         self, *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any
     ) -> Claim:
         """The claim on a locked key: the operation as it will be inserted, not yet a row."""
-        operation = _new_operation(
-            id=uuid.uuid4(), tool=tool, scope=scope, key=key, fingerprint=fp, input=input,
-            user=user if getattr(user, "pk", None) else None, owner=new_token(),
+        statements = _Statements.of(connections[router.db_for_write(Operation)])
+        assert statements is not None  # a key is locked only where there are statements
+        user = user if getattr(user, "pk", None) else None
+        operation = statements.operation(
+            _fresh(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user,
+                   owner=new_token()),
+            user,
         )
         return Claim("fresh", operation, owner=operation.owner, fence=operation.fence)
 
@@ -915,6 +895,18 @@ class _Statements:
             sent.append(part)
         sent.extend((self._named[key][0], []) for key in preparing)
         return sent, picks, new
+
+    def operation(self, values: dict[str, Any], user: Any, using: str | None = None
+                  ) -> Operation:
+        """The operation of ``values`` (by attname; NULL where absent), built by position,
+        Django's fast path: a row of ``using`` (``from_db``), or without it one not yet
+        inserted. The caller's user is attached, not a lazy query later."""
+        row = [values.get(name) for name in self.names]
+        operation = (Operation(*row) if using is None  # type: ignore[misc]
+                     else Operation.from_db(using, self.names, row))
+        if user is not None:
+            operation.user = user
+        return operation
 
     def loaded(self, row: Any, using: str, connection: Any) -> tuple[Operation, datetime]:
         """The operation (its input deferred) and the database's clock from a ``select`` row."""
