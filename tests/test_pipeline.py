@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -737,9 +738,55 @@ def test_an_atomic_claims_pending_operation_is_what_the_model_would_build(
         if field.attname not in ("id", "owner"):
             assert getattr(built, field.attname) == getattr(expected, field.attname), field
     assert built.pk and built.owner and (claim.owner, claim.fence) == (built.owner, built.fence)
+    # Its id and its owner come from one read of the system's randomness: still a
+    # version 4 UUID and a 32-digit token, from different halves of it.
+    assert built.pk.version == 4 and built.pk.variant == uuid.RFC_4122
+    assert len(built.owner) == 32 and int(built.owner, 16) >= 0 and built.owner != built.pk.hex
     assert built.input is values["input"] and built._state.adding
     with CaptureQueriesContext(connection) as queries:
         assert built.user == user
     assert len(queries) == 0
     other = OperationStore().pending(user=user, **values)
     assert (other.operation.pk, other.owner) != (built.pk, built.owner)
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["claim-first", "atomic"])
+def test_backends_without_insert_returning_take_the_portable_path(
+    atomic: bool, alice: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Databases without ``ON CONFLICT … RETURNING`` (MySQL, Oracle) get no prepared
+    statements: the claim is a durable INSERT whose unique violation means "exists",
+    and every transition is an ORM update. The same guarantees hold there."""
+    from guarded_tools.store import _Statements, fingerprint
+
+    monkeypatch.setattr(_Statements, "of", classmethod(lambda cls, connection: None))
+    handler = Counter(journal={"step": 1})
+    run = guarded(handler, atomic=atomic)
+    k = key()
+    first = run({"operationId": k, "n": 1}, user=alice)
+    row = Operation.objects.get(key=k)
+    assert (row.state, row.owner, row.fence, row.attempts) == ("succeeded", "", 1, 1)
+    assert row.user_id == alice.pk and row.pk.version == 4 and row.output == first.output
+    assert list(row.journal.values_list("data", flat=True)) == [{"step": 1}]
+    replays.clear()  # the replay comes from the database
+    again = run({"operationId": k, "n": 1}, user=alice)
+    assert again.replayed and again.output == first.output and handler.calls == 1
+    with pytest.raises(IdempotencyKeyReused):
+        run({"operationId": k, "n": 2}, user=alice)
+    # A key another caller holds is in flight: nothing runs.
+    busy = key()
+    Operation.objects.create(tool=row.tool, scope=row.scope, key=busy, input={},
+                             fingerprint=fingerprint({"operationId": busy}),
+                             state="in_flight", owner="someone else",
+                             lease_expires_at=timezone.now() + timedelta(minutes=5))
+    with pytest.raises(OperationInFlight):
+        run({"operationId": busy}, user=alice)
+    # A refusal before any effect releases the key; the same key then runs again.
+    refusing = Counter(fail=ToolError("upstream_refused"))
+    run_refusing = guarded(refusing, atomic=atomic, name=run.name)
+    released = key()
+    with pytest.raises(ToolError):
+        run_refusing({"operationId": released}, user=alice)
+    assert Operation.objects.get(key=released).state == OperationState.RELEASED
+    run({"operationId": released}, user=alice)
+    assert Operation.objects.get(key=released).state == "succeeded" and handler.calls == 2
