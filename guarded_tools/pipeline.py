@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -22,7 +21,6 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.core.exceptions import ImproperlyConfigured
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections, router, transaction
 from django.utils import timezone
 
@@ -52,6 +50,7 @@ from guarded_tools.permissions import (
 )
 from guarded_tools.replays import Remembered, replays
 from guarded_tools.store import (
+    JSON_ENCODER,
     Claim,
     OperationHandle,
     OperationStore,
@@ -603,11 +602,11 @@ class Pipeline:
             output = self.call_handler(inv, self.make_context(inv, handle))
             obs.emit("executed")
             text = self.measure_output(output, obs)
-            result = GuardResult(output=output, operation=claim.operation.summary(),
-                                 output_json=text)
+            summary = claim.operation.summary()
+            result = GuardResult(output=output, operation=summary, output_json=text)
             self.verify(inv, result, obs)
             self.store.insert_completed(claim, storable_json(output, text), handle.pending)
-        result.operation = claim.operation.summary()  # succeeded, as inserted
+        result.operation = {**summary, "status": claim.operation.state}  # as inserted
         return result, claim
 
     def _try_release(self, claim: Claim) -> bool:
@@ -811,7 +810,7 @@ class Pipeline:
         """The output's JSON text (kept for the replay cache), None if it is not JSON."""
         budget = self.tool.output_budget_bytes or gt_settings.OUTPUT_BUDGET_BYTES
         try:
-            text = json.dumps(output, cls=DjangoJSONEncoder)
+            text = JSON_ENCODER.encode(output)
         except (TypeError, ValueError):
             obs.emit("output_unmeasurable")
             logger.warning("tool %s returned an output that is not JSON", self.tool.name)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import uuid
 import weakref
@@ -39,12 +40,14 @@ LOCK_CLASS = 0x6774_0001
 COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUTCOME_UNKNOWN)
 
 
+#: Encoders are stateless between calls: one of each serves every call (and thread).
+_CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+JSON_ENCODER = DjangoJSONEncoder()
+
+
 def fingerprint(value: Any) -> str:
     """SHA-256 of canonical JSON: the same input always has the same fingerprint."""
-    canonical = json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder
-    )
-    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+    return hashlib.sha256(_CANONICAL.encode(value).encode("utf-8")).hexdigest()
 
 
 def db_now_plus(seconds: float) -> ExpressionWrapper:
@@ -70,7 +73,7 @@ def storable_json(value: Any, serialized: str | None = None) -> Any:
     if serialized is not None:
         return value
     try:
-        json.dumps(value, cls=DjangoJSONEncoder)
+        JSON_ENCODER.encode(value)
         return value
     except (TypeError, ValueError):
         return json.loads(json.dumps(value, cls=_Placeholders))
@@ -81,11 +84,16 @@ def new_token() -> str:
 
 
 def _fresh(
-    *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any, owner: str
+    *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any
 ) -> dict[str, Any]:
-    """A fresh claim's values by attname; the columns left out are NULL or the clock's."""
+    """A fresh claim's values by attname; the columns left out are NULL or the clock's.
+
+    Its id (a version 4 UUID) and its owner token come from one read of the system's
+    randomness, as two ``uuid4()`` calls would from two.
+    """
+    random = os.urandom(32)
     return {
-        "id": uuid.uuid4(),
+        "id": uuid.UUID(bytes=random[:16], version=4),
         "tool": tool,
         "scope": scope,
         "key": key,
@@ -93,7 +101,7 @@ def _fresh(
         "fingerprint": fp,
         "input": input,
         "state": OperationState.IN_FLIGHT.value,
-        "owner": owner,
+        "owner": random[16:].hex(),
         "fence": 1,
         "recovered": False,
         "attempts": 1,
@@ -148,16 +156,15 @@ class OperationStore:
         """
         user = user if getattr(user, "pk", None) else None
         for _attempt in range(5):
-            token = new_token()
             found = self._claim_or_load(
-                tool=tool, scope=scope, key=key, fp=fp, input=input, user=user, owner=token,
+                tool=tool, scope=scope, key=key, fp=fp, input=input, user=user,
                 lease_seconds=lease_seconds,
             )
             if found is None:
                 continue  # purged between our insert and read: try again
             operation, db_now = found
             if db_now is None:
-                return Claim("fresh", operation, owner=token, fence=operation.fence)
+                return Claim("fresh", operation, owner=operation.owner, fence=operation.fence)
             if operation.state == OperationState.RELEASED:
                 claim = self._reclaim(operation, fp, input, user, lease_seconds)
                 if claim is not None:
@@ -188,7 +195,6 @@ class OperationStore:
         fp: str,
         input: Any,
         user: Any,
-        owner: str,
         lease_seconds: int,
     ) -> tuple[Operation, datetime | None] | None:
         """Insert the claim unless the key exists; then read the existing row.
@@ -207,16 +213,14 @@ class OperationStore:
         connection = connections[using]
         refuse_enclosing_transaction(connection)
         statements = _Statements.of(connection)
+        values = _fresh(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user)
         if statements is None:
-            operation = Operation(
-                tool=tool, scope=scope, key=key, fingerprint=fp, input=input, user=user,
-                owner=owner, lease_expires_at=db_now_plus(lease_seconds),
-            )
+            operation = Operation(**values, lease_expires_at=db_now_plus(lease_seconds))
+            if user is not None:
+                operation.user = user
             if self._insert_portable(operation, using):
                 return operation, None
             return self._load(tool, scope, key)
-        values = _fresh(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user,
-                        owner=owner)
         sql, params = statements.claim(values, lease_seconds, connection)
         with connection.cursor() as cursor:
             found = statements.send(cursor, [(sql, params)], rows=True, prepare=(sql,))
@@ -344,8 +348,7 @@ class OperationStore:
         assert statements is not None  # a key is locked only where there are statements
         user = user if getattr(user, "pk", None) else None
         operation = statements.operation(
-            _fresh(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user,
-                   owner=new_token()),
+            _fresh(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user),
             user,
         )
         return Claim("fresh", operation, owner=operation.owner, fence=operation.fence)
