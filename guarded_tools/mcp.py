@@ -18,6 +18,7 @@ from django.urls import NoReverseMatch, reverse
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
+from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
 from guarded_tools.handlers import docs_url, to_guard_error
@@ -412,6 +413,7 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
         header_key=None,  # agents cannot set a header per call: the key is an input field
         request=ex.request,
         wait=prefer_wait(ex.request),
+        signal=request_signal(ex.request),  # the ASGI wrapper's: a disconnect aborts it
     )
     try:
         result = get_pipeline(definition).run(invocation)

@@ -51,3 +51,16 @@ def slow_finalization(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 @tool(name="sync_under_asgi", input_schema=SCHEMA, idempotency_key="operationId")
 def sync_under_asgi(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return {"sync": True}
+
+
+@tool(name="watching_sync", input_schema=SCHEMA, idempotency_key="operationId")
+def watching_sync(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """A sync handler that stops when its caller's signal says the client went away."""
+    mark("sync-started")
+    for _ in range(100):
+        if ctx.signal.aborted:
+            mark("sync-aborted")
+            return {"aborted": True}
+        time.sleep(0.05)
+    mark("sync-finished")
+    return {"aborted": False}

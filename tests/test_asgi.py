@@ -74,9 +74,15 @@ def token(django_user_model: Any) -> str:
 
 
 def raw_call(port: int, token: str, name: str, body: dict[str, Any], *,
-             disconnect_after: float | None = None) -> bytes:
+             disconnect_after: float | None = None, transport: str = "rest") -> bytes:
+    """POST a call to ``name`` over REST (its tool URL) or MCP (``tools/call``)."""
+    path, extra = f"/agent/tools/{name}/", ""
+    if transport == "mcp":
+        path, extra = "/agent/mcp/", "MCP-Protocol-Version: 2025-11-25\r\n"
+        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": name, "arguments": body}}
     payload = json.dumps(body).encode()
-    request = (f"POST /agent/tools/{name}/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
                f"Authorization: Token {token}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode() + payload
     with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
@@ -102,17 +108,35 @@ def wait_for(predicate: Any, timeout: float = 10) -> bool:
 def test_sync_and_async_handlers_answer_under_uvicorn(server: dict[str, Any], token: str) -> None:
     response = raw_call(server["port"], token, "sync_under_asgi", {"operationId": key()})
     assert b"200 OK" in response and b'"sync":true' in response
+    response = raw_call(server["port"], token, "sync_under_asgi", {"operationId": key()},
+                        transport="mcp")
+    assert b"200 OK" in response and b'"isError":false' in response.replace(b" ", b"")
 
 
+@pytest.mark.parametrize("transport", ["rest", "mcp"])
 def test_disconnect_cancels_an_async_handler_and_releases_the_claim(
-        server: dict[str, Any], token: str) -> None:
+        server: dict[str, Any], token: str, transport: str) -> None:
     k = key()
-    raw_call(server["port"], token, "slow_async", {"operationId": k}, disconnect_after=0.6)
+    raw_call(server["port"], token, "slow_async", {"operationId": k}, disconnect_after=0.6,
+             transport=transport)
     markers: Path = server["markers"]
     assert wait_for(lambda: (markers / "async-cancelled").exists())
     assert not (markers / "async-finished").exists()
     # Nothing was journaled, so the cancelled claim is released: the key is fresh.
     assert wait_for(lambda: Operation.objects.filter(key=k, state="released").exists())
+
+
+@pytest.mark.parametrize("transport", ["rest", "mcp"])
+def test_disconnect_aborts_a_sync_handlers_signal(
+        server: dict[str, Any], token: str, transport: str) -> None:
+    """Over either transport a sync handler sees ``ctx.signal.aborted`` when the client
+    goes away, and can stop early."""
+    raw_call(server["port"], token, "watching_sync", {"operationId": key()},
+             disconnect_after=0.6, transport=transport)
+    markers: Path = server["markers"]
+    assert wait_for(lambda: (markers / "sync-started").exists())
+    assert wait_for(lambda: (markers / "sync-aborted").exists(), timeout=4)
+    assert not (markers / "sync-finished").exists()
 
 
 def test_finalization_survives_a_disconnect(server: dict[str, Any], token: str) -> None:
