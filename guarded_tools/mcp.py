@@ -18,13 +18,12 @@ from django.urls import NoReverseMatch, reverse
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
-from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
 from guarded_tools.handlers import docs_url, to_guard_error
-from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline
+from guarded_tools.pipeline import GuardResult, get_pipeline
 from guarded_tools.registry import Tool, registry
-from guarded_tools.views import GuardedAPIView, prefer_wait, visible_tools
+from guarded_tools.views import GuardedAPIView, invocation_for, visible_tools
 
 # -- protocol constants ---------------------------------------------------------------------
 MODERN_VERSIONS: tuple[str, ...] = ("2026-07-28",)
@@ -407,14 +406,8 @@ def _find_tool(ex: Exchange, name: str, arguments: dict[str, Any]) -> Tool:
 def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     name, arguments = _call_arguments(params)
     definition = _find_tool(ex, name, arguments)
-    invocation = Invocation(
-        input=arguments,
-        user=ex.request.user,
-        header_key=None,  # agents cannot set a header per call: the key is an input field
-        request=ex.request,
-        wait=prefer_wait(ex.request),
-        signal=request_signal(ex.request),  # the ASGI wrapper's: a disconnect aborts it
-    )
+    # Agents cannot set a header per call over MCP: the key is an input field.
+    invocation = invocation_for(ex.request, arguments, header_key=None)
     try:
         result = get_pipeline(definition).run(invocation)
     except Exception as exc:  # every failure becomes an error the agent can read

@@ -53,6 +53,20 @@ def prefer_wait(request: Request) -> float:
     return float(min(int(match.group(1)), gt_settings.CONFIRMATION_MAX_WAIT_SECONDS))
 
 
+def invocation_for(request: Request, input: dict[str, Any], *,
+                   header_key: str | None) -> Invocation:
+    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait``, and the
+    signal the ASGI wrapper aborts when the client goes away."""
+    return Invocation(
+        input=input,
+        user=request.user,
+        header_key=header_key,
+        request=request,
+        wait=prefer_wait(request),
+        signal=request_signal(request),
+    )
+
+
 def success_payload(result: GuardResult) -> dict[str, Any]:
     data: dict[str, Any] = {"output": result.output}
     if result.operation is not None:
@@ -106,13 +120,8 @@ class ToolCallView(GuardedAPIView):
         return response
 
     def call(self, request: Request, definition: Tool, body: dict[str, Any]) -> GuardResult:
-        invocation = Invocation(
-            input=body,
-            user=request.user,
-            header_key=request.headers.get(gt_settings.IDEMPOTENCY_HEADER),
-            request=request,
-            wait=prefer_wait(request),
-            signal=request_signal(request),
+        invocation = invocation_for(
+            request, body, header_key=request.headers.get(gt_settings.IDEMPOTENCY_HEADER)
         )
         return get_pipeline(definition).run(invocation)
 
