@@ -134,6 +134,10 @@ class Operation(models.Model):
                 condition=Q(state__in=[OperationState.IN_FLIGHT, OperationState.ABANDONED]),
             ),
             models.Index(fields=["state", "updated_at"], name="gt_operation_state_updated"),
+            # The admin dashboard's "recovered in the last day": only recovered rows, so
+            # the calls that complete by themselves never write to it.
+            models.Index(fields=["completed_at"], name="gt_operation_recovered",
+                         condition=Q(recovered=True)),
         ]
         permissions = [("reconcile_operation", _("Can reconcile operations"))]
 
@@ -268,6 +272,14 @@ class Confirmation(models.Model):
         indexes = [
             models.Index(fields=["status", "expires_at"], name="gt_confirmation_status"),
             models.Index(fields=["tool", "scope", "key"], name="gt_confirmation_call"),
+            # The admin: the newest first (then the pk, as the admin adds it); the
+            # panel's oldest waiting request (without this one the planner walks the
+            # one above past every decided row) and its "decided today".
+            models.Index(fields=["-created_at", "-id"], name="gt_confirmation_created"),
+            models.Index(fields=["created_at", "expires_at"], name="gt_confirmation_waiting",
+                         condition=Q(status="pending")),
+            models.Index(fields=["decided_at"], name="gt_confirmation_decided",
+                         condition=Q(decided_at__isnull=False)),
         ]
         constraints = [
             # One open request per call: repeats while pending return the same row.

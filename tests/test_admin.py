@@ -238,3 +238,26 @@ def test_journal_entries_have_a_read_only_admin(user_factory: Any, unknown: Oper
     assert client.get("/admin/guarded_tools/journalentry/add/").status_code == 403
     client.post(f"/admin/guarded_tools/journalentry/{entry.pk}/delete/", {"post": "yes"})
     assert unknown.journal.filter(pk=entry.pk).exists()
+
+
+@pytest.mark.parametrize("page", [OPS_LIST, CONF_LIST], ids=["operations", "confirmations"])
+def test_the_tool_filter_lists_registered_tools_and_filters(
+        user_factory: Any, make_tool: Any, page: str) -> None:
+    """The sidebar offers the registry's tools, not a DISTINCT scan of the table; a tool
+    no longer registered is still reachable by its URL parameter."""
+    registered = make_tool().name
+    model = Operation if page == OPS_LIST else Confirmation
+    for i, name in enumerate([registered, registered, "retired_tool"]):
+        fields = {"tool": name, "scope": "s", "key": f"k{i}", "fingerprint": "f" * 64}
+        if model is Operation:
+            model.objects.create(**fields, state=OperationState.SUCCEEDED)
+        else:
+            model.objects.create(**fields, input={})
+    client = staff_client(user_factory, "guarded_tools.view_operation",
+                          "guarded_tools.view_confirmation")
+    sidebar = client.get(page).content.decode()
+    assert f"?tool={registered}" in sidebar and "?tool=retired_tool" not in sidebar
+    listed = client.get(page, {"tool": registered}).context["cl"].result_list
+    assert [row.tool for row in listed] == [registered, registered]
+    listed = client.get(page, {"tool": "retired_tool"}).context["cl"].result_list
+    assert [row.tool for row in listed] == ["retired_tool"]
