@@ -91,7 +91,7 @@ class ReasonForm(forms.Form):
 
 
 class ToolFilter(admin.SimpleListFilter):
-    """By tool, listing the tools this site registers.
+    """By tool, listing the registered tools that can have operations (not read-only).
 
     Django's field filter would list ``SELECT DISTINCT tool`` of the whole table, a scan
     that grows with it (about 90 ms at a million rows); the registry already knows the
@@ -101,8 +101,11 @@ class ToolFilter(admin.SimpleListFilter):
     title = _("tool")
     parameter_name = "tool"
 
+    def offered(self) -> set[str]:
+        return {t.name for t in registry if not t.read_only}
+
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = {t.name for t in registry}
+        names = self.offered()
         if self.value():
             names.add(str(self.value()))
         return [(name, name) for name in sorted(names)]
@@ -112,6 +115,13 @@ class ToolFilter(admin.SimpleListFilter):
 
 
 # -- confirmations ---------------------------------------------------------------------------
+class ConfirmationToolFilter(ToolFilter):
+    """By tool, listing the registered tools that ask for confirmation."""
+
+    def offered(self) -> set[str]:
+        return {t.name for t in registry if t.confirm_mode}
+
+
 class ExpiresFilter(admin.SimpleListFilter):
     title = _("waiting")
     parameter_name = "waiting"
@@ -127,7 +137,7 @@ class ExpiresFilter(admin.SimpleListFilter):
 class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["tool", "requested_by", "status_badge", "created_at", "expires_at",
                     "decided_by"]
-    list_filter = ["status", ExpiresFilter, ToolFilter]
+    list_filter = ["status", ExpiresFilter, ConfirmationToolFilter]
     search_fields = ["requested_by__username", "requested_by__email"]
     list_select_related = ["requested_by", "decided_by"]
     ordering = ["-created_at"]

@@ -243,10 +243,12 @@ def test_journal_entries_have_a_read_only_admin(user_factory: Any, unknown: Oper
 @pytest.mark.parametrize("page", [OPS_LIST, CONF_LIST], ids=["operations", "confirmations"])
 def test_the_tool_filter_lists_registered_tools_and_filters(
         user_factory: Any, make_tool: Any, page: str) -> None:
-    """The sidebar offers the registry's tools, not a DISTINCT scan of the table; a tool
-    no longer registered is still reachable by its URL parameter."""
-    registered = make_tool().name
+    """The sidebar offers the registry's tools that can have rows on that page (tools
+    that make operations; tools that ask for confirmation), not a DISTINCT scan of the
+    table; a tool no longer registered is still reachable by its URL parameter."""
     model = Operation if page == OPS_LIST else Confirmation
+    registered = make_tool(confirm="always" if model is Confirmation else None).name
+    never_here = (make_tool(read_only=True) if model is Operation else make_tool()).name
     for i, name in enumerate([registered, registered, "retired_tool"]):
         fields = {"tool": name, "scope": "s", "key": f"k{i}", "fingerprint": "f" * 64}
         if model is Operation:
@@ -257,6 +259,7 @@ def test_the_tool_filter_lists_registered_tools_and_filters(
                           "guarded_tools.view_confirmation")
     sidebar = client.get(page).content.decode()
     assert f"?tool={registered}" in sidebar and "?tool=retired_tool" not in sidebar
+    assert f"?tool={never_here}" not in sidebar
     listed = client.get(page, {"tool": registered}).context["cl"].result_list
     assert [row.tool for row in listed] == [registered, registered]
     listed = client.get(page, {"tool": "retired_tool"}).context["cl"].result_list
