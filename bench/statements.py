@@ -100,13 +100,13 @@ def main() -> None:
         replays.clear()
         replay_cold = post(body, 200)  # as another process would replay it
         other = {"operationId": f"stmt-{uuid.uuid4().hex}", "value": 7}
-        held = OperationStore().claim(tool=tool, scope=scope, key=other["operationId"],
-                                      fp=fingerprint(other), input=other, user=user,
-                                      lease_seconds=60)
+        store = OperationStore()
+        held = store.claim(tool=tool, scope=scope, key=other["operationId"],
+                           fp=fingerprint(other), input=other, user=user, lease_seconds=60)
         in_flight = post(other, 409)
         # Gone once measured: abandoned a minute later, it would be swept by the
         # recovery benchmark that runs next and counted among its takeovers.
-        OperationStore().release(held)
+        store.release(held)
         invalid = post({"operationId": f"stmt-{uuid.uuid4().hex}", "value": "seven"}, 422)
         prepared = server_prepared(connection)
         out[label] = {name: classify(q, prepared) for name, q in (

@@ -105,9 +105,9 @@ class ToolFilter(admin.SimpleListFilter):
         return {t.name for t in registry if not t.read_only}
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = self.offered()
-        if self.value():
-            names.add(str(self.value()))
+        names, value = self.offered(), self.value()
+        if value:
+            names.add(value)
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
