@@ -17,7 +17,7 @@ from django.utils import timezone
 from jsonschema import Draft202012Validator
 
 from guarded_tools.catalog import is_code
-from guarded_tools.models import AuditEntry, Operation, OperationState
+from guarded_tools.models import AuditEntry, JournalEntry, Operation, OperationState
 from guarded_tools.registry import registry
 from guarded_tools.store import storable_json
 
@@ -57,6 +57,13 @@ def _decide(
         )
         if not updated:
             raise ReconcileRefused("This operation is not waiting for reconciliation.")
+        if changes.get("state") == OperationState.RELEASED:
+            # The person's decision replaces the journal's evidence: the next attempt
+            # starts with an empty journal, which is what lets it be released again if it
+            # fails before its effect. The entries stay, marked removed, for the record.
+            JournalEntry.objects.filter(
+                operation_id=operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
+            ).update(removed=True)
         AuditEntry.objects.create(
             actor=user,
             action=action,

@@ -188,6 +188,36 @@ def test_mark_not_executed_releases_the_key(user_factory: Any, unknown: Operatio
     assert retry.status_code == 200 and retry.json()["operation"]["replayed"] is False
 
 
+def test_mark_not_executed_starts_the_next_attempt_with_an_empty_journal(
+        user_factory: Any, make_tool: Any, requester: Any, client_for: Any) -> None:
+    """The first attempt's journal must not count against the retry the person allowed:
+    a retry that fails before its effect is released with its own error, not unknown."""
+    attempts: list[Any] = []
+
+    def handler(input: Any, ctx: Any) -> Any:
+        attempts.append(ctx.operation.read())
+        if len(attempts) == 1:
+            ctx.operation.write({"upstream_request": "req-1"})
+        raise ConnectionError("upstream unreachable")
+
+    definition = make_tool(handler)
+    body = {"operationId": key()}
+    agent = client_for(requester)
+    first = agent.post(f"/agent/tools/{definition.name}/", body, format="json")
+    assert first.json()["error"]["code"] == "outcome_unknown"
+    operation = Operation.objects.get()
+    client = staff_client(user_factory, *RECONCILER)
+    client.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [operation.pk],
+                           "note": "upstream has no record of req-1"})
+    retry = agent.post(f"/agent/tools/{definition.name}/", body, format="json")
+    assert attempts == [None, None]  # the retry read an empty journal
+    assert retry.json()["error"]["code"] == "internal_error"  # its own failure, released
+    operation.refresh_from_db()
+    assert operation.state == "released"
+    kept = operation.journal.get()
+    assert kept.data == {"upstream_request": "req-1"} and kept.removed  # kept for the record
+
+
 def test_mark_failed_is_what_replays_get(user_factory: Any, unknown: Operation,
                                          requester: Any, client_for: Any) -> None:
     client = staff_client(user_factory, *RECONCILER)
