@@ -40,6 +40,7 @@ class SweepReport:
     confirmations_expired: int = 0
     purged: int = 0
     errors: list[str] = field(default_factory=list)
+    """One line per operation whose recovery raised: its id and the exception's type."""
 
     def add(self, outcome: Outcome) -> None:
         setattr(self, outcome, getattr(self, outcome) + 1)
@@ -53,6 +54,7 @@ class SweepReport:
             "skipped": self.skipped,
             "confirmations_expired": self.confirmations_expired,
             "purged": self.purged,
+            "errors": len(self.errors),
         }
 
 
@@ -97,6 +99,10 @@ def recover_claimed(
             inv, claim, handle, None, _Observer(definition), terminal=True
         )
     except GuardError:
+        # What run_recover decided is already stored; what it could not decide (the
+        # context refused, verify failed inside an atomic tool's transaction) goes to a
+        # person instead of staying in flight to be taken over again at every lease.
+        store.mark_unknown(claim, {"code": "outcome_unknown"})
         return "unknown"
     except Exception:
         logger.exception("recovery of operation %s failed", operation.pk)
@@ -170,7 +176,7 @@ def sweep(*, batch_size: int | None = None, store: OperationStore | None = None)
             report.add(recover_claimed(claim.operation, claim, store))
         except Exception as exc:  # the next sweep will see it again once its lease expires
             logger.exception("sweep: operation %s", claim.operation.pk)
-            report.errors.append(type(exc).__name__)
+            report.errors.append(f"{claim.operation.pk}: {type(exc).__name__}")
     report.confirmations_expired = expire_confirmations()
     report.purged = purge_completed()
     return report

@@ -232,3 +232,42 @@ def test_recovery_loads_the_users_with_their_operations(make_tool: Any,
     by_user = [q["sql"] for q in queries.captured_queries
                if 'FROM "auth_user"' in q["sql"] and "guarded_tools_operation" not in q["sql"]]
     assert by_user == [], by_user
+
+
+def test_recovery_the_context_refuses_goes_to_a_person(make_tool: Any) -> None:
+    """Left in flight under the sweeper's lease, it would be counted unknown, hidden from
+    the admin's outcomes to reconcile, and taken over again at every lease."""
+    from guarded_tools.exceptions import ToolError
+
+    def context(input: Any, **kw: Any) -> Any:
+        raise ToolError("customer_gone", "The customer no longer exists.")
+
+    recover = Recorder({"recovered": False})
+    definition = make_tool(never, context=context, recover=recover)
+    operation = abandoned(definition, journal={"sent": True})
+    assert sweep().unknown == 1
+    operation.refresh_from_db()
+    assert operation.state == OperationState.OUTCOME_UNKNOWN and operation.owner == ""
+    assert recover.calls == []
+    assert sweep().taken == 0
+
+
+def test_management_command_reports_failed_recoveries(make_tool: Any, monkeypatch: Any) -> None:
+    from django.core.management.base import CommandError
+    from django.db import OperationalError
+
+    from guarded_tools.store import OperationStore
+
+    definition = make_tool(never)
+    operation = abandoned(definition)
+
+    def broken(self: Any, claim: Any) -> bool:
+        raise OperationalError("the database went away")
+
+    monkeypatch.setattr(OperationStore, "release", broken)
+    out, err = StringIO(), StringIO()
+    with pytest.raises(CommandError, match="1 operation"):
+        call_command("guarded_tools_sweep", "--once", stdout=out, stderr=err)
+    assert "taken=1" in out.getvalue() and "errors=1" in out.getvalue()
+    assert f"{operation.pk}: OperationalError" in err.getvalue()
+    assert "went away" not in err.getvalue()  # the text (and traceback) is in the log only

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
 from guarded_tools.recovery import close_old_connections, sweep
@@ -39,6 +39,12 @@ class Command(BaseCommand):
             else:
                 summary = " ".join(f"{k}={v}" for k, v in report.as_dict().items())
                 self.stdout.write(f"sweep: {summary}")
+                for line in report.errors:  # details are in the log, with tracebacks
+                    self.stderr.write(f"sweep: recovery of operation {line}")
                 if not options["loop"]:
+                    if report.errors:
+                        # A scheduler or monitor must see that some operations were not
+                        # decided; they are retried once their lease expires.
+                        raise CommandError(f"{len(report.errors)} operation(s) failed to recover.")
                     return
             time.sleep(options["interval"])
