@@ -222,8 +222,11 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
         try:
             if decision == "approve":
                 confirmations.approve(confirmation, request.user, request.POST.get("reason", ""))
-                self.message_user(request, _("Approved. The agent's retry will run it once."),
-                                  messages.SUCCESS)
+                if confirmations.runs_on_approval(confirmation.tool):
+                    done = _("Approved. It runs now; the agent's retry gets its result.")
+                else:
+                    done = _("Approved. The agent's retry will run it once.")
+                self.message_user(request, done, messages.SUCCESS)
             elif decision == "decline":
                 confirmations.decline(confirmation, request.user, request.POST.get("reason", ""))
                 self.message_user(request, _("Declined."), messages.SUCCESS)

@@ -172,7 +172,7 @@ def _decide(
             note=reason,
             data={"tool": confirmation.tool, "key": confirmation.key},
         )
-        if approved and gt_settings.EXECUTE_ON_APPROVAL:
+        if approved and runs_on_approval(confirmation.tool):
             from guarded_tools.tasks import execute_approved
 
             pk = str(confirmation.pk)
@@ -182,6 +182,22 @@ def _decide(
         sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved
     )
     return confirmation
+
+
+def runs_on_approval(tool_name: str) -> bool:
+    """Whether an approval of this tool's call runs it at once (``EXECUTE_ON_APPROVAL``).
+
+    Only ``effect-only`` tools: their agent's retry replays what the approval ran. An
+    ``always`` tool asks again for every invocation, the retry included, so running it
+    here would use up the approval and the agent would be asked again for a call that
+    already ran; its approval waits for the agent's own retry instead.
+    """
+    from guarded_tools.registry import registry
+
+    if not gt_settings.EXECUTE_ON_APPROVAL:
+        return False
+    definition = registry.find(tool_name)
+    return definition is not None and definition.confirm_mode == "effect-only"
 
 
 def approve(confirmation: Confirmation, user: Any, note: str = "") -> Confirmation:

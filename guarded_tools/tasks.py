@@ -57,8 +57,8 @@ def execute_approved(confirmation_id: str) -> None:
 
     close_old_connections()
     confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
-    if confirmation is None:
-        return
+    if confirmation is None or not confirmations.runs_on_approval(confirmation.tool):
+        return  # gone, or its tool now asks for every invocation: the agent's retry runs it
     try:
         confirmations.execute(confirmation)
     except GuardError:

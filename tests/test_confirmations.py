@@ -205,6 +205,31 @@ def test_execute_on_approval_runs_in_celery_and_the_retry_replays(
         app.conf.task_always_eager = False
 
 
+def test_execute_on_approval_leaves_an_always_tool_to_the_agents_retry(
+        make_tool: Any, alice: Any, approver: Any, client_for: Any, settings: Any,
+        django_capture_on_commit_callbacks: Any) -> None:
+    """Running it in the task would use the approval up: the retry, which `always` asks
+    about again, would be told "nothing has run yet" about a call that ran."""
+    from project.celery import app
+
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "EXECUTE_ON_APPROVAL": True}
+    app.conf.task_always_eager = True
+    try:
+        handler = Effects()
+        definition = make_tool(handler, confirm="always")
+        body = {"operationId": key()}
+        call(client_for(alice), definition.name, body)
+        with django_capture_on_commit_callbacks(execute=True):
+            confirmations.approve(Confirmation.objects.get(), approver)
+        assert handler.count == 0
+        retry = call(client_for(alice), definition.name, body)
+        assert retry.status_code == 200 and retry.json()["operation"]["replayed"] is False
+        assert handler.count == 1
+        assert list(Confirmation.objects.values_list("status", flat=True)) == ["consumed"]
+    finally:
+        app.conf.task_always_eager = False
+
+
 def test_decided_signal(make_tool: Any, alice: Any, approver: Any, client_for: Any) -> None:
     seen: list[Any] = []
     signals.confirmation_decided.connect(lambda **kw: seen.append((kw["approved"],
