@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -868,6 +869,25 @@ async def _cancellable(handler: Callable[..., Any], input: dict[str, Any], ctx: 
 def _call_with_deadline(
     fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, signal: CancelSignal
 ) -> Any:
+    """Call ``fn`` in a thread of its own and give up on it at the deadline.
+
+    Inside a transaction (an atomic tool's, or the site's own) the verifier must use
+    this thread's connection instead: another thread's could not see the uncommitted
+    effect it is there to check. The deadline then aborts its signal, and an answer
+    that comes after it fails verification all the same.
+    """
+    if any(c.in_atomic_block for c in connections.all(initialized_only=True)):
+        timer = threading.Timer(timeout, signal.abort, args=("verify_timeout",))
+        timer.daemon = True
+        timer.start()
+        try:
+            decision = fn(**kwargs)
+        finally:
+            timer.cancel()
+        if signal.aborted:
+            raise VerificationError("Verification did not finish in time.")
+        return decision
+
     def target() -> Any:
         try:
             return fn(**kwargs)

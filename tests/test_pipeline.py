@@ -790,3 +790,48 @@ def test_backends_without_insert_returning_take_the_portable_path(
     assert Operation.objects.get(key=released).state == OperationState.RELEASED
     run({"operationId": released}, user=alice)
     assert Operation.objects.get(key=released).state == "succeeded" and handler.calls == 2
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("path", ["one-transaction", "claim-first"])
+def test_atomic_verify_with_a_deadline_sees_the_uncommitted_effect(path: str,
+                                                                   settings: Any) -> None:
+    """A verifier in a thread of its own would use another connection, which cannot see
+    the effect before the transaction commits: every call would fail verification."""
+    one_transaction(settings, path == "one-transaction")
+    resource = f"verified:{uuid.uuid4().hex}"
+
+    def handler(input: Any, ctx: Any) -> Any:
+        Slot.objects.create(starts_at=timezone.now(), resource=resource)
+        return {"n": 1}
+
+    def verify(**kw: Any) -> bool:
+        return Slot.objects.filter(resource=resource).exists()
+
+    result = guarded(handler, atomic=True, verify=verify, verify_timeout=5)(
+        {"operationId": key()}, principal="svc")
+    assert result.output == {"n": 1}
+    assert Operation.objects.get().state == OperationState.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)
+def test_atomic_verify_past_its_deadline_fails_and_rolls_back(settings: Any) -> None:
+    one_transaction(settings, True)
+    resource = f"late:{uuid.uuid4().hex}"
+    seen: list[Any] = []
+
+    def handler(input: Any, ctx: Any) -> Any:
+        Slot.objects.create(starts_at=timezone.now(), resource=resource)
+        return {"n": 1}
+
+    def slow_verify(*, signal: Any, **kw: Any) -> bool:
+        seen.append(signal.wait(5))  # the deadline aborts it
+        return True  # too late: not believed
+
+    started = time.monotonic()
+    with pytest.raises(VerificationError):
+        guarded(handler, atomic=True, verify=slow_verify, verify_timeout=0.2)(
+            {"operationId": key()}, principal="svc")
+    assert time.monotonic() - started < 3 and seen == [True]
+    assert not Slot.objects.filter(resource=resource).exists()
+    assert not Operation.objects.exists()
