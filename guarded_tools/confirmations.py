@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, router, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -65,16 +65,18 @@ def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
 
 def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
     call = _call(definition, inv)
-    Confirmation.objects.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
-    latest = Confirmation.objects.filter(call).order_by("-created_at").first()
+    # From the primary: a replica behind it could miss the approval, or the request.
+    confirmations = Confirmation.objects.using(router.db_for_write(Confirmation))
+    confirmations.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
+    latest = confirmations.filter(call).order_by("-created_at").first()
     if latest is not None and latest.status == ConfirmationStatus.APPROVED:
-        consumed = Confirmation.objects.filter(
+        consumed = confirmations.filter(
             pk=latest.pk, status=ConfirmationStatus.APPROVED
         ).update(status=ConfirmationStatus.CONSUMED)
         if consumed:
             latest.status = ConfirmationStatus.CONSUMED
             return latest
-        latest.refresh_from_db()
+        latest.refresh_from_db(using=router.db_for_write(Confirmation))
     if latest is not None and latest.status in (
         ConfirmationStatus.PENDING,
         ConfirmationStatus.DECLINED,
@@ -87,7 +89,7 @@ def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
 def _request(definition: Tool, inv: Invocation) -> Confirmation:
     ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
     try:
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(Confirmation)):
             confirmation = Confirmation.objects.create(
                 tool=definition.name,
                 scope=inv.scope,
@@ -99,8 +101,10 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
             )
     except IntegrityError:
         # Another identical call asked at the same moment: share its request.
-        return Confirmation.objects.get(_call(definition, inv), status=ConfirmationStatus.PENDING)
-    confirmation.refresh_from_db()
+        return Confirmation.objects.using(router.db_for_write(Confirmation)).get(
+            _call(definition, inv), status=ConfirmationStatus.PENDING
+        )
+    confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
     signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
     return confirmation
 
@@ -158,7 +162,7 @@ def _decide(
     if refusal:
         raise DecisionRefused(refusal)
     status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(Confirmation)):
         # Compare-and-set: two people deciding at once produce exactly one decision.
         updated = Confirmation.objects.filter(
             pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()
@@ -177,7 +181,7 @@ def _decide(
 
             pk = str(confirmation.pk)
             transaction.on_commit(lambda: execute_approved.delay(pk))
-    confirmation.refresh_from_db()
+    confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
     signals.confirmation_decided.send(
         sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved
     )

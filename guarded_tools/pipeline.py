@@ -547,7 +547,7 @@ class Pipeline:
     ) -> GuardResult:
         """Effect, journal, verify and completion commit together, or not at all."""
         try:
-            with transaction.atomic(durable=True):
+            with transaction.atomic(using=router.db_for_write(Operation), durable=True):
                 output = self.call_handler(inv, ctx)
                 obs.emit("executed")
                 result = self.finalize(inv, claim, output, obs, recovered=False)

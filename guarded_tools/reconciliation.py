@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from django.db import transaction
+from django.db import router, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import Now
 from django.utils import timezone
@@ -51,7 +51,7 @@ def _decide(
     _check(user)
     if not note.strip():
         raise ReconcileRefused("A note is required: say how you established the outcome.")
-    with transaction.atomic():
+    with transaction.atomic(using=router.db_for_write(Operation)):
         updated = Operation.objects.unknown().filter(pk=operation.pk).update(
             owner="", lease_expires_at=None, updated_at=Now(), **changes
         )
@@ -71,7 +71,7 @@ def _decide(
             note=note,
             data={k: v for k, v in changes.items() if k in ("output", "error")},
         )
-    operation.refresh_from_db()
+    operation.refresh_from_db(using=router.db_for_write(Operation))
     return operation
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Literal
 
-from django.db import connection, connections, transaction
+from django.db import connections, router, transaction
 from django.db.models.functions import Now
 
 from guarded_tools.conf import gt_settings
@@ -134,12 +134,14 @@ def take_batch(store: OperationStore, limit: int) -> list[Claim]:
     is still a compare-and-set, so SQLite (which serializes writers) is safe too.
     """
     claims: list[Claim] = []
-    with transaction.atomic():
+    using = router.db_for_write(Operation)
+    with transaction.atomic(using=using):
         # The user comes with its operation (recover runs as that user): no query each.
         candidates = (
-            Operation.objects.abandoned().select_related("user").order_by("lease_expires_at")
+            Operation.objects.using(using).abandoned().select_related("user")
+            .order_by("lease_expires_at")
         )
-        if connection.features.has_select_for_update_skip_locked:
+        if connections[using].features.has_select_for_update_skip_locked:
             # Only the operations are locked, never their users (``of``).
             candidates = candidates.select_for_update(skip_locked=True, of=("self",))
         for operation in candidates[:limit]:
@@ -158,10 +160,11 @@ def purge_completed(days: int | None = None) -> int:
     if not days:
         return 0
     cutoff = Now() - timedelta(days=days)
-    ids = list(Operation.objects.completed_before(cutoff).values_list("pk", flat=True)[:1000])
+    operations = Operation.objects.using(router.db_for_write(Operation))
+    ids = list(operations.completed_before(cutoff).values_list("pk", flat=True)[:1000])
     if not ids:
         return 0
-    deleted, _ = Operation.objects.filter(pk__in=ids).delete()
+    deleted, _ = operations.filter(pk__in=ids).delete()
     replays.clear()  # this process forgets them now; others when their entries expire
     return len(ids) if deleted else 0
 

@@ -240,8 +240,12 @@ class OperationStore:
         return True
 
     def _load(self, tool: str, scope: str, key: str) -> tuple[Operation, datetime] | None:
-        """The row for this key (its input deferred) and the database's clock, in one read."""
-        using = router.db_for_read(Operation)
+        """The row for this key (its input deferred) and the database's clock, in one read.
+
+        From the database operations are written to, as every read a decision rests on:
+        a replica behind it could show a completed key in flight, or none at all.
+        """
+        using = router.db_for_write(Operation)
         connection = connections[using]
         statements = _Statements.of(connection)
         if statements is None:
@@ -265,7 +269,7 @@ class OperationStore:
     ) -> Claim | None:
         """A released key is fresh again: take it by compare-and-set on the fence."""
         token = new_token()
-        with transaction.atomic(durable=True):
+        with transaction.atomic(using=router.db_for_write(Operation), durable=True):
             updated = Operation.objects.filter(
                 pk=operation.pk, state=OperationState.RELEASED, fence=operation.fence
             ).update(
@@ -285,7 +289,7 @@ class OperationStore:
             )
         if not updated:
             return None
-        operation.refresh_from_db()
+        operation.refresh_from_db(using=router.db_for_write(Operation))
         return Claim("fresh", operation, owner=token, fence=operation.fence)
 
     # -- atomic tools: key, effect and operation in one transaction --------------------
@@ -459,7 +463,7 @@ class OperationStore:
             with connection.cursor() as cursor:
                 cursor.execute(sql, params)
                 return cursor.fetchone() is not None
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(JournalEntry)):
             if not self.touch(claim):
                 return False
             JournalEntry.objects.create(
@@ -525,10 +529,12 @@ class OperationStore:
         )
 
     def journal_empty(self, operation: Operation) -> bool:
-        connection = connections[router.db_for_read(JournalEntry)]
+        # Releasing a key on a replica's word could run an effect twice: the primary.
+        using = router.db_for_write(JournalEntry)
+        connection = connections[using]
         statements = _Statements.of(connection)
         if statements is None:
-            return not JournalEntry.objects.filter(
+            return not JournalEntry.objects.using(using).filter(
                 operation_id=operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
             ).exists()
         sql, params = statements.journal_live(operation, connection)
@@ -537,7 +543,7 @@ class OperationStore:
             return cursor.fetchone() is None
 
     def refresh(self, operation: Operation) -> Operation:
-        return Operation.objects.get(pk=operation.pk)
+        return Operation.objects.using(router.db_for_write(Operation)).get(pk=operation.pk)
 
 
 Converter = tuple[int, list[Any], Any]
@@ -1127,7 +1133,8 @@ class OperationHandle:
         return self._claim.fence
 
     def _live(self) -> Any:
-        return JournalEntry.objects.filter(
+        # What the handler reads back decides what it does next: from the primary.
+        return JournalEntry.objects.using(router.db_for_write(JournalEntry)).filter(
             operation_id=self._claim.operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
         )
 
@@ -1147,7 +1154,7 @@ class OperationHandle:
 
     def remove(self) -> None:
         """Mark every live entry removed (the journal is empty again)."""
-        with transaction.atomic():
+        with transaction.atomic(using=router.db_for_write(JournalEntry)):
             if not self._store.touch(self._claim):
                 raise LeaseLost(self.id)
             self._live().update(removed=True)
