@@ -146,8 +146,8 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
     change_form_template = "admin/guarded_tools/confirmation/detail.html"
     change_list_template = "admin/guarded_tools/confirmation/change_list.html"
     fields = readonly_fields = ("tool", "status", "requested_by", "key", "input", "operation",
-                                "decided_by",
-              "decided_at", "reason", "created_at", "expires_at",)
+                                "decided_by", "decided_at", "reason", "created_at",
+                                "expires_at", "reported_at")
 
     def has_approve_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(confirmations.APPROVE_PERMISSION)

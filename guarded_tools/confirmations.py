@@ -77,13 +77,21 @@ def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
             latest.status = ConfirmationStatus.CONSUMED
             return latest
         latest.refresh_from_db(using=router.db_for_write(Confirmation))
-    if latest is not None and latest.status in (
-        ConfirmationStatus.PENDING,
-        ConfirmationStatus.DECLINED,
-        ConfirmationStatus.EXPIRED,
-    ):
+    if latest is not None and latest.status == ConfirmationStatus.PENDING:
         return latest
+    if latest is not None and latest.status in _ENDED:
+        if latest.key or latest.reported_at is None:
+            if not latest.key:
+                confirmations.filter(pk=latest.pk, reported_at__isnull=True).update(
+                    reported_at=Now()
+                )
+            return latest
+        # A tool without keys: this decision was reported already, and an agent cannot
+        # choose a new key to ask again (as it can elsewhere): this call asks anew.
     return _request(definition, inv)
+
+
+_ENDED = (ConfirmationStatus.DECLINED, ConfirmationStatus.EXPIRED)
 
 
 def _request(definition: Tool, inv: Invocation) -> Confirmation:
@@ -117,7 +125,8 @@ def _error_for(confirmation: Confirmation) -> Exception:
             repair={
                 "action": "retry_same_operation",
                 "instruction": "Wait for a person to approve it, then repeat this exact call with"
-                " the same idempotency key and unchanged input. Do not create a new key.",
+                + (" the same idempotency key and unchanged input. Do not create a new key."
+                   if confirmation.key else " unchanged input."),
             },
             extra=summary,
         )
@@ -132,11 +141,12 @@ def _error_for(confirmation: Confirmation) -> Exception:
                     " what they want instead."},
             extra=summary,
         )
+    again = "with a new key" if confirmation.key else "(that asks a person again)"
     return ConfirmationError(
         "Nobody approved this call in time; nothing ran.",
         code="confirmation_expired",
         repair={"action": "ask_user", "instruction": "Ask the user whether the operation is"
-                " still wanted before calling again with a new key."},
+                f" still wanted before calling again {again}."},
         extra=summary,
     )
 

@@ -174,7 +174,12 @@ class JournalEntry(models.Model):
     data = models.JSONField(_("data"), encoder=DjangoJSONEncoder, null=True)
     fence = models.PositiveIntegerField(_("fence"), help_text=_("Fence of the writer."))
     removed = models.BooleanField(
-        _("removed"), default=False, help_text=_("Removed by the handler; kept for history.")
+        _("removed"),
+        default=False,
+        help_text=_(
+            "Removed by the handler, or by a person who marked the operation not executed;"
+            " kept for history."
+        ),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -252,6 +257,15 @@ class Confirmation(models.Model):
     )
     decided_at = models.DateTimeField(_("decided at"), null=True, blank=True)
     reason = models.TextField(_("reason"), blank=True)
+    reported_at = models.DateTimeField(
+        _("reported at"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "When the agent was told of the decline or expiry. A tool without keys asks"
+            " anew on the next identical call after that."
+        ),
+    )
     operation = models.ForeignKey(
         Operation,
         verbose_name=_("operation"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from datetime import timedelta
 from typing import Any
@@ -242,3 +243,39 @@ def test_decided_signal(make_tool: Any, alice: Any, approver: Any, client_for: A
     finally:
         signals.confirmation_decided.disconnect(dispatch_uid="t2")
     assert seen == [(True, approver)]
+
+
+@pytest.mark.parametrize("ending", ["declined", "expired"])
+def test_a_tool_without_keys_asks_again_once_its_agent_was_told(
+        ending: str, make_tool: Any, alice: Any, approver: Any, client_for: Any) -> None:
+    """Elsewhere the agent asks again with a new key; here there is no key to change, so
+    the decision is reported once and the next identical call is a new request."""
+    definition = make_tool(Effects(), read_only=True, confirm="always", idempotency_key=None)
+    agent = client_for(alice)
+    body = {"q": "export all customers"}
+    assert call(agent, definition.name, body).status_code == 202
+    first = Confirmation.objects.get()
+    if ending == "declined":
+        confirmations.decline(first, approver, "not today")
+    else:
+        Confirmation.objects.filter(pk=first.pk).update(expires_at=timezone.now())
+    told = call(agent, definition.name, body).json()["error"]
+    assert told["code"] == f"confirmation_{ending}"
+    assert "new key" not in json.dumps(told)
+    asked = call(agent, definition.name, body)
+    assert asked.status_code == 202
+    assert asked.json()["error"]["confirmation"]["id"] != str(first.pk)
+    assert sorted(Confirmation.objects.values_list("status", flat=True)) == [ending, "pending"]
+
+
+def test_a_keyed_call_declined_stays_declined(make_tool: Any, alice: Any, approver: Any,
+                                              client_for: Any) -> None:
+    definition = make_tool(Effects(), confirm="always")
+    agent = client_for(alice)
+    body = {"operationId": key()}
+    call(agent, definition.name, body)
+    confirmations.decline(Confirmation.objects.get(), approver, "no")
+    for _ in range(2):
+        assert call(agent, definition.name, body).json()["error"]["code"] == (
+            "confirmation_declined")
+    assert Confirmation.objects.count() == 1
