@@ -8,6 +8,9 @@
 - A chunked body without Content-Length is read here, up to ``MAX_BODY_BYTES``
   (413 beyond it, before Django buffers it), and handed on with its length, because
   Django reads nothing of a body whose length it was not told.
+- A declared Content-Length over ``MAX_BODY_BYTES`` is refused here with the same 413,
+  because Django would otherwise read (and spool to disk) the whole body before the
+  view's parser could refuse it.
 """
 
 from __future__ import annotations
@@ -30,6 +33,21 @@ def _unframed(scope: Scope) -> bool:
     return b"content-length" not in headers and b"chunked" in headers.get(
         b"transfer-encoding", b""
     ).lower()
+
+
+def _declared_length(scope: Scope) -> int | None:
+    """The request's Content-Length, None when absent or not a number."""
+    value = dict(scope.get("headers") or []).get(b"content-length")
+    try:
+        return int(value) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _expects_continue(scope: Scope) -> bool:
+    """The client waits for ``100 Continue`` before it sends the body."""
+    expect = dict(scope.get("headers") or []).get(b"expect", b"")
+    return expect.strip().lower() == b"100-continue"
 
 
 def _tools_prefix() -> str:
@@ -60,6 +78,24 @@ async def _drain(receive: Callable[[], Awaitable[Message]], message: Message, bo
         seen += len(message.get("body", b""))
 
 
+async def _refuse_declared(
+    scope: Scope,
+    receive: Callable[[], Awaitable[Message]],
+    send: Callable[[Message], Awaitable[None]],
+    declared: int,
+    limit: int,
+) -> None:
+    """413 for a declared length over the limit, reading at most a bounded body first.
+
+    Only a body the drain's bound consumes whole is read: the rest of a longer one
+    would reset the connection anyway. A client awaiting ``100 Continue`` has sent
+    nothing, and is told before it does.
+    """
+    if declared <= 4 * limit and not _expects_continue(scope):
+        await _drain(receive, {"more_body": True}, declared)
+    await _too_large(send)
+
+
 def with_cancellation(app: ASGIApp) -> ASGIApp:
     async def wrapped(
         scope: Scope,
@@ -79,10 +115,17 @@ def with_cancellation(app: ASGIApp) -> ASGIApp:
             return message
 
         downstream = watched
-        if _unframed(scope) and str(scope.get("path", "")).startswith(_tools_prefix()):
-            from guarded_tools.conf import gt_settings
+        from guarded_tools.conf import gt_settings
 
-            limit = int(gt_settings.MAX_BODY_BYTES)
+        limit = int(gt_settings.MAX_BODY_BYTES)
+        declared = _declared_length(scope)
+        oversized = declared is not None and declared > limit
+        if (oversized or _unframed(scope)) and str(scope.get("path", "")).startswith(
+            _tools_prefix()
+        ):
+            if declared is not None:  # over the limit (an unframed body declares none)
+                await _refuse_declared(scope, watched, send, declared, limit)
+                return
             body = b""
             while True:
                 message = await watched()

@@ -423,7 +423,7 @@ def _text(text: str) -> dict[str, str]:
 
 
 def success_result(definition: Tool, result: GuardResult, *, modern: bool) -> dict[str, Any]:
-    output = result.output
+    output = result.answer()
     data: dict[str, Any] = {
         "content": [_text(json.dumps(output, cls=JSONEncoder, ensure_ascii=False))],
         "isError": False,

@@ -114,6 +114,17 @@ class GuardResult:
     #: The output as JSON, when the guard already serialized it (for the replay cache).
     output_json: str | None = field(default=None, repr=False, compare=False)
 
+    def answer(self) -> Any:
+        """The output as the agent gets it: as stored, so a call and its replays agree.
+
+        An output that is not JSON (an object, NaN) was stored with typed placeholders
+        for what is not, and is answered so: it could not be sent as it is, and its
+        effect has already happened.
+        """
+        if self.output_json is not None or self.replayed:
+            return self.output
+        return storable_json(self.output)
+
 
 @dataclass(frozen=True)
 class GuardEvent:
@@ -519,8 +530,7 @@ class Pipeline:
         ctx = self.make_context(inv, None)
         output = self.call_handler(inv, ctx)
         obs.emit("executed")
-        self.measure_output(output, obs)
-        result = GuardResult(output=output)
+        result = GuardResult(output=output, output_json=self.measure_output(output, obs))
         self.verify(inv, result, obs)
         return result
 

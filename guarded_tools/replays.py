@@ -81,7 +81,7 @@ class ReplayCache:
         if size <= 0:
             return False
         try:
-            text = output_json or json.dumps(output, cls=DjangoJSONEncoder)
+            text = output_json or json.dumps(output, cls=DjangoJSONEncoder, allow_nan=False)
         except (TypeError, ValueError):
             return False
         if len(text) > int(gt_settings.REPLAY_CACHE_MAX_BYTES):

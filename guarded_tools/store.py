@@ -42,7 +42,8 @@ COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUT
 
 #: Encoders are stateless between calls: one of each serves every call (and thread).
 _CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-JSON_ENCODER = DjangoJSONEncoder()
+#: Outputs: strict JSON, so NaN and Infinity (which no database's JSON takes) are not.
+JSON_ENCODER = DjangoJSONEncoder(allow_nan=False)
 
 
 def fingerprint(value: Any) -> str:
@@ -76,7 +77,16 @@ def storable_json(value: Any, serialized: str | None = None) -> Any:
         JSON_ENCODER.encode(value)
         return value
     except (TypeError, ValueError):
-        return json.loads(json.dumps(value, cls=_Placeholders))
+        pass
+    try:
+        return json.loads(json.dumps(value, cls=_Placeholders), parse_constant=_placeholder)
+    except ValueError:  # a structure that contains itself
+        return {"__unserializable__": type(value).__name__}
+
+
+def _placeholder(name: str) -> dict[str, str]:
+    """NaN, Infinity and -Infinity, as the placeholders other values get."""
+    return {"__unserializable__": name}
 
 
 def new_token() -> str:

@@ -21,4 +21,7 @@ urlpatterns = [
     path("openapi.json", views.OpenAPIView.as_view(), name="openapi"),
     path("docs/", views.SwaggerView.as_view(), name="docs"),
     path("errors/", views.ErrorsPageView.as_view(), name="errors-page"),
+    # Any other id answers the JSON not-found error, not Django's HTML 404 (kept out of
+    # ``rest_urlpatterns`` so that the OpenAPI document still says the id is a UUID).
+    path("operations/<str:pk>/", views.OperationDetailView.as_view()),
 ]

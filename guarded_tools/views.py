@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import re
+import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import transaction
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.utils.decorators import method_decorator
 from django.views import View
+from rest_framework.exceptions import NotAcceptable
+from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.permissions import AllowAny
-from rest_framework.renderers import JSONRenderer
+from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -68,10 +72,36 @@ def invocation_for(request: Request, input: dict[str, Any], *,
 
 
 def success_payload(result: GuardResult) -> dict[str, Any]:
-    data: dict[str, Any] = {"output": result.output}
+    """The output as stored: a fresh call answers what its replays will answer.
+
+    See :meth:`GuardResult.answer`.
+    """
+    data: dict[str, Any] = {"output": result.answer()}
     if result.operation is not None:
         data["operation"] = result.operation
     return data
+
+
+class OwnFormatNegotiation(DefaultContentNegotiation):
+    """Answer in the endpoint's own format when ``Accept`` (or ``?format=``) asks for another.
+
+    Agents and text fetchers send ``Accept: text/html`` or ``text/plain`` out of habit;
+    refusing them (DRF's 406, or a 404 for an unknown format) hides the resource
+    they came for.
+    """
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
+    ) -> tuple[BaseRenderer, str]:
+        renderers = list(renderers)
+        try:
+            selected: tuple[BaseRenderer, str] = super().select_renderer(
+                request, renderers, format_suffix
+            )
+        except (NotAcceptable, Http404):
+            return renderers[0], renderers[0].media_type
+        return selected
 
 
 @method_decorator(transaction.non_atomic_requests, name="dispatch")
@@ -84,9 +114,27 @@ class GuardedAPIView(APIView):
 
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
+    content_negotiation_class = OwnFormatNegotiation
 
     def get_exception_handler(self) -> Any:
         return exception_handler
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        """Render here, where a failure still becomes the agent's JSON error.
+
+        Django renders a response after DRF's exception handling, so data the renderer
+        cannot encode would otherwise become Django's HTML 500 page.
+        """
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response) and not response.is_rendered:
+            try:
+                response.render()
+            except Exception as exc:
+                error = self.handle_exception(exc)
+                return super().finalize_response(request, error, *args, **kwargs)
+        return response
 
     def request_body(self, request: Request) -> Any:
         """The strictly parsed JSON body, chunked bodies without Content-Length included."""
@@ -127,10 +175,15 @@ class ToolCallView(GuardedAPIView):
 
 
 class OperationDetailView(GuardedAPIView):
-    def get(self, request: Request, pk: str) -> Response:
+    def get(self, request: Request, pk: uuid.UUID | str) -> Response:
         scope = principal_scope(request.user, None)
         if scope is None:
             raise NotAuthenticated()
+        if not isinstance(pk, uuid.UUID):
+            try:  # the malformed-id route: not an id, so no such operation
+                pk = uuid.UUID(pk)
+            except ValueError:
+                raise OperationNotFound() from None
         # Another principal's operation answers exactly like a missing one.
         operation = Operation.objects.filter(pk=pk, scope=scope).first()
         if operation is None:

@@ -682,3 +682,23 @@ def _check_invalid_and_stale(invalid: Any, stale: Any) -> None:
     assert error["repair"]["action"] == "call_tool"
     assert error["repair"]["tool"] == "list_available_slots"
     assert "list_available_slots" in stale.content[0].text
+
+
+def test_an_output_that_is_not_json_is_answered_as_stored(agent: APIClient,
+                                                         make_tool: Any) -> None:
+    """The effect has happened: the agent must get its result (as a replay would), not an
+    error telling it not to retry."""
+    class Receipt:
+        pass
+
+    definition = make_tool(lambda input, ctx: {"receipt": Receipt(), "ratio": float("nan")})
+    arguments = {"operationId": key()}
+    expected = {"receipt": {"__unserializable__": "Receipt"},
+                "ratio": {"__unserializable__": "NaN"}}
+    fresh = result_of(legacy(agent, "tools/call", {"name": definition.name,
+                                                   "arguments": arguments}))
+    assert fresh["isError"] is False and fresh["structuredContent"] == expected
+    assert json.loads(fresh["content"][0]["text"]) == expected
+    replay = result_of(legacy(agent, "tools/call", {"name": definition.name,
+                                                    "arguments": arguments}))
+    assert replay["structuredContent"] == expected
