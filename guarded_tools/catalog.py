@@ -5,9 +5,13 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+from guarded_tools.conf import DEFAULTS, gt_settings
 from guarded_tools.repair import RETRY_POLICIES, coerce_repair
 
 if TYPE_CHECKING:
@@ -20,6 +24,70 @@ CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 def is_code(value: object) -> bool:
     return isinstance(value, str) and CODE.match(value) is not None
+
+
+#: The statuses an application's error may declare, and so a ``ToolError`` may carry:
+#: any 4xx (the call was refused, or failed without an effect), or 502, 503 or 504 (a
+#: dependency of the site failed, is unavailable or timed out, before any effect).
+ERROR_STATUSES: frozenset[int] = frozenset(range(400, 500)) | frozenset((502, 503, 504))
+
+
+def status_problem(status: object) -> str:
+    """Why ``status`` cannot be an application error's status (it is not in ERROR_STATUSES)."""
+    allowed = "use a 4xx, or 502, 503 or 504 when a dependency failed before any effect"
+    if isinstance(status, bool) or not isinstance(status, int) or not 100 <= status <= 599:
+        return f"status must be an HTTP status code, not {status!r}"
+    if status < 400:
+        return f"status {status} is not an error status; {allowed}"
+    if status == 500:
+        return (
+            "status 500 is the guard's own internal_error and outcome_unknown, which tell an"
+            f" agent the outcome is not known; {allowed}"
+        )
+    return f"status {status} does not describe a failure an application raises; {allowed}"
+
+
+def header_name(meta_key: str) -> str:
+    """An HTTP header's name from its ``request.META`` key (``HTTP_X_CSRFTOKEN``)."""
+    if meta_key == "HTTP_X_CSRFTOKEN":
+        return "X-CSRFToken"  # Django's default, spelled as its documentation spells it
+    name = meta_key[5:] if meta_key.startswith("HTTP_") else meta_key
+    return "-".join(part.capitalize() for part in name.split("_"))
+
+
+def site_names() -> dict[str, str]:
+    """What catalog text may name in braces: this site's configured names and key limit.
+
+    An agent must be told the names this site reads (``IDEMPOTENCY_HEADER``,
+    ``CSRF_HEADER_NAME``, ``CSRF_COOKIE_NAME``) and its ``MAX_KEY_LENGTH``, not the
+    defaults.
+    """
+    try:
+        return {
+            "idempotency_header": str(gt_settings.IDEMPOTENCY_HEADER),
+            "max_key_length": str(gt_settings.MAX_KEY_LENGTH),
+            "csrf_header": header_name(str(settings.CSRF_HEADER_NAME)),
+            "csrf_cookie": str(settings.CSRF_COOKIE_NAME),
+        }
+    except ImproperlyConfigured:  # settings not configured (plain Python use)
+        return {
+            "idempotency_header": str(DEFAULTS["IDEMPOTENCY_HEADER"]),
+            "max_key_length": str(DEFAULTS["MAX_KEY_LENGTH"]),
+            "csrf_header": "X-CSRFToken",
+            "csrf_cookie": "csrftoken",
+        }
+
+
+def site_text(text: Any, names: Mapping[str, str] | None = None) -> Any:
+    """``text`` with ``{idempotency_header}``, ``{csrf_header}`` and ``{csrf_cookie}`` filled in.
+
+    Only these exact names are replaced (no ``str.format``): any other brace is text.
+    """
+    if not isinstance(text, str) or "{" not in text:
+        return text
+    for name, value in (names if names is not None else site_names()).items():
+        text = text.replace("{" + name + "}", value)
+    return text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,16 +103,31 @@ class CatalogEntry:
     retry: str = "never"
     repair: Any = None
 
+    def for_site(self) -> CatalogEntry:
+        """This entry as agents read it, with this site's names filled in (:func:`site_text`).
+
+        The entry itself when its text names nothing.
+        """
+        texts = (self.message, self.why, self.fix)
+        if not any(isinstance(text, str) and "{" in text for text in texts):
+            return self
+        names = site_names()
+        message, why, fix = (site_text(text, names) for text in texts)
+        if (message, why, fix) == texts:
+            return self
+        return replace(self, message=message, why=why, fix=fix)
+
     def as_dict(self, docs_url: str = "") -> dict[str, Any]:
+        entry = self.for_site()
         data: dict[str, Any] = {
-            "code": self.code,
-            "status": self.status,
-            "retry": self.retry,
-            "message": self.message,
-            "why": self.why,
-            "fix": self.fix,
+            "code": entry.code,
+            "status": entry.status,
+            "retry": entry.retry,
+            "message": entry.message,
+            "why": entry.why,
+            "fix": entry.fix,
         }
-        link = resolve_link(self.link, docs_url)
+        link = resolve_link(entry.link, docs_url)
         if link:
             data["link"] = link
         return data
@@ -62,7 +145,15 @@ class ErrorCatalog:
 
     >>> SHOP = ErrorCatalog("shop", {"order_already_shipped": {...}})
     >>> raise SHOP.error("order_already_shipped", details={"order": 7})
+
+    An entry's text may name ``{idempotency_header}``, ``{csrf_header}`` or
+    ``{csrf_cookie}``: ``entries`` keeps the definitions as written; indexing, iterating
+    and exports give them as agents read them, with this site's names filled in.
     """
+
+    #: The statuses its entries may declare: those a ``ToolError`` can carry, since
+    #: :meth:`error` raises every entry as one.
+    statuses: frozenset[int] = ERROR_STATUSES
 
     def __init__(self, namespace: str, entries: Mapping[str, Mapping[str, Any]] | None = None):
         self.namespace = namespace
@@ -89,8 +180,11 @@ class ErrorCatalog:
         entry = CatalogEntry(code=code, **{"status": 409, **spec})
         if entry.retry not in RETRY_POLICIES:
             raise ValueError(f"Error {code!r}: retry must be one of {RETRY_POLICIES}.")
-        if not isinstance(entry.status, int) or not 100 <= entry.status <= 599:
-            raise ValueError(f"Error {code!r}: status must be an HTTP status code.")
+        status = entry.status
+        if isinstance(status, bool) or not isinstance(status, int) \
+                or status not in self.statuses:
+            # Refused here, where it is written: raising it would fail in the handler.
+            raise ValueError(f"Error {code!r}: {status_problem(status)}.")
         if entry.repair is not None:
             # Refuse a bad repair where it is written, not when the error is raised.
             object.__setattr__(entry, "repair", coerce_repair(entry.repair))
@@ -98,10 +192,10 @@ class ErrorCatalog:
         return entry
 
     def __getitem__(self, code: str) -> CatalogEntry:
-        return self.entries[code]
+        return self.entries[code].for_site()
 
     def __iter__(self) -> Iterator[CatalogEntry]:
-        return iter(self.entries.values())
+        return (entry.for_site() for entry in list(self.entries.values()))
 
     def error(
         self,
@@ -115,7 +209,7 @@ class ErrorCatalog:
         """Build the ``ToolError`` for ``code`` with its why/fix/link attached."""
         from guarded_tools.exceptions import ToolError
 
-        entry = self.entries[code]
+        entry = self[code]
         return ToolError(
             code,
             message or entry.message,
@@ -155,7 +249,7 @@ class CatalogSet:
     def lookup(self, code: str) -> CatalogEntry | None:
         for catalog in reversed(list(self._catalogs.values())):
             if code in catalog.entries:
-                return catalog.entries[code]
+                return catalog[code]
         return None
 
     def all(self) -> list[ErrorCatalog]:
@@ -189,7 +283,8 @@ def export_llms_txt(docs_url: str = "", title: str = "guarded_tools") -> str:
         "> Every failed tool call returns"
         " {\"error\": {code, message, retry, repair, why, fix, link}}."
         " Read `retry` before calling again: never = stop, as_is = the same call may succeed,"
-        " after_repair = follow `repair` first and keep the same idempotency key.",
+        " after_repair = follow `repair` (or `fix`) first, and keep the same idempotency key"
+        " unless the message says to use a new one.",
         "",
     ]
     for catalog in catalogs.all():

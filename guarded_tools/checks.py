@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from guarded_tools.conf import DEFAULTS
+from guarded_tools.conf import DEFAULTS, gt_settings
 
 POSITIVE_INTS = (
     "MAX_BODY_BYTES",
@@ -20,6 +21,9 @@ POSITIVE_INTS = (
     "SWEEP_BATCH_SIZE",
     "CONFIRMATION_TTL_SECONDS",
 )
+#: A header name every server passes on: letters, digits and '-' (servers drop names
+#: with '_', and nothing else is a token character people expect in a header name).
+HEADER_NAME = re.compile(r"[A-Za-z0-9]+(-[A-Za-z0-9]+)*")
 
 
 def _known_permissions() -> set[str]:
@@ -64,6 +68,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                     id="guarded_tools.E002",
                 )
             )
+    header = user.get("IDEMPOTENCY_HEADER", DEFAULTS["IDEMPOTENCY_HEADER"])
+    if not isinstance(header, str) or not HEADER_NAME.fullmatch(header):
+        messages.append(
+            checks.Error(
+                f"GUARDED_TOOLS['IDEMPOTENCY_HEADER'] is not a usable header name: {header!r}.",
+                hint="Use letters, digits and '-' (the default is 'Idempotency-Key'). Agents"
+                " are told this name, and servers drop headers whose names have '_' or spaces.",
+                id="guarded_tools.E006",
+            )
+        )
     return messages
 
 
@@ -136,7 +150,7 @@ def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
             messages.append(
                 checks.Warning(
                     f"Tool {definition.name!r} takes its idempotency key from the"
-                    " Idempotency-Key header, so MCP clients cannot call it.",
+                    f" {gt_settings.IDEMPOTENCY_HEADER} header, so MCP clients cannot call it.",
                     hint="Name an input field (idempotency_key='operationId') so that agents"
                     " speaking MCP can send the key; the tool is left out of MCP's tools/list.",
                     id="guarded_tools.W004",

@@ -10,9 +10,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from guarded_tools.catalog import ErrorCatalog, is_code, resolve_link
+from guarded_tools.catalog import (
+    ERROR_STATUSES,
+    ErrorCatalog,
+    is_code,
+    resolve_link,
+    status_problem,
+)
 from guarded_tools.repair import (
     RETRY_POLICIES,
+    KeyAdvice,
     Repair,
     RepairPlan,
     RetryPolicy,
@@ -20,7 +27,18 @@ from guarded_tools.repair import (
     render_message,
 )
 
-BUILTIN = ErrorCatalog(
+
+class GuardCatalog(ErrorCatalog):
+    """The guard's own codes, raised by its error classes and never as a ``ToolError``.
+
+    They may declare the statuses the guard's decisions need that an application's
+    error may not: 202 (a confirmation is pending) and 500 (the outcome is not known).
+    """
+
+    statuses = frozenset(range(200, 600))
+
+
+BUILTIN = GuardCatalog(
     "guarded_tools",
     {
         "invalid_input": {
@@ -30,7 +48,8 @@ BUILTIN = ErrorCatalog(
             "why": "The guard validates every call against the tool's JSON Schema before"
             " anything runs; nothing was executed and the idempotency key was not used.",
             "fix": "Correct the fields listed in `issues` (read the tool's inputSchema from"
-            " GET tools/) and call again with the same idempotency key.",
+            " GET tools/) and call again; keep your idempotency key unless a listed field"
+            " holds it.",
             "link": "#invalid_input",
         },
         "malformed_request": {
@@ -47,7 +66,9 @@ BUILTIN = ErrorCatalog(
             "retry": "after_repair",
             "message": "The request body is larger than this site accepts.",
             "why": "Bodies over the configured limit are refused before they are read whole.",
-            "fix": "Send a smaller input: split the work into several calls.",
+            "fix": "Send a smaller input. If you split the work into several calls, give"
+            " each call its own new idempotency key: one key sent with different inputs is"
+            " refused as idempotency_key_reused.",
             "link": "#request_too_large",
         },
         "idempotency_key_missing": {
@@ -57,15 +78,19 @@ BUILTIN = ErrorCatalog(
             "why": "Tools with an effect run at most once per key; without a key a retry"
             " could run the effect twice.",
             "fix": "Generate one unique key per intended operation (a UUID), send it in the"
-            " tool's key field or the Idempotency-Key header, and reuse it for every retry.",
+            " tool's key field or the {idempotency_header} header (GET tools/ names which),"
+            " and reuse it for every retry.",
             "link": "#idempotency_key_missing",
         },
         "idempotency_key_invalid": {
             "status": 400,
             "retry": "after_repair",
             "message": "The idempotency key is empty, too long or has control characters.",
-            "why": "Keys are 1 to 255 printable characters.",
-            "fix": "Use a UUID as the key.",
+            "why": "Keys are 1 to {max_key_length} printable characters; this one was"
+            " refused before anything ran, so it can never be used.",
+            "fix": "Generate a new key (a UUID) and send it instead of the refused one, in the"
+            " tool's key field or the {idempotency_header} header; reuse the new key for"
+            " every retry.",
             "link": "#idempotency_key_invalid",
         },
         "idempotency_key_reused": {
@@ -104,6 +129,18 @@ BUILTIN = ErrorCatalog(
             " refused it. Permissions are checked again on every call, replays included.",
             "fix": "Stop and ask the user to have a site administrator grant the permission.",
             "link": "#authorization_denied",
+        },
+        "csrf_failed": {
+            "status": 403,
+            "retry": "after_repair",
+            "message": "The CSRF check failed.",
+            "why": "A call authenticated by a session cookie must carry the CSRF token this"
+            " site issued, and come from one of its own pages; this one did not. Nothing ran"
+            " and the idempotency key was not used.",
+            "fix": "Send this site's CSRF token (the {csrf_cookie} cookie's value) in the"
+            " {csrf_header} header and repeat the call unchanged, with the same idempotency"
+            " key.",
+            "link": "#csrf_failed",
         },
         "confirmation_required": {
             "status": 202,
@@ -198,6 +235,10 @@ class GuardError(Exception):
 
     code: str = "internal_error"
     error_type: str = "guard_error"
+    #: What an ``after_repair`` retry does with its idempotency key (see ``KeyAdvice``).
+    key_advice: KeyAdvice = "same"
+    #: The repair when the raiser gives none.
+    default_repair: Repair | RepairPlan | None = None
 
     def __init__(
         self,
@@ -217,13 +258,15 @@ class GuardError(Exception):
         if code is not None:
             self.code = code
         entry = BUILTIN.entries.get(self.code)
+        if entry is not None:
+            entry = entry.for_site()
         self.raw_message = message or (entry.message if entry else "The call failed.")
         if retry is None:
             retry = entry.retry if entry else "never"  # type: ignore[assignment]
         self.retry: RetryPolicy = retry  # type: ignore[assignment]
         if self.retry not in RETRY_POLICIES:
             raise ValueError(f"retry must be one of {RETRY_POLICIES}, not {self.retry!r}")
-        self.repair = coerce_repair(repair)
+        self.repair = coerce_repair(repair if repair is not None else self.default_repair)
         self.details = dict(details or {})
         self.status_code = status or (entry.status if entry else 500)
         self.why = why if why is not None else (entry.why if entry else "")
@@ -244,11 +287,14 @@ class GuardError(Exception):
             limit = 1500
         # Rendered once (it is read for ``args``, ``str()`` and ``as_dict``), again only
         # if what it is made of changes.
-        made_of = (self.code, self.raw_message, self.retry, self.repair, limit)
+        made_of = (self.code, self.raw_message, self.retry, self.repair, limit, self.key_advice)
         cached = self.__dict__.get("_rendered")
         if cached is not None and cached[0] == made_of:
             return str(cached[1])
-        text = render_message(self.code, self.raw_message, self.retry, self.repair, limit=limit)
+        text = render_message(
+            self.code, self.raw_message, self.retry, self.repair, limit=limit,
+            key=self.key_advice,
+        )
         self.__dict__["_rendered"] = (made_of, text)
         return text
 
@@ -321,8 +367,12 @@ class ToolError(GuardError):
                 retry = "never"
             else:
                 retry = "after_repair" if repair is not None else "as_is"
-        if status is not None and not 400 <= status < 500:
-            raise ValueError("A ToolError status is a 4xx code.")
+        if status is not None and (
+            isinstance(status, bool) or not isinstance(status, int) or status not in ERROR_STATUSES
+        ):
+            raise ValueError(
+                f"A ToolError status is a 4xx code, or 502, 503 or 504: {status_problem(status)}."
+            )
         super().__init__(
             message or code.replace("_", " ").capitalize(),
             code=code,
@@ -345,6 +395,7 @@ class ValidationError(GuardError):
 
     code = "invalid_input"
     error_type = "validation_error"
+    key_advice = "unused"  # validation runs before the claim; the key may be a bad field
 
     def __init__(self, issues: list[dict[str, Any]], message: str | None = None) -> None:
         self.issues = issues
@@ -379,18 +430,36 @@ class MalformedRequest(GuardError):
 
 
 class RequestTooLarge(GuardError):
+    """The body is over ``MAX_BODY_BYTES``; splitting the work needs one key per part."""
+
     code = "request_too_large"
     error_type = "request_error"
+    key_advice = "new"
+    default_repair = Repair(
+        action="change_input",
+        instruction="Send a smaller input. If you split the work into several calls, give"
+        " each call its own new idempotency key; one key sent with different inputs is"
+        " refused.",
+    )
 
 
 class IdempotencyKeyMissing(GuardError):
     code = "idempotency_key_missing"
     error_type = "idempotency_error"
+    key_advice = "new"
 
 
 class IdempotencyKeyInvalid(GuardError):
+    """The key was refused as it is: keeping it can never work."""
+
     code = "idempotency_key_invalid"
     error_type = "idempotency_error"
+    key_advice = "new"
+    default_repair = Repair(
+        action="change_input",
+        instruction="Replace the key with a new UUID and reuse that new key for every retry"
+        " of this call.",
+    )
 
 
 class IdempotencyKeyReused(GuardError):
@@ -413,6 +482,12 @@ class AuthorizationError(GuardError):
 
     code = "authorization_denied"
     error_type = "authorization_error"
+
+
+class CsrfFailed(AuthorizationError):
+    """Django's CSRF check refused a session-authenticated call; the token cures it."""
+
+    code = "csrf_failed"
 
 
 class ConfirmationError(GuardError):

@@ -6,14 +6,17 @@ import logging
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.http import Http404
 from django.urls import NoReverseMatch, reverse
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
+from guarded_tools.catalog import site_names
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import (
     AuthorizationError,
+    CsrfFailed,
     GuardError,
     InternalError,
     MalformedRequest,
@@ -21,6 +24,7 @@ from guarded_tools.exceptions import (
     RateLimited,
     ToolNotFound,
 )
+from guarded_tools.repair import Repair, RepairPlan
 
 logger = logging.getLogger("guarded_tools")
 
@@ -38,11 +42,7 @@ def to_guard_error(exc: BaseException) -> GuardError:
     if isinstance(exc, drf.PermissionDenied):
         detail = str(getattr(exc, "detail", ""))
         if detail.startswith("CSRF Failed"):
-            return AuthorizationError(
-                "The CSRF check failed: session-authenticated calls need the CSRF token"
-                " (X-CSRFToken header); token-authenticated calls do not.",
-                code="authorization_denied",
-            )
+            return csrf_failed(detail)
         return AuthorizationError()
     if isinstance(exc, drf.Throttled):
         wait = int(getattr(exc, "wait", None) or 1)
@@ -64,6 +64,58 @@ def to_guard_error(exc: BaseException) -> GuardError:
         "internal error %s: %s", correlation_id, type(exc).__name__, exc_info=exc
     )
     return InternalError(correlation_id)
+
+
+def csrf_failed(detail: str) -> CsrfFailed:
+    """A session-authenticated call refused by Django's CSRF check, with the cure as a plan.
+
+    ``detail`` is Django's reason. It may quote the caller's Origin or Referer, so it only
+    decides which advice applies and never enters the message. A foreign Origin or
+    Referer is the site's policy, which the agent cannot change; anything else (no
+    token, a wrong token, no CSRF cookie, no Referer over HTTPS) is cured by reading the
+    token and repeating the call with it: nothing ran, so the same key works.
+    """
+    reason = detail.removeprefix("CSRF Failed:").strip()
+    names = site_names()
+    header = names["csrf_header"]
+    if reason.startswith(("Origin checking failed", "Referer checking failed")) \
+            and "no Referer" not in reason:
+        return CsrfFailed(
+            "The CSRF check failed: this site accepts session-authenticated calls only from"
+            " its own pages, and this call came from another origin.",
+            retry="never",
+            repair=Repair(
+                action="ask_user",
+                instruction="Tell the user this site refuses session-authenticated calls from"
+                " this origin; they can call it from the site's own pages or with a token.",
+            ),
+        )
+    if settings.CSRF_USE_SESSIONS or settings.CSRF_COOKIE_HTTPONLY:
+        source = "the csrfmiddlewaretoken field of a form on one of this site's pages"
+    else:
+        source = (
+            f"the {names['csrf_cookie']} cookie's value (load one of this site's pages first"
+            " if that cookie is not set)"
+        )
+    send = f"the token in the {header} header"
+    if "no Referer" in reason:
+        send += " and a Referer header naming this site's own https address"
+    return CsrfFailed(
+        f"The CSRF check failed: calls authenticated by a session cookie need this site's"
+        f" CSRF token in the {header} header; token-authenticated calls do not.",
+        repair=RepairPlan(
+            steps=(
+                Repair(
+                    action="refresh_state", instruction=f"Read this site's CSRF token: {source}."
+                ),
+                Repair(
+                    action="retry_same_operation",
+                    instruction=f"Repeat this exact call with {send}; keep the same input"
+                    " and idempotency key.",
+                ),
+            )
+        ),
+    )
 
 
 def docs_url(request: Any) -> str:

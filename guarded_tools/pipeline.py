@@ -427,7 +427,9 @@ class Pipeline:
                 repair={
                     "action": "change_input",
                     "fields": [spec] if isinstance(spec, str) else [],
-                    "instruction": "Send a new unique key (a UUID) and reuse it on every retry.",
+                    "instruction": "Send a new unique key (a UUID)"
+                    + (f" in the {gt_settings.IDEMPOTENCY_HEADER} header" if spec is None else "")
+                    + " and reuse it on every retry.",
                 }
             )
         if (

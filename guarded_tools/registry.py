@@ -123,6 +123,8 @@ class Tool:
         return self.idempotency_key if isinstance(self.idempotency_key, str) else None
 
     def describe(self) -> dict[str, Any]:
+        from guarded_tools.conf import gt_settings
+
         data: dict[str, Any] = {
             "name": self.name,
             "title": self.annotations["title"],
@@ -135,7 +137,7 @@ class Tool:
                 if not self.idempotent
                 else {"field": self.key_field}
                 if self.key_field
-                else {"header": "Idempotency-Key"}
+                else {"header": gt_settings.IDEMPOTENCY_HEADER}  # the one the view reads
             ),
         }
         if self.output_schema is not None:

@@ -200,16 +200,46 @@ RETRY_WORDS = {
 #: ``after_repair`` with no structured repair: there is nothing "below" to point at.
 RETRY_AFTER_FIX = "Retry only after fixing the cause, with the same idempotency key."
 
+KeyAdvice = Literal["same", "new", "unused"]
+"""What an ``after_repair`` retry does with its idempotency key.
+
+``same``: keep it (the usual case: the repaired call is the same operation). ``new``:
+the key cannot be kept (it is missing or invalid, or the repair splits the work into
+several calls), so each call made takes a new key of its own. ``unused``: nothing was
+claimed, so the key stays unless the repair changes the field that holds it.
+"""
+#: The ``after_repair`` words per key advice: with a repair below, and without one.
+AFTER_REPAIR_WORDS: dict[str, tuple[str, str]] = {
+    "same": (RETRY_WORDS["after_repair"], RETRY_AFTER_FIX),
+    "new": (
+        "Retry only after the repair below, with a new idempotency key per call"
+        " (keep each call's key for its own retries).",
+        "Retry only after fixing the cause, with a new idempotency key per call"
+        " (keep each call's key for its own retries).",
+    ),
+    "unused": (
+        "Retry only after the repair below; nothing ran, so keep your idempotency key"
+        " unless the repair changes its field.",
+        "Retry only after fixing the cause; nothing ran, so keep your idempotency key"
+        " unless the fix changes it.",
+    ),
+}
+
 MESSAGE_MAX_CHARS = 1500
 MAX_HEAD_CHARS = 400
 #: Instruction bounds tried, longest first, until the ``Next action:`` sentence fits.
 _INSTRUCTION_STEPS = (MAX_INSTRUCTION_CHARS, 160, 120, 80, 60, 40, 20, 0)
 
 
-def retry_words(retry: str, has_repair: bool) -> str:
-    """The retry policy in words (unknown policies read as ``never``)."""
-    if retry == "after_repair" and not has_repair:
-        return RETRY_AFTER_FIX
+def retry_words(retry: str, has_repair: bool, key: str = "same") -> str:
+    """The retry policy in words (unknown policies read as ``never``).
+
+    ``key`` (a :data:`KeyAdvice`) says what an ``after_repair`` retry does with its
+    idempotency key; the other policies do not change the key.
+    """
+    if retry == "after_repair":
+        with_repair, without = AFTER_REPAIR_WORDS.get(key, AFTER_REPAIR_WORDS["same"])
+        return with_repair if has_repair else without
     return RETRY_WORDS.get(retry, RETRY_WORDS["never"])
 
 
@@ -220,6 +250,7 @@ def render_message(
     repair: Repair | RepairPlan | None,
     *,
     limit: int = MESSAGE_MAX_CHARS,
+    key: str = "same",
 ) -> str:
     """The portable message: stands alone when every other field is stripped.
 
@@ -227,10 +258,11 @@ def render_message(
     and the retry policy always fit whole (when ``limit`` leaves room for them at
     all): the human message is shortened first to leave room for them and for the
     start of the ``Next action:`` sentence, whose instructions are then shortened
-    until it fits; whatever is still over ``limit`` is cut at the end.
+    until it fits; whatever is still over ``limit`` is cut at the end. ``key`` says
+    what the retry does with its idempotency key (see :func:`retry_words`).
     """
     limit = max(int(limit), 0)
-    tag = f"[{safe_name(code)}] {retry_words(retry, repair is not None)}"
+    tag = f"[{safe_name(code)}] {retry_words(retry, repair is not None, key)}"
     room = limit - len(tag) - 1  # one space between the head and the tag
     if repair is not None:
         room //= 2  # leave at least as much for the Next action sentence

@@ -78,10 +78,15 @@ def test_a_malformed_code_is_refused(code: str) -> None:
         ToolError(code)
 
 
-@pytest.mark.parametrize("status", [200, 302, 399, 500, 503])
-def test_a_tool_error_status_is_4xx(status: int) -> None:
-    with pytest.raises(ValueError, match="4xx"):
+@pytest.mark.parametrize("status", [200, 302, 399, 500, 501, 505])
+def test_a_tool_error_status_is_4xx_or_a_dependency_failure(status: int) -> None:
+    with pytest.raises(ValueError, match="4xx, or 502, 503 or 504"):
         ToolError("slot_stale", status=status)
+
+
+@pytest.mark.parametrize("status", [400, 409, 499, 502, 503, 504])
+def test_a_tool_error_may_say_a_dependency_failed(status: int) -> None:
+    assert ToolError("upstream_down", status=status).status_code == status
 
 
 def test_tool_error_defaults() -> None:
@@ -193,7 +198,7 @@ def test_builtin_errors_take_code_status_policy_and_catalog_text(
     assert data["link"] == f"#{code}"
     assert f"[{code}]" in error.message
     assert error.message.startswith(entry.message)
-    assert retry_words(error.retry, error.repair is not None) in error.message
+    assert retry_words(error.retry, error.repair is not None, error.key_advice) in error.message
     if error.repair is None:
         # Regression: "after_repair" without a repair used to say "the repair below".
         assert "repair below" not in error.message

@@ -438,7 +438,7 @@ def test_session_authentication_needs_the_csrf_token(alice: Any) -> None:
     client = DjangoClient(enforce_csrf_checks=True)
     client.force_login(alice)
     denied = legacy(client, "ping")
-    assert error_of(denied, 403, -31000)["error"]["data"]["code"] == "authorization_denied"
+    assert error_of(denied, 403, -31000)["error"]["data"]["code"] == "csrf_failed"
     assert "CSRF" in denied.json()["error"]["message"]
     client.cookies["csrftoken"] = "a" * 32
     assert result_of(legacy(client, "ping", **{"X-CSRFToken": "a" * 32})) == {}
