@@ -50,13 +50,14 @@ def _expects_continue(scope: Scope) -> bool:
     return expect.strip().lower() == b"100-continue"
 
 
-def _tools_prefix() -> str:
+def _agent_paths() -> tuple[str, ...]:
+    """Where agents send bodies: the tool calls and MCP (nothing else of the site's)."""
     from django.urls import NoReverseMatch, reverse
 
     try:
-        return reverse("guarded_tools:tool-list")[: -len("tools/")]
+        return (reverse("guarded_tools:tool-list"), reverse("guarded_tools:mcp"))
     except NoReverseMatch:
-        return "/"
+        return ()
 
 
 async def _too_large(send: Callable[[Message], Awaitable[None]]) -> None:
@@ -121,7 +122,7 @@ def with_cancellation(app: ASGIApp) -> ASGIApp:
         declared = _declared_length(scope)
         oversized = declared is not None and declared > limit
         if (oversized or _unframed(scope)) and str(scope.get("path", "")).startswith(
-            _tools_prefix()
+            _agent_paths()
         ):
             if declared is not None:  # over the limit (an unframed body declares none)
                 await _refuse_declared(scope, watched, send, declared, limit)

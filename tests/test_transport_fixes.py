@@ -258,3 +258,15 @@ def test_declared_bodies_elsewhere_or_within_the_limit_reach_django() -> None:
     assert LIMIT > len(CHUNK) * 2
     sent, _ = run_asgi("/admin/", len(CHUNK) * 8, 8)
     assert sent[0]["status"] != 413  # not a tool endpoint: the site's own business
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["/upload/", "/errors.json"])
+def test_a_site_mounting_the_agent_at_its_root_keeps_its_own_large_bodies(
+        settings: Any, path: str) -> None:
+    """Only tool calls and MCP are the agent's: a prefix of "/" is every path."""
+    settings.ROOT_URLCONF = "tests.urls_agent_at_root"
+    sent, _ = run_asgi(path, len(CHUNK) * 8, 8)
+    assert sent[0]["status"] != 413
+    sent, read = run_asgi("/tools/list_orders/", len(CHUNK) * 400, 400)
+    assert sent[0]["status"] == 413 and read == [0]
