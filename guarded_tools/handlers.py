@@ -72,14 +72,14 @@ def csrf_failed(detail: str) -> CsrfFailed:
     ``detail`` is Django's reason. It may quote the caller's Origin or Referer, so it only
     decides which advice applies and never enters the message. A foreign Origin or
     Referer is the site's policy, which the agent cannot change; anything else (no
-    token, a wrong token, no CSRF cookie, no Referer over HTTPS) is cured by reading the
-    token and repeating the call with it: nothing ran, so the same key works.
+    token, a wrong token, no CSRF cookie, a missing, malformed or insecure Referer over
+    HTTPS) is cured by reading the token and repeating the call with it (and a Referer
+    naming this site): nothing ran, so the same key works.
     """
     reason = detail.removeprefix("CSRF Failed:").strip()
     names = site_names()
     header = names["csrf_header"]
-    if reason.startswith(("Origin checking failed", "Referer checking failed")) \
-            and "no Referer" not in reason:
+    if reason.endswith("does not match any trusted origins."):
         return CsrfFailed(
             "The CSRF check failed: this site accepts session-authenticated calls only from"
             " its own pages, and this call came from another origin.",
@@ -98,7 +98,7 @@ def csrf_failed(detail: str) -> CsrfFailed:
             " if that cookie is not set)"
         )
     send = f"the token in the {header} header"
-    if "no Referer" in reason:
+    if reason.startswith("Referer checking failed"):  # none, malformed, or not https
         send += " and a Referer header naming this site's own https address"
     return CsrfFailed(
         f"The CSRF check failed: calls authenticated by a session cookie need this site's"

@@ -327,3 +327,23 @@ def test_a_header_keyed_tools_missing_key_names_the_sites_header(
     invalid = client_for(alice).post(f"/agent/tools/{definition.name}/", {}, format="json",
                                      headers={"X-Operation-Key": "k" * 65})
     assert "1 to 64 printable characters" in invalid.json()["error"]["why"]
+
+
+@pytest.mark.parametrize(("reason", "retry"), [
+    ("Referer checking failed - Referer is malformed.", "after_repair"),
+    ("Referer checking failed - Referer is insecure while host is secure.", "after_repair"),
+    ("Referer checking failed - no Referer.", "after_repair"),
+    ("CSRF token missing.", "after_repair"),
+    ("Referer checking failed - https://evil.example/ does not match any trusted origins.",
+     "never"),
+    ("Origin checking failed - https://evil.example does not match any trusted origins.",
+     "never"),
+])
+def test_only_a_foreign_origin_is_told_to_stop(reason: str, retry: str) -> None:
+    from guarded_tools.handlers import csrf_failed
+
+    error = csrf_failed(f"CSRF Failed: {reason}")
+    assert error.retry == retry
+    assert "evil" not in error.message
+    if reason.startswith("Referer") and retry != "never":
+        assert "Referer header naming this site" in error.message
