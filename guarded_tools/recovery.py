@@ -92,13 +92,20 @@ def recover_claimed(
         store.mark_unknown(claim, {"code": "outcome_unknown"})
         return "unknown"
     inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
+    context_ready = False
     try:
         inv.context = pipeline.resolve_context(inv)
+        context_ready = True
         handle = OperationHandle(store, claim, _lease(definition))
         result = pipeline.run_recover(
             inv, claim, handle, None, _Observer(definition), terminal=True
         )
-    except GuardError:
+    except GuardError as exc:
+        if not context_ready and exc.retry == "as_is":
+            # The context's own word that this passes (a dependency down, a rate limit):
+            # nothing was decided, and the next sweep, or the caller's retry, tries again.
+            store.abandon(claim)
+            return "skipped"
         # What run_recover decided is already stored; what it could not decide (the
         # context refused, verify failed inside an atomic tool's transaction) goes to a
         # person instead of staying in flight to be taken over again at every lease.

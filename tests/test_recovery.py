@@ -271,3 +271,27 @@ def test_management_command_reports_failed_recoveries(make_tool: Any, monkeypatc
     assert "taken=1" in out.getvalue() and "errors=1" in out.getvalue()
     assert f"{operation.pk}: OperationalError" in err.getvalue()
     assert "went away" not in err.getvalue()  # the text (and traceback) is in the log only
+
+
+def test_recovery_waits_out_a_context_that_says_retry_as_is(make_tool: Any) -> None:
+    from guarded_tools.exceptions import ToolError
+
+    down = {"now": True}
+
+    def context(input: Any, **kw: Any) -> Any:
+        if down["now"]:
+            raise ToolError("ledger_down", "The ledger is unavailable.", status=503,
+                            retry="as_is")
+        return {}
+
+    recover = Recorder({"recovered": True, "output": {"paid": True}})
+    definition = make_tool(never, context=context, recover=recover)
+    operation = abandoned(definition, journal={"sent": True})
+    report = sweep()
+    assert (report.taken, report.skipped, report.unknown) == (1, 1, 0)
+    operation.refresh_from_db()
+    assert operation.state == "abandoned" and recover.calls == []
+    down["now"] = False
+    assert sweep().completed == 1  # the next sweep, once the ledger is back
+    operation.refresh_from_db()
+    assert operation.state == "succeeded" and operation.output == {"paid": True}
