@@ -63,7 +63,7 @@ STATUS_TEXT = {
     "202": "A person must approve the call first (confirmation_required).",
     "400": "Malformed body, or the idempotency key is missing or invalid.",
     "401": "Not authenticated.",
-    "403": "Not allowed (permission, object rule, or CSRF).",
+    "403": "Not allowed (permission or object rule), or the CSRF token is missing (csrf_failed).",
     "404": "No such tool or operation for this caller.",
     "405": "Method not allowed.",
     "409": "In flight, declined, expired, or the tool's own business error.",
@@ -72,7 +72,10 @@ STATUS_TEXT = {
     "422": "Input does not match the schema, or the key was used with another input.",
     "429": "Throttled.",
     "500": "Outcome unknown, or an internal error (with a correlation id).",
-    "502": "The result could not be verified.",
+    "502": "The result could not be verified, or the tool's dependency failed before any"
+    " effect (its own error).",
+    "503": "The tool's dependency is unavailable; nothing ran (its own error).",
+    "504": "The tool's dependency timed out before any effect (its own error).",
 }
 
 
@@ -143,7 +146,7 @@ def tool_operation(definition: Tool) -> dict[str, Any]:
         "200": {"description": "The tool's output (a replay carries Idempotent-Replayed).",
                 "content": {"application/json": {"schema": success}}},
         **_errors("400", "401", "403", "404", "405", "409", "413", "415", "422", "429",
-                  "500", "502"),
+                  "500", "502", "503", "504"),
     }
     if definition.confirm_mode:
         responses.update(_errors("202"))

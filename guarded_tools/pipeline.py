@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
+import json
 import logging
 import threading
 import uuid
@@ -117,12 +118,16 @@ class GuardResult:
     def answer(self) -> Any:
         """The output as the agent gets it: as stored, so a call and its replays agree.
 
-        An output that is not JSON (an object, NaN) was stored with typed placeholders
-        for what is not, and is answered so: it could not be sent as it is, and its
-        effect has already happened.
+        Decoded from the JSON the guard made of it, as replays are: a ``Decimal`` or a
+        ``datetime`` reads the same in the first answer as in every replay. An output
+        that is not JSON (an object, NaN) was stored with typed placeholders for what
+        is not, and is answered so: it could not be sent as it is, and its effect has
+        already happened.
         """
-        if self.output_json is not None or self.replayed:
+        if self.replayed:
             return self.output
+        if self.output_json is not None:
+            return json.loads(self.output_json)
         return storable_json(self.output)
 
 

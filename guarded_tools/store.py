@@ -80,7 +80,7 @@ def storable_json(value: Any, serialized: str | None = None) -> Any:
         pass
     try:
         return json.loads(json.dumps(value, cls=_Placeholders), parse_constant=_placeholder)
-    except ValueError:  # a structure that contains itself
+    except (TypeError, ValueError):  # keys that are not strings, a structure in itself
         return {"__unserializable__": type(value).__name__}
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -270,3 +271,37 @@ def test_a_site_mounting_the_agent_at_its_root_keeps_its_own_large_bodies(
     assert sent[0]["status"] != 413
     sent, read = run_asgi("/tools/list_orders/", len(CHUNK) * 400, 400)
     assert sent[0]["status"] == 413 and read == [0]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("transport", ["rest", "mcp"])
+def test_the_first_answer_reads_as_its_replays(make_tool: Any, alice: Any, client_for: Any,
+                                               transport: str) -> None:
+    """DRF renders a Decimal as a number and a datetime its own way; the store keeps the
+    guard's JSON of them. The first answer is that JSON too."""
+    from datetime import datetime
+    from decimal import Decimal
+
+    output = {"amount": Decimal("1.10"), "at": datetime(2026, 11, 30, 1, 2, 3, 456789, UTC),
+              (1, 2): "a tuple key"}
+    definition = make_tool(lambda input, ctx: output if input.get("odd") else
+                           {k: v for k, v in output.items() if isinstance(k, str)})
+    client = client_for(alice)
+
+    def call(body: dict[str, Any]) -> Any:
+        if transport == "rest":
+            return client.post(URL.format(definition.name), body, format="json").json()["output"]
+        message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": definition.name, "arguments": body}}
+        response = client.post("/agent/mcp/", json.dumps(message), content_type="application/json",
+                               headers={"MCP-Protocol-Version": "2025-11-25"})
+        return response.json()["result"]["structuredContent"]
+
+    body = {"operationId": key()}
+    first = call(body)
+    assert first == {"amount": "1.10", "at": "2026-11-30T01:02:03.456Z"}
+    replays.clear()
+    assert call(body) == first  # from the database
+    assert call(body) == first  # from this process's replay cache
+    odd = call({"operationId": key(), "odd": True})  # keys JSON cannot have: a placeholder
+    assert odd == {"__unserializable__": "dict"}
