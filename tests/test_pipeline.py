@@ -835,3 +835,26 @@ def test_atomic_verify_past_its_deadline_fails_and_rolls_back(settings: Any) -> 
     assert time.monotonic() - started < 3 and seen == [True]
     assert not Slot.objects.filter(resource=resource).exists()
     assert not Operation.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_outside_a_transaction_is_given_up_at_its_deadline() -> None:
+    """Outside a transaction the verifier runs in a thread of its own, so a verifier that
+    ignores its signal cannot hold the call past the deadline."""
+    threads: list[Any] = []
+    done = threading.Event()
+
+    def stubborn_verify(**kw: Any) -> bool:
+        threads.append(threading.current_thread())
+        time.sleep(1.5)  # ignores its signal
+        done.set()
+        return True
+
+    run = guarded(Counter(), verify=stubborn_verify, verify_timeout=0.2)
+    started = time.monotonic()
+    with pytest.raises(VerificationError):
+        run({"operationId": key()}, principal="svc")
+    assert time.monotonic() - started < 1.2 and not done.is_set()
+    assert threads[0] is not threading.current_thread()
+    assert Operation.objects.get().state == OperationState.OUTCOME_UNKNOWN
+    assert done.wait(3)
