@@ -154,6 +154,17 @@ class Operation(models.Model):
         }
 
 
+class JournalEntryQuerySet(models.QuerySet["JournalEntry"]):
+    def live(self, operation_id: Any) -> JournalEntryQuerySet:
+        """The operation's entries that count: the handler's own, not removed.
+
+        An empty result is what proves the handler stopped before its effect.
+        """
+        return self.filter(
+            operation_id=operation_id, kind=JournalEntry.Kind.ENTRY, removed=False
+        )
+
+
 class JournalEntry(models.Model):
     """What a handler wrote through its operation handle around its effect."""
 
@@ -182,6 +193,8 @@ class JournalEntry(models.Model):
         ),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    objects = JournalEntryQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("journal entry")

@@ -61,9 +61,7 @@ def _decide(
             # The person's decision replaces the journal's evidence: the next attempt
             # starts with an empty journal, which is what lets it be released again if it
             # fails before its effect. The entries stay, marked removed, for the record.
-            JournalEntry.objects.filter(
-                operation_id=operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
-            ).update(removed=True)
+            JournalEntry.objects.live(operation.pk).update(removed=True)
         AuditEntry.objects.create(
             actor=user,
             action=action,

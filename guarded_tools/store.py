@@ -544,9 +544,7 @@ class OperationStore:
         connection = connections[using]
         statements = _Statements.of(connection)
         if statements is None:
-            return not JournalEntry.objects.using(using).filter(
-                operation_id=operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
-            ).exists()
+            return not JournalEntry.objects.using(using).live(operation.pk).exists()
         sql, params = statements.journal_live(operation, connection)
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -1144,8 +1142,8 @@ class OperationHandle:
 
     def _live(self) -> Any:
         # What the handler reads back decides what it does next: from the primary.
-        return JournalEntry.objects.using(router.db_for_write(JournalEntry)).filter(
-            operation_id=self._claim.operation.pk, kind=JournalEntry.Kind.ENTRY, removed=False
+        return JournalEntry.objects.using(router.db_for_write(JournalEntry)).live(
+            self._claim.operation.pk
         )
 
     def read(self) -> Any:
