@@ -63,6 +63,9 @@ def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
         time.sleep(min(gt_settings.CONFIRMATION_POLL_INTERVAL, max(deadline - time.monotonic(), 0)))
 
 
+_USED = (ConfirmationStatus.APPROVED, ConfirmationStatus.CONSUMED)
+
+
 def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
     call = _call(definition, inv)
     # From the primary: a replica behind it could miss the approval, or the request.
@@ -77,21 +80,16 @@ def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
             latest.status = ConfirmationStatus.CONSUMED
             return latest
         latest.refresh_from_db(using=router.db_for_write(Confirmation))
-    if latest is not None and latest.status == ConfirmationStatus.PENDING:
+    if latest is None or latest.status in _USED:
+        return _request(definition, inv)  # none yet, or its approval used by another call
+    if latest.status == ConfirmationStatus.PENDING or latest.key:
+        return latest  # with a key, the agent asks again with a new one
+    if latest.reported_at is None:  # declined or expired, not yet told
+        confirmations.filter(pk=latest.pk, reported_at__isnull=True).update(reported_at=Now())
         return latest
-    if latest is not None and latest.status in _ENDED:
-        if latest.key or latest.reported_at is None:
-            if not latest.key:
-                confirmations.filter(pk=latest.pk, reported_at__isnull=True).update(
-                    reported_at=Now()
-                )
-            return latest
-        # A tool without keys: this decision was reported already, and an agent cannot
-        # choose a new key to ask again (as it can elsewhere): this call asks anew.
+    # A tool without keys, its agent told already: it cannot choose a new key to ask
+    # again, so this call asks anew.
     return _request(definition, inv)
-
-
-_ENDED = (ConfirmationStatus.DECLINED, ConfirmationStatus.EXPIRED)
 
 
 def _request(definition: Tool, inv: Invocation) -> Confirmation:
