@@ -28,26 +28,27 @@ Scope = dict[str, Any]
 Message = Any
 
 
-def _unframed(scope: Scope) -> bool:
-    headers = dict(scope.get("headers") or [])
+Headers = dict[bytes, bytes]
+
+
+def _unframed(headers: Headers) -> bool:
     return b"content-length" not in headers and b"chunked" in headers.get(
         b"transfer-encoding", b""
     ).lower()
 
 
-def _declared_length(scope: Scope) -> int | None:
+def _declared_length(headers: Headers) -> int | None:
     """The request's Content-Length, None when absent or not a number."""
-    value = dict(scope.get("headers") or []).get(b"content-length")
+    value = headers.get(b"content-length")
     try:
         return int(value) if value is not None else None
     except ValueError:
         return None
 
 
-def _expects_continue(scope: Scope) -> bool:
+def _expects_continue(headers: Headers) -> bool:
     """The client waits for ``100 Continue`` before it sends the body."""
-    expect = dict(scope.get("headers") or []).get(b"expect", b"")
-    return expect.strip().lower() == b"100-continue"
+    return headers.get(b"expect", b"").strip().lower() == b"100-continue"
 
 
 def _agent_paths() -> tuple[str, ...]:
@@ -80,7 +81,7 @@ async def _drain(receive: Callable[[], Awaitable[Message]], message: Message, bo
 
 
 async def _refuse_declared(
-    scope: Scope,
+    headers: Headers,
     receive: Callable[[], Awaitable[Message]],
     send: Callable[[Message], Awaitable[None]],
     declared: int,
@@ -92,7 +93,7 @@ async def _refuse_declared(
     would reset the connection anyway. A client awaiting ``100 Continue`` has sent
     nothing, and is told before it does.
     """
-    if declared <= 4 * limit and not _expects_continue(scope):
+    if declared <= 4 * limit and not _expects_continue(headers):
         await _drain(receive, {"more_body": True}, declared)
     await _too_large(send)
 
@@ -119,13 +120,14 @@ def with_cancellation(app: ASGIApp) -> ASGIApp:
         from guarded_tools.conf import gt_settings
 
         limit = int(gt_settings.MAX_BODY_BYTES)
-        declared = _declared_length(scope)
+        headers = dict(scope.get("headers") or [])
+        declared = _declared_length(headers)
         oversized = declared is not None and declared > limit
-        if (oversized or _unframed(scope)) and str(scope.get("path", "")).startswith(
+        if (oversized or _unframed(headers)) and str(scope.get("path", "")).startswith(
             _agent_paths()
         ):
             if declared is not None:  # over the limit (an unframed body declares none)
-                await _refuse_declared(scope, watched, send, declared, limit)
+                await _refuse_declared(headers, watched, send, declared, limit)
                 return
             body = b""
             while True:
