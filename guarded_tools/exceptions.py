@@ -435,12 +435,8 @@ class RequestTooLarge(GuardError):
     code = "request_too_large"
     error_type = "request_error"
     key_advice = "new"
-    default_repair = Repair(
-        action="change_input",
-        instruction="Send a smaller input. If you split the work into several calls, give"
-        " each call its own new idempotency key; one key sent with different inputs is"
-        " refused.",
-    )
+    #: The catalog's fix, as the step to take (the two said it in near-identical words).
+    default_repair = Repair(action="change_input", instruction=BUILTIN.entries[code].fix)
 
 
 class IdempotencyKeyMissing(GuardError):
