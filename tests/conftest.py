@@ -11,6 +11,7 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
+from guarded_tools.catalog import ErrorCatalog, catalogs
 from guarded_tools.registry import Tool, registry
 from guarded_tools.registry import tool as tool_decorator
 
@@ -72,6 +73,21 @@ def make_tool() -> Iterator[Callable[..., Tool]]:
     for name in names:
         if name in registry:
             registry.unregister(name)
+
+
+@pytest.fixture
+def make_catalog() -> Iterator[Callable[..., ErrorCatalog]]:
+    """Catalogs defined for one test; they are forgotten afterwards."""
+    namespaces: list[str] = []
+
+    def make(entries: dict[str, dict[str, Any]], namespace: str | None = None) -> ErrorCatalog:
+        namespace = namespace or f"test_{uuid.uuid4().hex[:8]}"
+        namespaces.append(namespace)
+        return ErrorCatalog(namespace, entries)
+
+    yield make
+    for namespace in namespaces:
+        catalogs.remove(namespace)
 
 
 def key() -> str:

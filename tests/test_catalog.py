@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -44,21 +44,6 @@ SHIPPED = {
 
 def _code() -> str:
     return f"c_{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-def make_catalog() -> Iterator[Callable[..., ErrorCatalog]]:
-    """Catalogs defined for one test; they are forgotten afterwards."""
-    namespaces: list[str] = []
-
-    def make(entries: dict[str, dict[str, Any]], namespace: str | None = None) -> ErrorCatalog:
-        namespace = namespace or f"test_{uuid.uuid4().hex[:8]}"
-        namespaces.append(namespace)
-        return ErrorCatalog(namespace, entries)
-
-    yield make
-    for namespace in namespaces:
-        catalogs.remove(namespace)
 
 
 @pytest.fixture

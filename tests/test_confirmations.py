@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -184,51 +185,51 @@ def test_prefer_wait_is_bounded(make_tool: Any, alice: Any, client_for: Any,
     assert 0.9 <= time.monotonic() - started < 5
 
 
-def test_execute_on_approval_runs_in_celery_and_the_retry_replays(
-        make_tool: Any, alice: Any, approver: Any, client_for: Any, settings: Any,
-        django_capture_on_commit_callbacks: Any) -> None:
+@pytest.fixture
+def approve_at_once(settings: Any, approver: Any,
+                    django_capture_on_commit_callbacks: Any) -> Iterator[Callable[[], None]]:
+    """``EXECUTE_ON_APPROVAL`` with Celery eager: approving the one pending confirmation
+    runs the task here, on commit, as a worker would."""
     from project.celery import app
 
     settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "EXECUTE_ON_APPROVAL": True}
     app.conf.task_always_eager = True
-    try:
-        handler = Effects()
-        definition = make_tool(handler, confirm="effect-only")
-        body = {"operationId": key()}
-        call(client_for(alice), definition.name, body)
+
+    def approve() -> None:
         with django_capture_on_commit_callbacks(execute=True):
             confirmations.approve(Confirmation.objects.get(), approver)
-        assert handler.count == 1
-        retry = call(client_for(alice), definition.name, body)
-        assert retry.status_code == 200 and retry.headers["Idempotent-Replayed"] == "true"
-        assert Operation.objects.get().user == alice
-    finally:
-        app.conf.task_always_eager = False
+
+    yield approve
+    app.conf.task_always_eager = False
+
+
+def test_execute_on_approval_runs_in_celery_and_the_retry_replays(
+        make_tool: Any, alice: Any, client_for: Any, approve_at_once: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm="effect-only")
+    body = {"operationId": key()}
+    call(client_for(alice), definition.name, body)
+    approve_at_once()
+    assert handler.count == 1
+    retry = call(client_for(alice), definition.name, body)
+    assert retry.status_code == 200 and retry.headers["Idempotent-Replayed"] == "true"
+    assert Operation.objects.get().user == alice
 
 
 def test_execute_on_approval_leaves_an_always_tool_to_the_agents_retry(
-        make_tool: Any, alice: Any, approver: Any, client_for: Any, settings: Any,
-        django_capture_on_commit_callbacks: Any) -> None:
+        make_tool: Any, alice: Any, client_for: Any, approve_at_once: Any) -> None:
     """Running it in the task would use the approval up: the retry, which `always` asks
     about again, would be told "nothing has run yet" about a call that ran."""
-    from project.celery import app
-
-    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "EXECUTE_ON_APPROVAL": True}
-    app.conf.task_always_eager = True
-    try:
-        handler = Effects()
-        definition = make_tool(handler, confirm="always")
-        body = {"operationId": key()}
-        call(client_for(alice), definition.name, body)
-        with django_capture_on_commit_callbacks(execute=True):
-            confirmations.approve(Confirmation.objects.get(), approver)
-        assert handler.count == 0
-        retry = call(client_for(alice), definition.name, body)
-        assert retry.status_code == 200 and retry.json()["operation"]["replayed"] is False
-        assert handler.count == 1
-        assert list(Confirmation.objects.values_list("status", flat=True)) == ["consumed"]
-    finally:
-        app.conf.task_always_eager = False
+    handler = Effects()
+    definition = make_tool(handler, confirm="always")
+    body = {"operationId": key()}
+    call(client_for(alice), definition.name, body)
+    approve_at_once()
+    assert handler.count == 0
+    retry = call(client_for(alice), definition.name, body)
+    assert retry.status_code == 200 and retry.json()["operation"]["replayed"] is False
+    assert handler.count == 1
+    assert list(Confirmation.objects.values_list("status", flat=True)) == ["consumed"]
 
 
 def test_decided_signal(make_tool: Any, alice: Any, approver: Any, client_for: Any) -> None:

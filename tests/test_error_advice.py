@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from guarded_tools.catalog import ErrorCatalog, catalogs
+from guarded_tools.catalog import catalogs
 from guarded_tools.checks import check_settings, check_tools
 from guarded_tools.exceptions import ToolError
 from tests.conftest import Effects, key
@@ -32,20 +31,6 @@ def error_of(response: Any) -> dict[str, Any]:
 def head(message: str) -> str:
     """The message up to its ``Next action:`` sentence (the retry policy in words)."""
     return message.split("Next action:")[0]
-
-
-@pytest.fixture
-def make_catalog() -> Iterator[Callable[[dict[str, Any]], ErrorCatalog]]:
-    made: list[str] = []
-
-    def make(entries: dict[str, Any]) -> ErrorCatalog:
-        namespace = f"advice_{uuid.uuid4().hex[:8]}"
-        made.append(namespace)
-        return ErrorCatalog(namespace, entries)
-
-    yield make
-    for namespace in made:
-        catalogs.remove(namespace)
 
 
 @pytest.fixture
