@@ -20,6 +20,7 @@ POSITIVE_INTS = (
     "LEASE_SECONDS",
     "SWEEP_BATCH_SIZE",
     "CONFIRMATION_TTL_SECONDS",
+    "CONFIRMATION_APPROVAL_TTL_SECONDS",
 )
 #: A header name every server passes on: letters, digits and '-' (servers drop names
 #: with '_', and nothing else is a token character people expect in a header name).
