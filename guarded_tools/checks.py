@@ -128,6 +128,11 @@ def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                     id="guarded_tools.E003",
                 )
             )
+        for problem, hint in definition.disabled_guards():
+            messages.append(
+                checks.Error(f"Tool {definition.name!r}: {problem}", hint=hint,
+                             id="guarded_tools.E007")
+            )
         for perm in definition.permissions:
             if perm not in known:
                 messages.append(
