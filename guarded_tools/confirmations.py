@@ -23,7 +23,7 @@ from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import ConfirmationError, ConfirmationRequired
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
 from guarded_tools.repair import normalize
-from guarded_tools.store import db_now_plus
+from guarded_tools.store import db_now_plus, user_row
 
 if TYPE_CHECKING:
     from guarded_tools.pipeline import Invocation
@@ -108,7 +108,7 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
                 key=inv.key or "",
                 fingerprint=inv.fingerprint,
                 input=dict(inv.input),
-                requested_by=inv.user if getattr(inv.user, "pk", None) else None,
+                requested_by=user_row(inv.user),
                 expires_at=db_now_plus(ttl),
             )
     except IntegrityError:

@@ -1,4 +1,8 @@
-"""Session authentication as a transport: a browser agent acting in its user's own session."""
+"""Session authentication as a transport, and the other user objects authentication gives.
+
+A browser agent acts in its user's own session, where ``request.user`` is Django's lazy
+object; a stateless token's user (simplejwt's ``TokenUser``, say) is no model row at all.
+"""
 
 from __future__ import annotations
 
@@ -140,3 +144,53 @@ def test_a_session_without_the_csrf_header_is_refused_before_anything_runs(
     assert response.status_code == 403 and response.json()["error"]["code"] != (
         "authorization_denied")
     assert effects.count == 0
+
+
+# -- a user object that is no row --------------------------------------------------------------
+class StatelessUser:
+    """What a stateless token authenticates: a ``pk`` and answers, no table, no ``_meta``."""
+
+    is_authenticated = True
+    is_active = True
+    is_anonymous = False
+
+    def __init__(self, pk: int, granted: bool) -> None:
+        self.pk = self.id = pk
+        self.granted = granted
+
+    def has_perms(self, perms: Any, obj: Any = None) -> bool:
+        return self.granted
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return self.granted
+
+
+@pytest.mark.parametrize("transport", ["rest", "mcp"])
+def test_a_user_object_that_is_no_row_calls_tools_in_its_own_scope(
+    transport: str, way: str, make_tool: Any, client_for: Any, alice: Any,
+) -> None:
+    effects = Effects()
+    definition = make_tool(effects, permissions=[PERM], atomic=way != "plain")
+    call = CALLS[transport]
+    body = {"operationId": key()}
+    holder = client_for(StatelessUser(alice.pk, granted=True))
+    assert call(holder, definition.name, body) == (200, {"done": 1})
+    assert call(holder, definition.name, body) == (200, {"done": 1})  # its replay
+    refused = client_for(StatelessUser(alice.pk, granted=False))
+    assert call(refused, definition.name, {"operationId": key()}) == (
+        403, "authorization_denied")
+    other = client_for(StatelessUser(alice.pk + 1, granted=True))
+    assert call(other, definition.name, body) == (200, {"done": 2})  # keys never cross
+    operation = Operation.objects.filter(tool=definition.name).first()
+    assert operation is not None and operation.user_id is None
+    assert operation.scope != f"auth.user:{alice.pk}"
+
+
+def test_a_user_object_that_is_no_row_asks_for_confirmation(
+    make_tool: Any, client_for: Any, alice: Any,
+) -> None:
+    definition = make_tool(confirm="effect-only")
+    response = client_for(StatelessUser(alice.pk, granted=True)).post(
+        REST.format(definition.name), {"operationId": key()}, format="json")
+    assert response.status_code == 202, response.content
+    assert Confirmation.objects.get(tool=definition.name).requested_by_id is None
