@@ -20,6 +20,7 @@ POSITIVE_INTS = (
     "LEASE_SECONDS",
     "SWEEP_BATCH_SIZE",
     "CONFIRMATION_TTL_SECONDS",
+    "CONFIRMATION_APPROVAL_TTL_SECONDS",
 )
 #: A header name every server passes on: letters, digits and '-' (servers drop names
 #: with '_', and nothing else is a token character people expect in a header name).
@@ -126,6 +127,11 @@ def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                     hint="Tool inputs are JSON objects: set \"type\": \"object\".",
                     id="guarded_tools.E003",
                 )
+            )
+        for problem, hint in definition.disabled_guards():
+            messages.append(
+                checks.Error(f"Tool {definition.name!r}: {problem}", hint=hint,
+                             id="guarded_tools.E007")
             )
         for perm in definition.permissions:
             if perm not in known:

@@ -3,7 +3,9 @@
 An agent's call creates (or finds) a pending :class:`Confirmation`; a staff member
 approves or declines it in the admin, or through :func:`approve` / :func:`decline`
 from a site's own approval screen, with the same permission and four-eyes checks.
-An approval is consumed by the one execution it allowed.
+An approval is consumed by the one execution it allowed, and only while it lasts
+(``CONFIRMATION_APPROVAL_TTL_SECONDS``): one nobody used expires, as a request
+nobody decided does.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import ConfirmationError, ConfirmationRequired
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
 from guarded_tools.repair import normalize
-from guarded_tools.store import db_now_plus
+from guarded_tools.store import db_now_plus, user_row
 
 if TYPE_CHECKING:
     from guarded_tools.pipeline import Invocation
@@ -50,8 +52,9 @@ def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
     """Consume an approval for exactly this call, or raise what the agent must do.
 
     Pending → ``ConfirmationRequired`` (202; waits up to ``inv.wait`` seconds for a
-    decision first); declined → ``confirmation_declined``; expired →
-    ``confirmation_expired``; approved → consumed atomically and returned.
+    decision first); declined → ``confirmation_declined``; expired (undecided, or
+    approved and not used in time) → ``confirmation_expired``; approved and unexpired
+    → consumed atomically and returned.
     """
     deadline = time.monotonic() + max(inv.wait, 0)
     while True:
@@ -73,12 +76,15 @@ def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
     confirmations.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
     latest = confirmations.filter(call).order_by("-created_at").first()
     if latest is not None and latest.status == ConfirmationStatus.APPROVED:
+        # Compare-and-set, on the database's clock: used once, and only while it lasts.
         consumed = confirmations.filter(
-            pk=latest.pk, status=ConfirmationStatus.APPROVED
+            pk=latest.pk, status=ConfirmationStatus.APPROVED, expires_at__gt=Now()
         ).update(status=ConfirmationStatus.CONSUMED)
         if consumed:
             latest.status = ConfirmationStatus.CONSUMED
             return latest
+        # Used by another call, or its time ran out since the update above.
+        confirmations.filter(pk=latest.pk).overdue().update(status=ConfirmationStatus.EXPIRED)
         latest.refresh_from_db(using=router.db_for_write(Confirmation))
     if latest is None or latest.status in _USED:
         return _request(definition, inv)  # none yet, or its approval used by another call
@@ -102,7 +108,7 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
                 key=inv.key or "",
                 fingerprint=inv.fingerprint,
                 input=dict(inv.input),
-                requested_by=inv.user if getattr(inv.user, "pk", None) else None,
+                requested_by=user_row(inv.user),
                 expires_at=db_now_plus(ttl),
             )
     except IntegrityError:
@@ -141,7 +147,9 @@ def _error_for(confirmation: Confirmation) -> Exception:
         )
     again = "with a new key" if confirmation.key else "(that asks a person again)"
     return ConfirmationError(
-        "Nobody approved this call in time; nothing ran.",
+        "Its approval expired before this call used it; nothing ran."
+        if confirmation.decided_at is not None
+        else "Nobody approved this call in time; nothing ran.",
         code="confirmation_expired",
         repair={"action": "ask_user", "instruction": "Ask the user whether the operation is"
                 f" still wanted before calling again {again}."},
@@ -170,11 +178,15 @@ def _decide(
     if refusal:
         raise DecisionRefused(refusal)
     status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+    changes: dict[str, Any] = {"status": status, "decided_by": user, "decided_at": Now(),
+                               "reason": reason}
+    if approved:  # an approval lasts its own time, from now
+        changes["expires_at"] = db_now_plus(gt_settings.CONFIRMATION_APPROVAL_TTL_SECONDS)
     with transaction.atomic(using=router.db_for_write(Confirmation)):
         # Compare-and-set: two people deciding at once produce exactly one decision.
         updated = Confirmation.objects.filter(
             pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()
-        ).update(status=status, decided_by=user, decided_at=Now(), reason=reason)
+        ).update(**changes)
         if not updated:
             raise DecisionRefused("This confirmation is no longer pending.")
         AuditEntry.objects.create(

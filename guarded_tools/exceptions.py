@@ -163,8 +163,9 @@ BUILTIN = GuardCatalog(
         "confirmation_expired": {
             "status": 409,
             "retry": "never",
-            "message": "Nobody approved the call in time.",
-            "why": "Pending confirmations expire after a fixed time; nothing ran.",
+            "message": "Nobody approved the call in time, or its approval was not used in time.",
+            "why": "Pending confirmations, and approvals no call used, expire after a fixed"
+            " time; nothing ran.",
             "fix": "Ask the user whether the operation is still wanted; if so, call again"
             " with a new idempotency key.",
             "link": "#confirmation_expired",

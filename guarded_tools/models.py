@@ -210,13 +210,18 @@ class ConfirmationStatus(models.TextChoices):
     PENDING = "pending", _("pending")
     """Waiting for a person."""
     APPROVED = "approved", _("approved")
-    """Approved; the next identical call (or the approval task) runs it once."""
+    """Approved; the next identical call (or the approval task) runs it once, until
+    ``expires_at`` (``CONFIRMATION_APPROVAL_TTL_SECONDS`` after the approval)."""
     DECLINED = "declined", _("declined")
     """Declined by a person; the call will not run."""
     EXPIRED = "expired", _("expired")
-    """Nobody decided before the time to live ran out."""
+    """Nobody decided before the time to live ran out, or nobody used the approval."""
     CONSUMED = "consumed", _("consumed")
     """The approved execution has started; the approval cannot be used again."""
+
+
+#: The states ``expires_at`` ends: a request nobody decided, an approval nobody used.
+LAPSING = (ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED)
 
 
 class ConfirmationQuerySet(models.QuerySet["Confirmation"]):
@@ -224,7 +229,8 @@ class ConfirmationQuerySet(models.QuerySet["Confirmation"]):
         return self.filter(status=ConfirmationStatus.PENDING, expires_at__gt=Now())
 
     def overdue(self) -> ConfirmationQuerySet:
-        return self.filter(status=ConfirmationStatus.PENDING, expires_at__lte=Now())
+        """Pending or approved-but-unused, past ``expires_at``: to be marked expired."""
+        return self.filter(status__in=LAPSING, expires_at__lte=Now())
 
 
 def _default_expiry() -> Any:

@@ -103,7 +103,10 @@ def _checked_in_one_query(user: Any) -> bool:
         return False
     from django.contrib.auth.models import PermissionsMixin
 
-    cls = type(user)
+    # The user's class, not type(user): a session's ``request.user`` is Django's lazy
+    # wrapper (``SimpleLazyObject``), whose ``__class__`` is the wrapped user's, as
+    # ``isinstance`` already answers for it.
+    cls = user.__class__
     return (
         isinstance(user, PermissionsMixin)
         and cls.has_perms is PermissionsMixin.has_perms

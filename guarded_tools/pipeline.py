@@ -184,7 +184,10 @@ def principal_scope(user: Any, principal: str | None) -> str | None:
     if principal:
         return f"principal:{principal}"
     if user is not None and getattr(user, "is_authenticated", False):
-        return f"{user._meta.label_lower}:{user.pk}"
+        cls = user.__class__  # a session's lazy user answers its user's class
+        meta = getattr(cls, "_meta", None)  # None: a user object that is no model
+        label = meta.label_lower if meta is not None else f"{cls.__module__}.{cls.__qualname__}"
+        return f"{label}:{user.pk}"
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from guarded_tools.validation import compile_schema, schema_names
@@ -64,14 +65,45 @@ class Tool:
         object.__setattr__(self, "schema_names", schema_names(schema))
         if self.output_schema is not None:
             compile_schema(dict(self.output_schema), name=self.name)
-        if isinstance(self.confirm, str) and self.confirm not in CONFIRM_MODES:
-            raise ValueError(f"confirm must be a callable, a mapping or one of {CONFIRM_MODES}.")
-        if isinstance(self.confirm, Mapping) and not callable(self.confirm.get("request")):
-            raise ValueError("confirm={'mode': 'effect-only', 'request': fn} needs a callable.")
+        if isinstance(self.confirm, Mapping):  # kept as given: a later change to it is none
+            object.__setattr__(self, "confirm", MappingProxyType(dict(self.confirm)))
+        for problem, hint in self.disabled_guards():
+            raise ValueError(f"Tool {self.name!r}: {problem} {hint}")
         if self.verify_timeout is not None and self.verify_timeout <= 0:
             raise ValueError("verify_timeout is a positive number of seconds.")
         if self.output_budget_bytes is not None and self.output_budget_bytes <= 0:
             raise ValueError("output_budget_bytes is a positive integer.")
+
+    def disabled_guards(self) -> Iterator[tuple[str, str]]:
+        """``(problem, hint)`` for each guard this definition declares but would never run.
+
+        Refused at construction (``ValueError``) and reported by the system check
+        ``guarded_tools.E007`` for any registered tool that got past it.
+        """
+        confirm = self.confirm
+        if confirm is None:
+            return
+        if isinstance(confirm, Mapping):
+            mode = confirm.get("mode", "always")
+            if mode not in CONFIRM_MODES:
+                yield (f"confirm's mode is {mode!r}, which no stage runs, so the hook would"
+                       " never be called.", f"Use one of {CONFIRM_MODES} (the default is"
+                       " 'always').")
+            if not callable(confirm.get("request")):
+                yield ("confirm={'mode': ..., 'request': fn} needs a callable request.",
+                       "Pass the hook that decides as 'request'.")
+        elif isinstance(confirm, str):
+            if confirm not in CONFIRM_MODES:
+                yield (f"confirm={confirm!r} is not a confirmation mode.",
+                       f"Use one of {CONFIRM_MODES}, a callable or a mapping.")
+        elif not callable(confirm):
+            yield (f"confirm={confirm!r} is not a callable, a mapping or a mode.",
+                   f"Use one of {CONFIRM_MODES}, a callable or a mapping.")
+        if self.read_only and self.confirm_mode == "effect-only":
+            yield ("read_only=True with an 'effect-only' confirmation: a read-only tool takes"
+                   " no claim, so it would run unconfirmed while tools/ advertises the"
+                   " confirmation.", "Use confirm='always' to confirm every call of a read"
+                   " (or drop read_only if the tool has an effect).")
 
     # -- derived policy -------------------------------------------------------------
     @property

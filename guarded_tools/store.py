@@ -46,6 +46,19 @@ _CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_asc
 JSON_ENCODER = DjangoJSONEncoder(allow_nan=False)
 
 
+def user_row(user: Any) -> Any:
+    """``user`` when it is a row of the user model (a session's lazy one included), else None.
+
+    Anonymous callers and user objects that are no row (a stateless token's user, which
+    has a ``pk`` but no table) are stored without one; their scope keeps their keys apart.
+    """
+    from django.contrib.auth import get_user_model
+
+    if getattr(user, "pk", None) is None:
+        return None
+    return user if isinstance(user, get_user_model()) else None
+
+
 def fingerprint(value: Any) -> str:
     """SHA-256 of canonical JSON: the same input always has the same fingerprint."""
     return hashlib.sha256(_CANONICAL.encode(value).encode("utf-8")).hexdigest()
@@ -164,7 +177,7 @@ class OperationStore:
         this returns. When the key exists, one ``SELECT`` (with the database's
         clock) says in which state: a replay or an in-flight duplicate costs two.
         """
-        user = user if getattr(user, "pk", None) else None
+        user = user_row(user)
         for _attempt in range(5):
             found = self._claim_or_load(
                 tool=tool, scope=scope, key=key, fp=fp, input=input, user=user,
@@ -288,7 +301,7 @@ class OperationStore:
                 fence=F("fence") + 1,
                 fingerprint=fp,
                 input=input,
-                user=user if getattr(user, "pk", None) else None,
+                user=user_row(user),
                 output=None,
                 error=None,
                 recovered=False,
@@ -360,7 +373,7 @@ class OperationStore:
         """The claim on a locked key: the operation as it will be inserted, not yet a row."""
         statements = _Statements.of(connections[router.db_for_write(Operation)])
         assert statements is not None  # a key is locked only where there are statements
-        user = user if getattr(user, "pk", None) else None
+        user = user_row(user)
         operation = statements.operation(
             _fresh(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user),
             user,

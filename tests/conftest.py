@@ -55,6 +55,51 @@ def client_for() -> Callable[[Any], APIClient]:
     return make
 
 
+class SessionClient(APIClient):
+    """A browser's session: logged in for real, CSRF enforced, its token sent back.
+
+    Every request carries the CSRF cookie's current value in the CSRF header, as a
+    browser agent's page script does; pass the header yourself to send another.
+    """
+
+    def request(self, **request: Any) -> Any:
+        from django.conf import settings
+
+        cookie = self.cookies.get(settings.CSRF_COOKIE_NAME)
+        if cookie is not None:
+            request.setdefault(settings.CSRF_HEADER_NAME, cookie.value)
+        return super().request(**request)
+
+
+@pytest.fixture
+def session_client_for() -> Callable[[Any], SessionClient]:
+    """A client in ``user``'s own session (password ``pw``, as ``user_factory`` sets).
+
+    Staff log in through the admin's login form, everyone else through
+    ``Client.login``; then a page with a form hands out the CSRF cookie, as it
+    would to a browser. Session authentication is a transport like tokens are.
+    """
+
+    def make(user: Any) -> SessionClient:
+        from django.conf import settings
+
+        client = SessionClient(enforce_csrf_checks=True)
+        if user.is_staff:
+            client.get("/admin/login/")  # the form hands out the CSRF cookie
+            done = client.post("/admin/login/", {
+                "username": user.get_username(), "password": "pw", "next": "/admin/",
+            })  # the cookie's token is the form's, sent back by ``request``
+            assert done.status_code == 302, "the admin refused the login"
+        else:  # the admin's form admits staff only
+            assert client.login(username=user.get_username(), password="pw")
+            client.get("/admin/login/")  # the CSRF cookie, as a page with a form sets it
+        assert settings.SESSION_COOKIE_NAME in client.cookies
+        assert settings.CSRF_COOKIE_NAME in client.cookies
+        return client
+
+    return make
+
+
 @pytest.fixture
 def make_tool() -> Iterator[Callable[..., Tool]]:
     """Register a tool for one test; it is unregistered afterwards."""

@@ -314,3 +314,45 @@ def test_bulk_decline_with_the_reason_form(page: Any, staff: Any, make_tool: Any
     assert status == 202 and waiting["error"]["confirmation"]["id"] == ids[2]
     assert handler.count == 0
     assert AuditEntry.objects.filter(action="decline", note="Duplicate requests.").count() == 2
+
+
+# -- a browser agent in its user's own session ----------------------------------------------
+FETCH = """async ([url, body, headers]) => {
+    const token = document.cookie.split("; ").find(c => c.startsWith("csrftoken="));
+    const response = await fetch(url, {method: "POST", credentials: "same-origin", body,
+        headers: {"Content-Type": "application/json", "X-CSRFToken": token.split("=")[1],
+                  ...headers}});
+    return [response.status, await response.json()];
+}"""
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["plain", "atomic"])
+def test_a_page_script_calls_permissioned_tools_in_its_users_session(
+    page: Any, user_factory: Any, make_tool: Any, atomic: bool,
+) -> None:
+    effects = Effects()
+    definition = make_tool(effects, permissions=["demo.change_order"], atomic=atomic)
+    user_factory("clerk", perms=("demo.change_order",), is_staff=True)
+    user_factory("intern", is_staff=True)
+
+    def call(over: str, body: dict[str, Any]) -> tuple[int, Any]:
+        if over == "rest":
+            status, data = page.evaluate(FETCH, [f"/agent/tools/{definition.name}/",
+                                                 json.dumps(body), {}])
+            return status, data.get("output") or data["error"]["code"]
+        message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                   "params": {"name": definition.name, "arguments": body}}
+        status, data = page.evaluate(FETCH, ["/agent/mcp/", json.dumps(message),
+                                             {"MCP-Protocol-Version": "2025-11-25"}])
+        result = data["result"]
+        return status, (result["structuredContent"]["code"] if result["isError"]
+                        else result["structuredContent"])
+
+    log_in(page, "clerk")
+    assert call("rest", {"operationId": "r-1"}) == (200, {"done": 1})
+    assert call("mcp", {"operationId": "m-1"}) == (200, {"done": 2})
+    page.context.clear_cookies()  # another person, in a session of their own
+    log_in(page, "intern")
+    assert call("rest", {"operationId": "r-2"}) == (403, "authorization_denied")
+    assert call("mcp", {"operationId": "m-2"}) == (200, "authorization_denied")
+    assert effects.count == 2

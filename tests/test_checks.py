@@ -22,6 +22,8 @@ def test_unknown_and_invalid_settings(settings: Any) -> None:
     assert ids(check_settings()) == ["guarded_tools.E001", "guarded_tools.E002"]
     settings.GUARDED_TOOLS = ["not", "a", "dict"]
     assert ids(check_settings()) == ["guarded_tools.E001"]
+    settings.GUARDED_TOOLS = {"CONFIRMATION_APPROVAL_TTL_SECONDS": 0}
+    assert ids(check_settings()) == ["guarded_tools.E002"]
 
 
 def test_atomic_requests_and_sqlite_mode(monkeypatch: Any) -> None:

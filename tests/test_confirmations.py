@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from guarded_tools import confirmations, signals
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
-from tests.conftest import Effects, key
+from tests.conftest import Effects, key, wait_until
 
 pytestmark = pytest.mark.django_db
 URL = "/agent/tools/{}/"
@@ -280,3 +280,88 @@ def test_a_keyed_call_declined_stays_declined(make_tool: Any, alice: Any, approv
         assert call(agent, definition.name, body).json()["error"]["code"] == (
             "confirmation_declined")
     assert Confirmation.objects.count() == 1
+
+
+# -- approvals expire too ----------------------------------------------------------------------
+def a_year_passes(confirmation: Confirmation) -> None:
+    """As if the approval had been given a year ago: decision and expiry move back alike."""
+    from django.db.models import F
+
+    year = timedelta(days=365)
+    Confirmation.objects.filter(pk=confirmation.pk).update(
+        created_at=F("created_at") - year, decided_at=F("decided_at") - year,
+        expires_at=F("expires_at") - year)
+
+
+@pytest.mark.parametrize("mode", ["effect-only", "always"])
+def test_an_approval_nobody_used_in_time_expires(mode: str, make_tool: Any, alice: Any,
+                                                 approver: Any, client_for: Any,
+                                                 settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "CONFIRMATION_APPROVAL_TTL_SECONDS": 60}
+    handler = Effects()
+    definition = make_tool(handler, confirm=mode)
+    client = client_for(alice)
+    body = {"operationId": key()}
+    assert call(client, definition.name, body).status_code == 202
+    approved = confirmations.approve(Confirmation.objects.get(), approver)
+    assert approved.decided_at is not None
+    lasts = (approved.expires_at - approved.decided_at).total_seconds()
+    assert 59 <= lasts <= 61  # its own time to live, from the approval
+    a_year_passes(approved)
+    late = call(client, definition.name, body)
+    assert late.status_code == 409, late.content
+    error = late.json()["error"]
+    assert error["code"] == "confirmation_expired" and error["retry"] == "never"
+    assert "approval expired" in error["message"]
+    assert handler.count == 0 and Operation.objects.filter(state="succeeded").count() == 0
+    assert Confirmation.objects.get().status == ConfirmationStatus.EXPIRED
+    assert call(client, definition.name, body).json()["error"]["code"] == "confirmation_expired"
+    assert handler.count == 0
+
+
+def test_an_approval_lasts_its_own_time_past_the_requests(
+    make_tool: Any, alice: Any, approver: Any, client_for: Any
+) -> None:
+    from django.db.models.functions import Now
+
+    handler = Effects()
+    definition = make_tool(handler, confirm="effect-only")
+    client = client_for(alice)
+    body = {"operationId": key()}
+    call(client, definition.name, body)
+    asked = Confirmation.objects.get()
+    request_ends = timezone.now() + timedelta(seconds=1)  # approved just in time
+    Confirmation.objects.filter(pk=asked.pk).update(expires_at=request_ends)
+    confirmations.approve(asked, approver)
+    wait_until(lambda: Confirmation.objects.filter(pk=asked.pk)
+               .annotate(now=Now()).values_list("now", flat=True)[0] > request_ends)
+    assert call(client, definition.name, body).status_code == 200 and handler.count == 1
+
+
+def test_the_sweep_expires_approvals_nobody_used(make_tool: Any, alice: Any, approver: Any,
+                                                 client_for: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    definition = make_tool(confirm="effect-only")
+    client = client_for(alice)
+    bodies = [{"operationId": key()} for _ in range(3)]
+    for body in bodies:
+        call(client, definition.name, body)
+    lapsed, fresh, used = (Confirmation.objects.get(key=b["operationId"]) for b in bodies)
+    for confirmation in (lapsed, fresh, used):
+        confirmations.approve(confirmation, approver)
+    assert call(client, definition.name, bodies[2]).status_code == 200
+    a_year_passes(lapsed)
+    a_year_passes(used)
+    out = StringIO()
+    call_command("guarded_tools_sweep", "--once", stdout=out)
+    assert "confirmations_expired=1" in out.getvalue()
+    statuses = {c.pk: c.status for c in Confirmation.objects.all()}
+    assert statuses == {lapsed.pk: ConfirmationStatus.EXPIRED,
+                        fresh.pk: ConfirmationStatus.APPROVED,
+                        used.pk: ConfirmationStatus.CONSUMED}
+    assert call(client, definition.name, bodies[0]).json()["error"]["code"] == (
+        "confirmation_expired")
+    assert call(client, definition.name, bodies[1]).status_code == 200

@@ -150,3 +150,17 @@ class EveryoneMayAddOrderNotes:
 
     def has_perm(self, user: Any, perm: str, obj: Any = None) -> bool:
         return perm == "demo.add_ordernote"
+
+
+def test_a_lazy_session_user_is_answered_in_one_query(people: dict[str, Any]) -> None:
+    """``request.user`` in a session is Django's lazy wrapper: the same fast path."""
+    from django.utils.functional import SimpleLazyObject
+
+    perms = ("demo.add_ordernote", "demo.view_slot")
+    has_perms(fresh(people["both"]), perms)  # the permissions' keys, once per process
+    for name, user in people.items():
+        expected = fresh(user).has_perms(perms)
+        lazy = SimpleLazyObject(lambda user=user: fresh(user))
+        with CaptureQueriesContext(connection) as queries:
+            assert has_perms(lazy, perms) == expected, name
+        assert len(queries) <= 2, name  # the user (when active, not super); the grants
