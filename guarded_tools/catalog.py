@@ -63,7 +63,8 @@ def site_names(audience: Audience = ANY_AUDIENCE) -> dict[str, str]:
     ``CSRF_HEADER_NAME``, ``CSRF_COOKIE_NAME``) and its ``MAX_KEY_LENGTH``, not the
     defaults; and how to list tools and where a key goes on its own transport
     (``{tool_list}``, ``{key_place}``: an MCP agent cannot send a header per call);
-    ``{keep_key}`` is a closing sentence only where the call has a key.
+    ``{keep_key}`` and ``{no_new_key}`` are closing sentences only where the call has a
+    key (the second where the sentence already says to keep it).
     """
     try:
         names = {
@@ -80,9 +81,9 @@ def site_names(audience: Audience = ANY_AUDIENCE) -> dict[str, str]:
             "csrf_cookie": "csrftoken",
         }
     names["tool_list"] = audience.tool_list
-    names["keep_key"] = (
-        " Keep the same idempotency key. Do not create a new key." if audience.has_key else ""
-    )
+    keyed = audience.has_key
+    names["keep_key"] = " Keep the same idempotency key; do not create a new one." if keyed else ""
+    names["no_new_key"] = " Do not create a new key." if keyed else ""
     if audience.transport == "mcp":
         names["key_place"] = "the tool's key field (tools/list names it)"
     else:

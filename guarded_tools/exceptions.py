@@ -624,7 +624,7 @@ class ConfirmationRequired(GuardError):
     default_repair = Repair(
         action="retry_same_operation",
         instruction="Wait for a person to approve it, then repeat this exact call with"
-        " unchanged input.{keep_key}",
+        " unchanged input.{no_new_key}",
     )
 
 

@@ -114,7 +114,7 @@ def csrf_failed(detail: str) -> CsrfFailed:
                 Repair(
                     action="retry_same_operation",
                     instruction=f"Repeat this exact call with {send}, with unchanged input."
-                    "{keep_key}",
+                    "{no_new_key}",
                 ),
             )
         ),
