@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 from guarded_tools.catalog import (
     ERROR_STATUSES,
     ErrorCatalog,
+    catalogs,
     is_code,
     resolve_link,
     site_names,
@@ -471,6 +472,11 @@ class ToolError(GuardError):
             fix=fix or "",
             link=link or "",
         )
+        # An application catalog's entry, read for each audience as the guard's own are
+        # (its ``{tool_list}``, ``{keep_key}`` and ``keyless`` texts) while the error
+        # still carries the entry's texts.
+        owner = catalogs.owner(code)
+        self.entry = owner.entries.get(code) if owner is not None else None
 
     @property
     def retryable(self) -> bool:

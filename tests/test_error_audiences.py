@@ -431,3 +431,30 @@ def test_an_internal_error_logs_once_at_error_with_its_correlation_id(
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert len(errors) == 1 and correlation_id in errors[0].getMessage()
     assert "db-primary" not in response.content.decode()
+
+
+def test_an_application_catalog_entry_is_worded_for_its_audience_too(
+    make_catalog: Any, make_tool: Any, alice: Any, client_for: Any
+) -> None:
+    code = f"slot_taken_{key()[:6]}"
+    shop = make_catalog({code: {
+        "status": 409, "retry": "after_repair", "message": "The slot was taken.",
+        "why": "Another booking got it first.",
+        "fix": "List the slots again and book a free one.{keep_key}",
+        "keyless": {"why": "Another booking got it first; nothing was booked."},
+        "repair": {"action": "refresh_state", "instruction": "Read the free slots."},
+    }})
+
+    def handler(input: Any, ctx: Any) -> Any:
+        raise shop.error(code)
+
+    keyed, keyless = make_tool(handler), make_tool(handler, read_only=True,
+                                                   idempotency_key=None)
+    client = client_for(alice)
+    first = client.post(f"/agent/tools/{keyed.name}/", {"operationId": key()},
+                        format="json").json()["error"]
+    assert first["fix"].endswith("Keep the same idempotency key; do not create a new one.")
+    second = client.post(f"/agent/tools/{keyless.name}/", {}, format="json").json()["error"]
+    assert_fits(second, code, "rest", "keyless")
+    assert second["why"] == "Another booking got it first; nothing was booked."
+    assert second["fix"] == "List the slots again and book a free one."
