@@ -246,6 +246,16 @@ BUILTIN = GuardCatalog(
             " operation; its id is in `operation`.",
             "link": "#outcome_unknown",
         },
+        "operation_failed": {
+            "status": 409,
+            "retry": "never",
+            "message": "A person recorded that this operation failed.",
+            "why": "The outcome was reconciled by a person, who marked the operation failed;"
+            " every replay answers that decision.",
+            "fix": "Do not retry it with a new key; tell the user it failed and ask what to do"
+            " instead.",
+            "link": "#operation_failed",
+        },
         "rate_limited": {
             "status": 429,
             "retry": "as_is",
@@ -632,6 +642,14 @@ class ConfirmationRequired(GuardError):
         instruction="Wait for a person to approve it, then repeat this exact call with"
         " unchanged input.{no_new_key}",
     )
+
+
+class OperationFailed(GuardError):
+    """A person marked the operation failed (the default code of a reconciled failure)."""
+
+    code = "operation_failed"
+    error_type = "tool_error"
+    arises = "keyed_call"
 
 
 class ToolNotFound(GuardError):

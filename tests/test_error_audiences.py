@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -250,15 +251,20 @@ def drf_exceptions() -> list[Exception]:
 
 
 def answerable_codes() -> set[str]:
+    """The guard's classes, what DRF's and Django's exceptions map to, and the code a
+    person's reconciled failure answers by default."""
+    from guarded_tools.reconciliation import mark_failed
+
     codes = {cls.code for cls in CLASSES}
     for raised in [*drf_exceptions(), Http404(), RuntimeError("boom")]:
         codes.add(to_guard_error(raised).code)
+    codes.add(inspect.signature(mark_failed).parameters["code"].default)
     return codes
 
 
 def test_every_code_the_app_can_answer_is_in_every_catalog_export() -> None:
     codes = answerable_codes()
-    assert "method_not_allowed" in codes
+    assert {"method_not_allowed", "operation_failed"} <= codes
     client = APIClient()
     listed = {e["code"] for c in client.get("/agent/errors.json").json()["catalogs"]
               for e in c["errors"]}
