@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
 from guarded_tools.conf import DEFAULTS, gt_settings
-from guarded_tools.repair import RETRY_POLICIES, coerce_repair
+from guarded_tools.repair import ANY_AUDIENCE, RETRY_POLICIES, Audience, coerce_repair
 
 if TYPE_CHECKING:
     from guarded_tools.exceptions import ToolError
@@ -55,27 +55,43 @@ def header_name(meta_key: str) -> str:
     return "-".join(part.capitalize() for part in name.split("_"))
 
 
-def site_names() -> dict[str, str]:
-    """What catalog text may name in braces: this site's configured names and key limit.
+def site_names(audience: Audience = ANY_AUDIENCE) -> dict[str, str]:
+    """What catalog text may name in braces: this site's configured names and key limit,
+    and the words of the transport the text is read on.
 
     An agent must be told the names this site reads (``IDEMPOTENCY_HEADER``,
     ``CSRF_HEADER_NAME``, ``CSRF_COOKIE_NAME``) and its ``MAX_KEY_LENGTH``, not the
-    defaults.
+    defaults; and how to list tools and where a key goes on its own transport
+    (``{tool_list}``, ``{key_place}``: an MCP agent cannot send a header per call);
+    ``{keep_key}`` and ``{no_new_key}`` are closing sentences only where the call has a
+    key (the second where the sentence already says to keep it).
     """
     try:
-        return {
+        names = {
             "idempotency_header": str(gt_settings.IDEMPOTENCY_HEADER),
             "max_key_length": str(gt_settings.MAX_KEY_LENGTH),
             "csrf_header": header_name(str(settings.CSRF_HEADER_NAME)),
             "csrf_cookie": str(settings.CSRF_COOKIE_NAME),
         }
     except ImproperlyConfigured:  # settings not configured (plain Python use)
-        return {
+        names = {
             "idempotency_header": str(DEFAULTS["IDEMPOTENCY_HEADER"]),
             "max_key_length": str(DEFAULTS["MAX_KEY_LENGTH"]),
             "csrf_header": "X-CSRFToken",
             "csrf_cookie": "csrftoken",
         }
+    names["tool_list"] = audience.tool_list
+    keyed = audience.has_key
+    names["keep_key"] = " Keep the same idempotency key; do not create a new one." if keyed else ""
+    names["no_new_key"] = " Do not create a new key." if keyed else ""
+    if audience.transport == "mcp":
+        names["key_place"] = "the tool's key field (tools/list names it)"
+    else:
+        names["key_place"] = (
+            f"the tool's key field or the {names['idempotency_header']} header"
+            f" ({audience.tool_list} names which)"
+        )
+    return names
 
 
 def site_text(text: Any, names: Mapping[str, str] | None = None) -> Any:
@@ -90,9 +106,18 @@ def site_text(text: Any, names: Mapping[str, str] | None = None) -> Any:
     return text
 
 
+#: The texts of an entry that ``keyless`` may replace.
+TEXTS = ("message", "why", "fix")
+
+
 @dataclass(frozen=True, kw_only=True)
 class CatalogEntry:
-    """What an agent needs to act on one error code, written once."""
+    """What an agent needs to act on one error code, written once.
+
+    ``keyless``: the texts (``message``, ``why``, ``fix``) that replace the entry's own
+    where the call has no idempotency key (a tool without one, or no tool at all), so
+    that nobody is told to keep or replace a key they do not have.
+    """
 
     code: str
     status: int
@@ -102,19 +127,25 @@ class CatalogEntry:
     link: str = ""
     retry: str = "never"
     repair: Any = None
+    keyless: Mapping[str, str] | None = None
 
-    def for_site(self) -> CatalogEntry:
-        """This entry as agents read it, with this site's names filled in (:func:`site_text`).
+    def for_site(self, audience: Audience = ANY_AUDIENCE) -> CatalogEntry:
+        """This entry as ``audience`` reads it, with this site's names filled in
+        (:func:`site_text`) and its ``keyless`` texts where the call has no key.
 
-        The entry itself when its text names nothing.
+        The entry itself when that changes nothing.
         """
-        texts = (self.message, self.why, self.fix)
-        if not any(isinstance(text, str) and "{" in text for text in texts):
+        own = (self.message, self.why, self.fix)
+        texts: tuple[str, ...] = own
+        if not audience.has_key and self.keyless:
+            keyless = self.keyless
+            texts = tuple(keyless.get(name, text) for name, text in zip(TEXTS, own, strict=True))
+        if any(isinstance(text, str) and "{" in text for text in texts):
+            names = site_names(audience)
+            texts = tuple(site_text(text, names) for text in texts)
+        if texts == own:
             return self
-        names = site_names()
-        message, why, fix = (site_text(text, names) for text in texts)
-        if (message, why, fix) == texts:
-            return self
+        message, why, fix = texts
         return replace(self, message=message, why=why, fix=fix)
 
     def as_dict(self, docs_url: str = "") -> dict[str, Any]:
@@ -178,6 +209,8 @@ class ErrorCatalog:
         if owner is not None and owner.namespace != self.namespace:
             raise ValueError(f"Error code {code!r} is already defined in {owner.namespace!r}.")
         entry = CatalogEntry(code=code, **{"status": 409, **spec})
+        if entry.keyless is not None and not set(entry.keyless) <= set(TEXTS):
+            raise ValueError(f"Error {code!r}: keyless replaces only {', '.join(TEXTS)}.")
         if entry.retry not in RETRY_POLICIES:
             raise ValueError(f"Error {code!r}: retry must be one of {RETRY_POLICIES}.")
         status = entry.status

@@ -10,6 +10,7 @@ nobody decided does.
 
 from __future__ import annotations
 
+import math
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,8 @@ from django.utils import timezone
 
 from guarded_tools import signals
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import ConfirmationError, ConfirmationRequired
+from guarded_tools.exceptions import ConfirmationError, ConfirmationExpired, ConfirmationRequired
+from guarded_tools.handlers import timestamp
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
 from guarded_tools.repair import normalize
 from guarded_tools.store import db_now_plus, user_row
@@ -44,7 +46,7 @@ def describe(confirmation: Confirmation) -> dict[str, Any]:
     return {
         "id": str(confirmation.pk),
         "status": confirmation.status,
-        "expires_at": confirmation.expires_at.isoformat() if confirmation.expires_at else None,
+        "expires_at": timestamp(confirmation.expires_at),
     }
 
 
@@ -121,18 +123,18 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
     return confirmation
 
 
+def retry_after() -> int:
+    """The seconds a caller waits before asking again about a pending confirmation."""
+    return max(math.ceil(gt_settings.CONFIRMATION_POLL_INTERVAL), 1)
+
+
 def _error_for(confirmation: Confirmation) -> Exception:
     summary = {"confirmation": describe(confirmation)}
     if confirmation.status == ConfirmationStatus.PENDING:
         return ConfirmationRequired(
             "A person must approve this call before it runs; nothing has run yet.",
-            repair={
-                "action": "retry_same_operation",
-                "instruction": "Wait for a person to approve it, then repeat this exact call with"
-                + (" the same idempotency key and unchanged input. Do not create a new key."
-                   if confirmation.key else " unchanged input."),
-            },
             extra=summary,
+            headers={"Retry-After": str(retry_after())},
         )
     if confirmation.status == ConfirmationStatus.DECLINED:
         message = "A person declined this call; nothing ran."
@@ -146,11 +148,10 @@ def _error_for(confirmation: Confirmation) -> Exception:
             extra=summary,
         )
     again = "with a new key" if confirmation.key else "(that asks a person again)"
-    return ConfirmationError(
+    return ConfirmationExpired(
         "Its approval expired before this call used it; nothing ran."
         if confirmation.decided_at is not None
         else "Nobody approved this call in time; nothing ran.",
-        code="confirmation_expired",
         repair={"action": "ask_user", "instruction": "Ask the user whether the operation is"
                 f" still wanted before calling again {again}."},
         extra=summary,

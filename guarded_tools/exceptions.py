@@ -7,18 +7,25 @@ store, handler or verifier raises keeps its identity in Python; over HTTP it bec
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 from guarded_tools.catalog import (
     ERROR_STATUSES,
     ErrorCatalog,
+    catalogs,
     is_code,
     resolve_link,
+    site_names,
+    site_text,
     status_problem,
 )
 from guarded_tools.repair import (
+    ANY_AUDIENCE,
     RETRY_POLICIES,
+    Action,
+    Audience,
     KeyAdvice,
     Repair,
     RepairPlan,
@@ -26,6 +33,8 @@ from guarded_tools.repair import (
     coerce_repair,
     render_message,
 )
+
+Arises = Literal["request", "call", "keyed_call"]
 
 
 class GuardCatalog(ErrorCatalog):
@@ -48,18 +57,34 @@ BUILTIN = GuardCatalog(
             "why": "The guard validates every call against the tool's JSON Schema before"
             " anything runs; nothing was executed and the idempotency key was not used.",
             "fix": "Correct the fields listed in `issues` (read the tool's inputSchema from"
-            " GET tools/) and call again; keep your idempotency key unless a listed field"
+            " {tool_list}) and call again; keep your idempotency key unless a listed field"
             " holds it.",
             "link": "#invalid_input",
+            "keyless": {
+                "why": "The guard validates every call against the tool's JSON Schema before"
+                " anything runs; nothing was executed.",
+                "fix": "Correct the fields listed in `issues` (read the tool's inputSchema"
+                " from {tool_list}) and call again.",
+            },
         },
         "malformed_request": {
             "status": 400,
             "retry": "after_repair",
             "message": "The request body is not a single valid JSON object.",
             "why": "The body could not be parsed as strict JSON: it is not UTF-8, nests too"
-            " deep, repeats a key, uses NaN or Infinity, or is not an object.",
+            " deep, repeats a member name, uses NaN or Infinity, or is not an object.",
             "fix": "Send one JSON object encoded as UTF-8 with Content-Type application/json.",
             "link": "#malformed_request",
+        },
+        "method_not_allowed": {
+            "status": 405,
+            "retry": "after_repair",
+            "message": "This endpoint does not accept that HTTP method.",
+            "why": "Each endpoint answers only its own methods, listed in the response's Allow"
+            " header; nothing ran.",
+            "fix": "Use a method the Allow header lists: POST calls a tool and carries MCP"
+            " messages; GET reads the tool list, an operation's status and the catalog.",
+            "link": "#method_not_allowed",
         },
         "request_too_large": {
             "status": 413,
@@ -70,6 +95,8 @@ BUILTIN = GuardCatalog(
             " each call its own new idempotency key: one key sent with different inputs is"
             " refused as idempotency_key_reused.",
             "link": "#request_too_large",
+            "keyless": {"fix": "Send a smaller input, or split the work into several smaller"
+                        " calls."},
         },
         "idempotency_key_missing": {
             "status": 400,
@@ -77,9 +104,8 @@ BUILTIN = GuardCatalog(
             "message": "This tool needs an idempotency key and none was sent.",
             "why": "Tools with an effect run at most once per key; without a key a retry"
             " could run the effect twice.",
-            "fix": "Generate one unique key per intended operation (a UUID), send it in the"
-            " tool's key field or the {idempotency_header} header (GET tools/ names which),"
-            " and reuse it for every retry.",
+            "fix": "Generate one unique key per intended operation (a UUID), send it in"
+            " {key_place}, and reuse it for every retry.",
             "link": "#idempotency_key_missing",
         },
         "idempotency_key_invalid": {
@@ -88,9 +114,8 @@ BUILTIN = GuardCatalog(
             "message": "The idempotency key is empty, too long or has control characters.",
             "why": "Keys are 1 to {max_key_length} printable characters; this one was"
             " refused before anything ran, so it can never be used.",
-            "fix": "Generate a new key (a UUID) and send it instead of the refused one, in the"
-            " tool's key field or the {idempotency_header} header; reuse the new key for"
-            " every retry.",
+            "fix": "Generate a new key (a UUID) and send it instead of the refused one, in"
+            " {key_place}; reuse the new key for every retry.",
             "link": "#idempotency_key_invalid",
         },
         "idempotency_key_reused": {
@@ -115,10 +140,10 @@ BUILTIN = GuardCatalog(
         "not_authenticated": {
             "status": 401,
             "retry": "after_repair",
-            "message": "Authentication is required to call this tool.",
+            "message": "This request needs authentication.",
             "why": "The request carried no valid credentials for this site.",
             "fix": "Send the credentials your host was configured with (for example an"
-            " Authorization: Token header) and call again.",
+            " Authorization: Token header) and repeat the request.",
             "link": "#not_authenticated",
         },
         "authorization_denied": {
@@ -138,9 +163,13 @@ BUILTIN = GuardCatalog(
             " site issued, and come from one of its own pages; this one did not. Nothing ran"
             " and the idempotency key was not used.",
             "fix": "Send this site's CSRF token (the {csrf_cookie} cookie's value) in the"
-            " {csrf_header} header and repeat the call unchanged, with the same idempotency"
-            " key.",
+            " {csrf_header} header and repeat the request unchanged.{keep_key}",
             "link": "#csrf_failed",
+            "keyless": {
+                "why": "A request authenticated by a session cookie must carry the CSRF token"
+                " this site issued, and come from one of its own pages; this one did not."
+                " Nothing ran.",
+            },
         },
         "confirmation_required": {
             "status": 202,
@@ -148,8 +177,8 @@ BUILTIN = GuardCatalog(
             "message": "A person must approve this call before it runs.",
             "why": "This tool asks a staff member to approve each call in the site's admin;"
             " nothing has run yet.",
-            "fix": "Wait for the approval, then repeat the identical call with the same"
-            " idempotency key; do not create a new key.",
+            "fix": "Wait for a person's approval (ask again after the Retry-After seconds),"
+            " then repeat the identical call.{keep_key}",
             "link": "#confirmation_required",
         },
         "confirmation_declined": {
@@ -169,13 +198,15 @@ BUILTIN = GuardCatalog(
             "fix": "Ask the user whether the operation is still wanted; if so, call again"
             " with a new idempotency key.",
             "link": "#confirmation_expired",
+            "keyless": {"fix": "Ask the user whether the operation is still wanted; if so, call"
+                        " again, which asks a person again."},
         },
         "tool_not_found": {
             "status": 404,
             "retry": "never",
             "message": "No tool with that name is available to you.",
             "why": "The name is misspelled, or the tool is not offered to this principal.",
-            "fix": "List the tools with GET tools/ and use a listed name.",
+            "fix": "List the tools with {tool_list} and use a listed name.",
             "link": "#tool_not_found",
         },
         "operation_not_found": {
@@ -186,6 +217,14 @@ BUILTIN = GuardCatalog(
             "fix": "Use the operation id returned by your own call.",
             "link": "#operation_not_found",
         },
+        "confirmation_not_found": {
+            "status": 404,
+            "retry": "never",
+            "message": "No such confirmation.",
+            "why": "Confirmations are visible only to the principal whose call asked for them.",
+            "fix": "Use the Location a pending call of your own answered with.",
+            "link": "#confirmation_not_found",
+        },
         "verification_failed": {
             "status": 502,
             "retry": "never",
@@ -195,6 +234,8 @@ BUILTIN = GuardCatalog(
             "fix": "Do not retry with a new key; ask the user to check the result or have"
             " a person reconcile the operation.",
             "link": "#verification_failed",
+            "keyless": {"fix": "Do not call the tool again for this request; ask the user to"
+                        " check the result."},
         },
         "outcome_unknown": {
             "status": 500,
@@ -205,6 +246,16 @@ BUILTIN = GuardCatalog(
             "fix": "Do not retry with a new key. Tell the user a person must reconcile this"
             " operation; its id is in `operation`.",
             "link": "#outcome_unknown",
+        },
+        "operation_failed": {
+            "status": 409,
+            "retry": "never",
+            "message": "A person recorded that this operation failed.",
+            "why": "The outcome was reconciled by a person, who marked the operation failed;"
+            " every replay answers that decision.",
+            "fix": "Do not retry it with a new key; tell the user it failed and ask what to do"
+            " instead.",
+            "link": "#operation_failed",
         },
         "rate_limited": {
             "status": 429,
@@ -240,6 +291,13 @@ class GuardError(Exception):
     key_advice: KeyAdvice = "same"
     #: The repair when the raiser gives none.
     default_repair: Repair | RepairPlan | None = None
+    #: When neither the raiser nor ``default_repair`` gives a repair: the catalog's
+    #: ``fix``, as the audience reads it, becomes one step with this action.
+    fix_action: Action | None = None
+    #: Where the error can arise: on any ``request`` (no tool involved, as for the tool
+    #: list, ``initialize`` or an operation's status), only in a tool ``call``, or only
+    #: in a ``keyed_call`` (a tool that takes an idempotency key).
+    arises: ClassVar[Arises] = "call"
 
     def __init__(
         self,
@@ -258,9 +316,9 @@ class GuardError(Exception):
     ) -> None:
         if code is not None:
             self.code = code
-        entry = BUILTIN.entries.get(self.code)
-        if entry is not None:
-            entry = entry.for_site()
+        #: The catalog's entry as written: each audience reads it with ``for_site``.
+        self.entry = BUILTIN.entries.get(self.code)
+        entry = self.entry.for_site() if self.entry is not None else None
         self.raw_message = message or (entry.message if entry else "The call failed.")
         if retry is None:
             retry = entry.retry if entry else "never"  # type: ignore[assignment]
@@ -280,21 +338,46 @@ class GuardError(Exception):
     @property
     def message(self) -> str:
         """The portable message: code, retry policy in words, bounded next action."""
+        return self.message_for(ANY_AUDIENCE)
+
+    def text(self, name: str, audience: Audience = ANY_AUDIENCE) -> str:
+        """``message``, ``why`` or ``fix`` as ``audience`` reads it.
+
+        The catalog's text (still the entry's own, not the raiser's) in the audience's
+        wording; the raiser's text with the audience's names filled in (:func:`site_text`).
+        """
+        own = self.raw_message if name == "message" else getattr(self, name)
+        if self.entry is not None:
+            written = self.entry.for_site()
+            if own == getattr(written, name):
+                return str(getattr(self.entry.for_site(audience), name))
+        return str(site_text(own, site_names(audience)))
+
+    def repair_for(self, audience: Audience = ANY_AUDIENCE) -> Repair | RepairPlan | None:
+        """The repair as ``audience`` reads it: its instructions name the audience's words."""
+        if self.repair is None and self.fix_action is not None and self.retry == "after_repair":
+            return Repair(action=self.fix_action, instruction=self.text("fix", audience))
+        return fill_repair(self.repair, site_names(audience))
+
+    def message_for(self, audience: Audience = ANY_AUDIENCE) -> str:
+        """The portable message for ``audience``: its transport's words, and key talk only
+        where the call has a key."""
         from guarded_tools.conf import gt_settings
 
         try:
             limit = gt_settings.MESSAGE_MAX_CHARS
         except Exception:  # settings not configured (plain Python use)
             limit = 1500
+        head, repair = self.text("message", audience), self.repair_for(audience)
         # Rendered once (it is read for ``args``, ``str()`` and ``as_dict``), again only
         # if what it is made of changes.
-        made_of = (self.code, self.raw_message, self.retry, self.repair, limit, self.key_advice)
+        made_of = (self.code, head, self.retry, repair, limit, self.key_advice, audience.has_key)
         cached = self.__dict__.get("_rendered")
         if cached is not None and cached[0] == made_of:
             return str(cached[1])
         text = render_message(
-            self.code, self.raw_message, self.retry, self.repair, limit=limit,
-            key=self.key_advice,
+            self.code, head, self.retry, repair, limit=limit,
+            key=self.key_advice, keyed=audience.has_key,
         )
         self.__dict__["_rendered"] = (made_of, text)
         return text
@@ -307,24 +390,39 @@ class GuardError(Exception):
         # subclasses' signatures (``ToolError(code, ...)``, ``InternalError(id)``).
         return (_restore, (type(self), self.args, self.__dict__.copy()))
 
-    def as_dict(self, docs_url: str = "") -> dict[str, Any]:
-        """The structured error an agent receives; ``details`` stay server-side."""
+    def as_dict(self, docs_url: str = "", audience: Audience = ANY_AUDIENCE) -> dict[str, Any]:
+        """The structured error ``audience`` receives; ``details`` stay server-side."""
         data: dict[str, Any] = {
             "type": self.error_type,
             "code": self.code,
-            "message": self.message,
+            "message": self.message_for(audience),
             "retry": self.retry,
         }
-        if self.repair is not None:
-            data["repair"] = self.repair.as_dict()
+        repair = self.repair_for(audience)
+        if repair is not None:
+            data["repair"] = repair.as_dict()
         for name in ("why", "fix"):
-            if getattr(self, name):
-                data[name] = getattr(self, name)
+            if text := self.text(name, audience):
+                data[name] = text
         link = resolve_link(self.link, docs_url)
         if link:
             data["link"] = link
         data.update(self.extra)
         return data
+
+
+def fill_repair(
+    repair: Repair | RepairPlan | None, names: Mapping[str, str]
+) -> Repair | RepairPlan | None:
+    """``repair`` with the names in its instructions filled in (:func:`site_text`)."""
+    if isinstance(repair, RepairPlan):
+        steps = tuple(fill_repair(step, names) for step in repair.steps)
+        if steps == repair.steps:
+            return repair
+        return dataclasses.replace(repair, steps=steps)  # type: ignore[arg-type]
+    if repair is None or "{" not in repair.instruction:
+        return repair
+    return dataclasses.replace(repair, instruction=site_text(repair.instruction, names))
 
 
 def _restore(cls: type[GuardError], args: tuple[Any, ...], state: dict[str, Any]) -> GuardError:
@@ -385,6 +483,11 @@ class ToolError(GuardError):
             fix=fix or "",
             link=link or "",
         )
+        # An application catalog's entry, read for each audience as the guard's own are
+        # (its ``{tool_list}``, ``{keep_key}`` and ``keyless`` texts) while the error
+        # still carries the entry's texts.
+        owner = catalogs.owner(code)
+        self.entry = owner.entries.get(code) if owner is not None else None
 
     @property
     def retryable(self) -> bool:
@@ -428,6 +531,17 @@ def _issue_fields(issues: list[dict[str, Any]]) -> tuple[str, ...]:
 class MalformedRequest(GuardError):
     code = "malformed_request"
     error_type = "request_error"
+    arises = "request"
+    fix_action = "change_input"
+
+
+class MethodNotAllowed(GuardError):
+    """The endpoint does not answer that HTTP method (the response's ``Allow`` says which)."""
+
+    code = "method_not_allowed"
+    error_type = "request_error"
+    arises = "request"
+    fix_action = "change_input"
 
 
 class RequestTooLarge(GuardError):
@@ -436,14 +550,17 @@ class RequestTooLarge(GuardError):
     code = "request_too_large"
     error_type = "request_error"
     key_advice = "new"
-    #: The catalog's fix, as the step to take (the two said it in near-identical words).
-    default_repair = Repair(action="change_input", instruction=BUILTIN.entries[code].fix)
+    arises = "request"
+    #: The catalog's fix is the step to take (the two said it in near-identical words).
+    fix_action = "change_input"
 
 
 class IdempotencyKeyMissing(GuardError):
     code = "idempotency_key_missing"
     error_type = "idempotency_error"
     key_advice = "new"
+    arises = "keyed_call"
+    fix_action = "change_input"
 
 
 class IdempotencyKeyInvalid(GuardError):
@@ -452,6 +569,7 @@ class IdempotencyKeyInvalid(GuardError):
     code = "idempotency_key_invalid"
     error_type = "idempotency_error"
     key_advice = "new"
+    arises = "keyed_call"
     default_repair = Repair(
         action="change_input",
         instruction="Replace the key with a new UUID and reuse that new key for every retry"
@@ -462,16 +580,25 @@ class IdempotencyKeyInvalid(GuardError):
 class IdempotencyKeyReused(GuardError):
     code = "idempotency_key_reused"
     error_type = "idempotency_error"
+    arises = "keyed_call"
 
 
 class OperationInFlight(GuardError):
     code = "operation_in_flight"
     error_type = "idempotency_error"
+    arises = "keyed_call"
 
 
 class NotAuthenticated(GuardError):
     code = "not_authenticated"
     error_type = "authorization_error"
+    arises = "request"
+    default_repair = Repair(
+        action="ask_user",
+        instruction="If your host has no credentials for this site, ask the user for them;"
+        " then send them with the request (for example an Authorization: Token header) and"
+        " repeat it.",
+    )
 
 
 class AuthorizationError(GuardError):
@@ -479,12 +606,14 @@ class AuthorizationError(GuardError):
 
     code = "authorization_denied"
     error_type = "authorization_error"
+    arises = "request"
 
 
 class CsrfFailed(AuthorizationError):
     """Django's CSRF check refused a session-authenticated call; the token cures it."""
 
     code = "csrf_failed"
+    fix_action = "refresh_state"
 
 
 class ConfirmationError(GuardError):
@@ -494,26 +623,58 @@ class ConfirmationError(GuardError):
     error_type = "confirmation_error"
 
 
+class ConfirmationExpired(ConfirmationError):
+    """Nobody decided in time, or an approval lapsed before a call used it."""
+
+    code = "confirmation_expired"
+
+
 class ConfirmationRequired(GuardError):
-    """A person must approve the call first; carries ``confirmation`` in ``extra``."""
+    """A person must approve the call first; carries ``confirmation`` in ``extra``.
+
+    Its headers say where the caller may read the confirmation's state (``Location``)
+    and when to ask again (``Retry-After``).
+    """
 
     code = "confirmation_required"
     error_type = "confirmation_error"
+    default_repair = Repair(
+        action="retry_same_operation",
+        instruction="Wait for a person to approve it, then repeat this exact call with"
+        " unchanged input.{no_new_key}",
+    )
+
+
+class OperationFailed(GuardError):
+    """A person marked the operation failed (the default code of a reconciled failure)."""
+
+    code = "operation_failed"
+    error_type = "tool_error"
+    arises = "keyed_call"
 
 
 class ToolNotFound(GuardError):
     code = "tool_not_found"
     error_type = "request_error"
+    arises = "request"
 
 
 class OperationNotFound(GuardError):
     code = "operation_not_found"
     error_type = "request_error"
+    arises = "request"
+
+
+class ConfirmationNotFound(GuardError):
+    code = "confirmation_not_found"
+    error_type = "request_error"
+    arises = "request"
 
 
 class RateLimited(GuardError):
     code = "rate_limited"
     error_type = "request_error"
+    arises = "request"
 
 
 class VerificationError(GuardError):
@@ -532,6 +693,7 @@ class OutcomeUnknownError(GuardError):
 
     code = "outcome_unknown"
     error_type = "outcome_unknown"
+    arises = "keyed_call"
     retryable = False
 
     def __init__(self, message: str | None = None, **kwargs: Any) -> None:
@@ -544,6 +706,7 @@ class InternalError(GuardError):
 
     code = "internal_error"
     error_type = "internal_error"
+    arises = "request"
 
     def __init__(self, correlation_id: str) -> None:
         super().__init__(

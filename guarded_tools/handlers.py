@@ -1,14 +1,17 @@
-"""Provides the one exception handler that renders every error for agents."""
+"""Provides the one exception handler that renders every error for agents, and the one
+timestamp form the agent surface uses."""
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import uuid
 from typing import Any
 
 from django.conf import settings
-from django.http import Http404
+from django.http import Http404, HttpResponseBase
 from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
@@ -16,15 +19,17 @@ from guarded_tools.catalog import site_names
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import (
     AuthorizationError,
+    ConfirmationRequired,
     CsrfFailed,
     GuardError,
     InternalError,
     MalformedRequest,
+    MethodNotAllowed,
     NotAuthenticated,
     RateLimited,
     ToolNotFound,
 )
-from guarded_tools.repair import Repair, RepairPlan
+from guarded_tools.repair import Audience, Repair, RepairPlan
 
 logger = logging.getLogger("guarded_tools")
 
@@ -54,9 +59,7 @@ def to_guard_error(exc: BaseException) -> GuardError:
     if isinstance(exc, drf.ParseError):
         return MalformedRequest()
     if isinstance(exc, drf.MethodNotAllowed):
-        return MalformedRequest(
-            "This endpoint does not accept that HTTP method.", status=405, code="method_not_allowed"
-        )
+        return MethodNotAllowed()
     if isinstance(exc, (Http404, drf.NotFound)):
         return ToolNotFound()
     correlation_id = uuid.uuid4().hex
@@ -110,8 +113,8 @@ def csrf_failed(detail: str) -> CsrfFailed:
                 ),
                 Repair(
                     action="retry_same_operation",
-                    instruction=f"Repeat this exact call with {send}; keep the same input"
-                    " and idempotency key.",
+                    instruction=f"Repeat this exact call with {send}, with unchanged input."
+                    "{no_new_key}",
                 ),
             )
         ),
@@ -130,15 +133,73 @@ def docs_url(request: Any) -> str:
         return ""
 
 
-def error_payload(error: GuardError, request: Any = None) -> dict[str, Any]:
-    return {"error": error.as_dict(docs_url(request))}
+def timestamp(value: dt.datetime | None) -> str | None:
+    """The one form every time the agent surface shows takes: UTC, milliseconds, ``Z``.
+
+    ``2026-12-01T08:49:40.123Z`` (JavaScript's ``toISOString``); a naive value is read
+    in the current time zone.
+    """
+    if value is None:
+        return None
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    text = value.astimezone(dt.UTC).isoformat(timespec="milliseconds")
+    return text.removesuffix("+00:00") + "Z"
+
+
+def error_payload(
+    error: GuardError, request: Any = None, audience: Audience | None = None
+) -> dict[str, Any]:
+    return {"error": error.as_dict(docs_url(request), audience or Audience(transport="rest"))}
+
+
+def status_url(request: Any, name: str, pk: str) -> str | None:
+    """The absolute URL of route ``name`` for ``pk``, in the namespace this request came in."""
+    match = getattr(request, "resolver_match", None)
+    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
+    try:
+        path = reverse(f"{namespace}:{name}", kwargs={"pk": pk})
+    except NoReverseMatch:
+        return None
+    return str(request.build_absolute_uri(path))
+
+
+def log_once(error: GuardError, response: HttpResponseBase) -> None:
+    """Log the guard's own 5xx answers once, at their level, and keep Django from
+    logging them again as an "Internal Server Error".
+
+    ``outcome_unknown`` and ``verification_failed`` are states the design answers (a
+    replay answers them again): one WARNING with the operation id. ``internal_error``
+    was logged at ERROR, with its traceback and correlation id, when it was made
+    (:func:`to_guard_error`). Django's ``log_response`` skips a response marked
+    ``_has_been_logged``. An application's own 5xx (a ``ToolError``) is Django's to log.
+    """
+    if error.status_code < 500:
+        return
+    if error.code in ("outcome_unknown", "verification_failed"):
+        operation = error.extra.get("operation")
+        operation_id = operation.get("id") if isinstance(operation, dict) else None
+        logger.warning("%s (HTTP %s) for operation %s", error.code, error.status_code,
+                       operation_id or "-")
+    elif not isinstance(error, InternalError):
+        return
+    response._has_been_logged = True  # type: ignore[attr-defined]
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     error = to_guard_error(exc)
-    response = Response(error_payload(error, context.get("request")), status=error.status_code)
+    request, view = context.get("request"), context.get("view")
+    describe = getattr(view, "error_audience", None)
+    audience = describe() if describe is not None else None
+    response = Response(error_payload(error, request, audience), status=error.status_code)
     for name, value in error.headers.items():
         response[name] = value
+    if isinstance(error, ConfirmationRequired) and request is not None:
+        confirmation = error.extra.get("confirmation") or {}
+        location = status_url(request, "confirmation-detail", str(confirmation.get("id")))
+        if location and confirmation.get("id"):
+            response["Location"] = location
     if error.status_code == 401:
         response["WWW-Authenticate"] = 'Token realm="api"'
+    log_once(error, response)
     return response

@@ -20,10 +20,14 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
-from guarded_tools.handlers import docs_url, to_guard_error
+from guarded_tools.handlers import docs_url, log_once, to_guard_error
 from guarded_tools.pipeline import GuardResult, get_pipeline
 from guarded_tools.registry import Tool, registry
+from guarded_tools.repair import Audience
 from guarded_tools.views import GuardedAPIView, invocation_for, visible_tools
+
+#: Who reads an error that is about no tool (the transport's own refusals, an unknown tool).
+NO_TOOL = Audience(transport="mcp", tool=False)
 
 # -- protocol constants ---------------------------------------------------------------------
 MODERN_VERSIONS: tuple[str, ...] = ("2026-07-28",)
@@ -394,7 +398,7 @@ def _find_tool(ex: Exchange, name: str, arguments: dict[str, Any]) -> Tool:
     if definition is None or not definition.reachable_over_mcp:
         error = ToolNotFound()
         raise RpcError(INVALID_PARAMS, "Unknown tool: call tools/list for the tools you may call.",
-                       error.as_dict(docs_url(ex.request)))
+                       error.as_dict(docs_url(ex.request), NO_TOOL))
     user = ex.request.user
     if not user.is_authenticated and definition not in visible_tools(user):
         raise NotAuthenticated()
@@ -441,14 +445,16 @@ def error_result(definition: Tool, error: GuardError, docs: str = "") -> dict[st
 
     The structured error is always in ``_meta``; it is also ``structuredContent`` unless
     the tool declares an output schema, because some clients validate an error
-    result's structured content against that schema and then hide the error.
+    result's structured content against that schema and then hide the error. Both
+    are worded for an MCP caller of this tool.
     """
-    structured = error.as_dict(docs)
+    audience = Audience(transport="mcp", keyed=definition.idempotent)
+    structured = error.as_dict(docs, audience)
     retry_after = error.headers.get("Retry-After", "")
     if retry_after.isdigit():
         structured["retry_after"] = int(retry_after)
     data: dict[str, Any] = {
-        "content": [_text(error.message)],
+        "content": [_text(structured["message"])],
         "isError": True,
         "_meta": {ERROR_META: structured},
     }
@@ -506,14 +512,15 @@ def _rpc_code(error: GuardError) -> int:
 def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
     """DRF's exception handler for this view: a JSON-RPC error with the HTTP status."""
     error = to_guard_error(exc)
-    data = error.as_dict(docs_url(context.get("request")))
-    response = _json(_error(None, _rpc_code(error), error.message, data), error.status_code)
+    data = error.as_dict(docs_url(context.get("request")), NO_TOOL)
+    response = _json(_error(None, _rpc_code(error), data["message"], data), error.status_code)
     for name, value in error.headers.items():
         response[name] = value
     if error.status_code == 401:
         view, request = context.get("view"), context.get("request")
         header = view.get_authenticate_header(request) if view and request else None
         response["WWW-Authenticate"] = header or 'Token realm="api"'
+    log_once(error, response)
     return response
 
 

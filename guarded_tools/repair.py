@@ -84,8 +84,12 @@ class Repair:
             data["fields"] = list(self.fields)
         return data
 
-    def sentence(self, instruction_limit: int = MAX_INSTRUCTION_CHARS) -> str:
-        """The bounded, portable sentence for this action."""
+    def sentence(self, instruction_limit: int = MAX_INSTRUCTION_CHARS, *,
+                 keyed: bool = True) -> str:
+        """The bounded, portable sentence for this action.
+
+        ``keyed``: whether the call has an idempotency key to talk of (see :class:`Audience`).
+        """
         tool = safe_name(self.tool) if self.tool else ""
         lead = {
             "change_input": "change the input",
@@ -93,10 +97,11 @@ class Repair:
             "refresh_state": "refresh the state you rely on",
             "retry_same_operation": (
                 f"retry the same operation{' with ' + repr(tool) if tool else ''}"
-                ", keeping its idempotency key"
+                + (", keeping its idempotency key" if keyed else "")
             ),
             "ask_user": "ask the user",
-            "reconcile": "have a person reconcile this operation; do not retry it with a new key",
+            "reconcile": "have a person reconcile this operation; "
+            + ("do not retry it with a new key" if keyed else "do not call it again"),
             "stop": "stop; do not call this tool again for this request",
         }[self.action]
         if self.fields:
@@ -134,13 +139,14 @@ class RepairPlan:
             data["update"] = list(self.update)
         return data
 
-    def sentence(self, instruction_limit: int = MAX_INSTRUCTION_CHARS) -> str:
+    def sentence(self, instruction_limit: int = MAX_INSTRUCTION_CHARS, *,
+                 keyed: bool = True) -> str:
         shown = self.steps[:MAX_STEPS]
         count = len(self.steps)
         steps = f"these {count} steps" if count != 1 else "this 1 step"
         parts = [f"run {steps} in order, one at a time, not in parallel:"]
         for number, step in enumerate(shown, start=1):
-            parts.append(f"{number}. {step.sentence(instruction_limit)}")
+            parts.append(f"{number}. {step.sentence(instruction_limit, keyed=keyed)}")
         if len(self.steps) > len(shown):
             hidden = len(self.steps) - len(shown)
             parts.append(f"({hidden} more steps are in the structured repair.)")
@@ -200,6 +206,42 @@ RETRY_WORDS = {
 #: ``after_repair`` with no structured repair: there is nothing "below" to point at.
 RETRY_AFTER_FIX = "Retry only after fixing the cause, with the same idempotency key."
 
+Transport = Literal["rest", "mcp"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Audience:
+    """Where an error is read: over which transport, and about what.
+
+    ``transport``: ``rest`` or ``mcp``, or None where the text serves both (the
+    catalog's exports, plain Python). ``tool``: whether a tool call is involved (not so
+    for the tool list, ``initialize``, ``ping``, an operation's status or the catalog).
+    ``keyed``: whether that tool takes an idempotency key. Text for an audience names
+    the transport's own way to list tools, and talks of keeping or replacing an
+    idempotency key only where the call has one.
+    """
+
+    transport: Transport | None = None
+    tool: bool = True
+    keyed: bool = True
+
+    @property
+    def has_key(self) -> bool:
+        """Whether the call this error is about has an idempotency key to talk of."""
+        return self.tool and self.keyed
+
+    @property
+    def tool_list(self) -> str:
+        """How a caller on this transport lists the tools it may call."""
+        return {
+            "rest": "GET tools/",
+            "mcp": "the tools/list method",
+        }.get(self.transport or "", "GET tools/ (over MCP, the tools/list method)")
+
+
+#: Where no audience is given: either transport, a keyed tool (the catalog's own wording).
+ANY_AUDIENCE = Audience()
+
 KeyAdvice = Literal["same", "new", "unused"]
 """What an ``after_repair`` retry does with its idempotency key.
 
@@ -231,12 +273,22 @@ MAX_HEAD_CHARS = 400
 _INSTRUCTION_STEPS = (MAX_INSTRUCTION_CHARS, 160, 120, 80, 60, 40, 20, 0)
 
 
-def retry_words(retry: str, has_repair: bool, key: str = "same") -> str:
+#: The ``after_repair`` words where the call has no idempotency key: with a repair, without.
+AFTER_REPAIR_KEYLESS = (
+    "Retry only after the repair below.",
+    "Retry only after fixing the cause.",
+)
+
+
+def retry_words(retry: str, has_repair: bool, key: str = "same", *, keyed: bool = True) -> str:
     """The retry policy in words (unknown policies read as ``never``).
 
     ``key`` (a :data:`KeyAdvice`) says what an ``after_repair`` retry does with its
-    idempotency key; the other policies do not change the key.
+    idempotency key; the other policies do not change the key. ``keyed`` false: the
+    call has no key (a tool without one, or no tool at all), so none is talked of.
     """
+    if retry == "after_repair" and not keyed:
+        return AFTER_REPAIR_KEYLESS[0] if has_repair else AFTER_REPAIR_KEYLESS[1]
     if retry == "after_repair":
         with_repair, without = AFTER_REPAIR_WORDS.get(key, AFTER_REPAIR_WORDS["same"])
         return with_repair if has_repair else without
@@ -251,6 +303,7 @@ def render_message(
     *,
     limit: int = MESSAGE_MAX_CHARS,
     key: str = "same",
+    keyed: bool = True,
 ) -> str:
     """The portable message: stands alone when every other field is stripped.
 
@@ -259,10 +312,11 @@ def render_message(
     all): the human message is shortened first to leave room for them and for the
     start of the ``Next action:`` sentence, whose instructions are then shortened
     until it fits; whatever is still over ``limit`` is cut at the end. ``key`` says
-    what the retry does with its idempotency key (see :func:`retry_words`).
+    what the retry does with its idempotency key, and ``keyed`` whether there is one
+    (see :func:`retry_words`).
     """
     limit = max(int(limit), 0)
-    tag = f"[{safe_name(code)}] {retry_words(retry, repair is not None, key)}"
+    tag = f"[{safe_name(code)}] {retry_words(retry, repair is not None, key, keyed=keyed)}"
     room = limit - len(tag) - 1  # one space between the head and the tag
     if repair is not None:
         room //= 2  # leave at least as much for the Next action sentence
@@ -273,7 +327,7 @@ def render_message(
     if repair is not None:
         budget = limit - len(text) - len(" Next action: ")
         for bound in _INSTRUCTION_STEPS:
-            sentence = repair.sentence(bound)
+            sentence = repair.sentence(bound, keyed=keyed)
             if len(sentence) <= budget:
                 break
         text += " Next action: " + sentence

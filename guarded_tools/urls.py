@@ -21,6 +21,10 @@ urlpatterns = [
     path("openapi.json", views.OpenAPIView.as_view(), name="openapi"),
     path("docs/", views.SwaggerView.as_view(), name="docs"),
     path("errors/", views.ErrorsPageView.as_view(), name="errors-page"),
+    # The Location of a confirmation_required answer: what the caller polls.
+    path("confirmations/<uuid:pk>/", views.ConfirmationDetailView.as_view(),
+         name="confirmation-detail"),
+    path("confirmations/<str:pk>/", views.ConfirmationDetailView.as_view()),
     # Any other id answers the JSON not-found error, not Django's HTML 404 (kept out of
     # ``rest_urlpatterns`` so that the OpenAPI document still says the id is a UUID).
     path("operations/<str:pk>/", views.OperationDetailView.as_view()),

@@ -23,17 +23,20 @@ from rest_framework.views import APIView
 from guarded_tools import catalog
 from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
+from guarded_tools.confirmations import describe
 from guarded_tools.exceptions import (
+    ConfirmationNotFound,
     MalformedRequest,
     NotAuthenticated,
     OperationNotFound,
     ToolNotFound,
 )
-from guarded_tools.handlers import docs_url, exception_handler
-from guarded_tools.models import Operation
+from guarded_tools.handlers import docs_url, exception_handler, timestamp
+from guarded_tools.models import Confirmation, Operation
 from guarded_tools.parsers import StrictJSONParser, read_unframed_body
 from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline, principal_scope
 from guarded_tools.registry import Tool, registry
+from guarded_tools.repair import Audience
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
 
@@ -119,6 +122,11 @@ class GuardedAPIView(APIView):
     def get_exception_handler(self) -> Any:
         return exception_handler
 
+    def error_audience(self) -> Audience:
+        """Who reads this view's errors: a REST caller, about no tool (the tool list, an
+        operation's status, the catalog)."""
+        return Audience(transport="rest", tool=False)
+
     def finalize_response(
         self, request: Request, response: Response, *args: Any, **kwargs: Any
     ) -> Response:
@@ -152,6 +160,13 @@ class ToolListView(GuardedAPIView):
 
 
 class ToolCallView(GuardedAPIView):
+    def error_audience(self) -> Audience:
+        """A REST caller of the tool this URL names (no tool when no tool has that name)."""
+        definition = registry.find(str(self.kwargs.get("name", "")))
+        if definition is None:
+            return super().error_audience()
+        return Audience(transport="rest", keyed=definition.idempotent)
+
     def post(self, request: Request, name: str) -> Response:
         definition = registry.find(name)
         if definition is None:
@@ -189,15 +204,58 @@ class OperationDetailView(GuardedAPIView):
         if operation is None:
             raise OperationNotFound()
         data = {**operation.summary(), "tool": operation.tool,
-                "created_at": operation.created_at, "completed_at": operation.completed_at}
+                "created_at": timestamp(operation.created_at),
+                "completed_at": timestamp(operation.completed_at)}
         if operation.state == "succeeded":
             data["output"] = operation.output
         elif operation.error:
             tool = registry.find(operation.tool)
             if tool is not None:
                 error = get_pipeline(tool).stored_error(operation)
-                data["error"] = error.as_dict(docs_url(request))
+                data["error"] = error.as_dict(docs_url(request), Audience(transport="rest"))
+        # The call's latest confirmation: a pending one is what the operation waits for.
+        confirmation = (
+            Confirmation.objects.filter(tool=operation.tool, scope=scope, key=operation.key)
+            .order_by("-created_at").first()
+        )
+        if confirmation is not None:
+            data["confirmation"] = describe(confirmation)
         return Response(data)
+
+
+class ConfirmationDetailView(GuardedAPIView):
+    """``GET confirmations/<id>/``: the state of a confirmation the caller's call asked for.
+
+    The ``Location`` of a ``confirmation_required`` answer; principal-scoped like operations.
+    """
+
+    def get(self, request: Request, pk: uuid.UUID | str) -> Response:
+        scope = principal_scope(request.user, None)
+        if scope is None:
+            raise NotAuthenticated()
+        if not isinstance(pk, uuid.UUID):
+            try:
+                pk = uuid.UUID(pk)
+            except ValueError:
+                raise ConfirmationNotFound() from None
+        # Another principal's confirmation answers exactly like a missing one.
+        confirmation = Confirmation.objects.filter(pk=pk, scope=scope).first()
+        if confirmation is None:
+            raise ConfirmationNotFound()
+        operation_id = confirmation.operation_id
+        if operation_id is None and confirmation.key:
+            # An effect-only call claims its key before it asks: that operation waits too.
+            operation_id = Operation.objects.filter(
+                tool=confirmation.tool, scope=scope, key=confirmation.key
+            ).values_list("pk", flat=True).first()
+        return Response({
+            **describe(confirmation),
+            "tool": confirmation.tool,
+            "key": confirmation.key,
+            "created_at": timestamp(confirmation.created_at),
+            "decided_at": timestamp(confirmation.decided_at),
+            "operation": str(operation_id) if operation_id else None,
+        })
 
 
 class ErrorCatalogView(GuardedAPIView):

@@ -198,8 +198,9 @@ def test_builtin_errors_take_code_status_policy_and_catalog_text(
     assert data["link"] == f"#{code}"
     assert f"[{code}]" in error.message
     assert error.message.startswith(entry.message)
-    assert retry_words(error.retry, error.repair is not None, error.key_advice) in error.message
-    if error.repair is None:
+    repair = error.repair_for()
+    assert retry_words(error.retry, repair is not None, error.key_advice) in error.message
+    if repair is None:
         # Regression: "after_repair" without a repair used to say "the repair below".
         assert "repair below" not in error.message
 
