@@ -7,9 +7,11 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.shortcuts import render
+from django.urls import Resolver404, resolve
 from django.utils.decorators import method_decorator
 from django.views import View
 from rest_framework.exceptions import NotAcceptable
@@ -248,3 +250,43 @@ class ErrorsPageView(View):
             "catalogs": catalog.catalogs.all(),
             "title": gt_settings.SERVER_NAME,
         })
+
+
+class NotFoundView(GuardedAPIView):
+    """Every other path under the agent prefix: the agents' JSON not-found error, any method.
+
+    Never Django's HTML 404 (or its technical page with ``DEBUG``), and never a redirect
+    for an agent address. Only when the app is mounted at the site's root does a GET of
+    one of the site's own pages without its slash keep ``APPEND_SLASH``'s redirect.
+    """
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        raise ToolNotFound(
+            "Nothing is served at this address. The agent endpoints are tools/,"
+            " tools/<name>/, operations/<id>/, mcp/, errors.json and llms.txt."
+        )
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        site_page = _site_page_with_slash(request)
+        if site_page is not None:
+            return HttpResponsePermanentRedirect(site_page)
+        return super().dispatch(request, *args, **kwargs)
+
+
+def _site_page_with_slash(request: HttpRequest) -> str | None:
+    """Where ``APPEND_SLASH`` would have sent this GET, when that is not an agent path."""
+    if (not settings.APPEND_SLASH or request.method not in ("GET", "HEAD")
+            or request.path_info.endswith("/")):
+        return None
+    try:
+        match = resolve(f"{request.path_info}/", getattr(request, "urlconf", None))
+    except Resolver404:
+        return None
+    if getattr(match.func, "view_class", None) is NotFoundView:
+        return None
+    return request.get_full_path(force_append_slash=True)
