@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import json
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
@@ -23,7 +25,7 @@ from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenti
 from guarded_tools.handlers import docs_url, to_guard_error
 from guarded_tools.pipeline import GuardResult, get_pipeline
 from guarded_tools.registry import Tool, registry
-from guarded_tools.views import GuardedAPIView, invocation_for, visible_tools
+from guarded_tools.views import GuardedAPIView, invocation_for, prefer_wait, visible_tools
 
 # -- protocol constants ---------------------------------------------------------------------
 MODERN_VERSIONS: tuple[str, ...] = ("2026-07-28",)
@@ -85,11 +87,20 @@ class RpcError(Exception):
 
 @dataclass(frozen=True)
 class Exchange:
-    """One POST: the DRF request, the protocol version it speaks and its era."""
+    """One POST: the DRF request, the protocol version it speaks and its era.
+
+    ``wait_until`` (``time.monotonic()``) ends the POST's ``Prefer: wait``: the bound is
+    for the request, shared by every call of a batch, not granted to each of them.
+    """
 
     request: Request
     version: str
     modern: bool
+    wait_until: float = 0.0
+
+    def wait_left(self) -> float:
+        """What is left of the request's ``Prefer: wait`` for the next call to use."""
+        return max(self.wait_until - time.monotonic(), 0.0)
 
 
 # -- JSON-RPC framing -----------------------------------------------------------------------
@@ -407,7 +418,9 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     name, arguments = _call_arguments(params)
     definition = _find_tool(ex, name, arguments)
     # Agents cannot set a header per call over MCP: the key is an input field.
-    invocation = invocation_for(ex.request, arguments, header_key=None)
+    invocation = dataclasses.replace(
+        invocation_for(ex.request, arguments, header_key=None), wait=ex.wait_left()
+    )
     try:
         result = get_pipeline(definition).run(invocation)
     except Exception as exc:  # every failure becomes an error the agent can read
@@ -540,7 +553,8 @@ def serve(request: Request, body: Any) -> HttpResponse:
                             data), 400)
     modern = header in MODERN_VERSIONS or (header is None and _has_envelope(body))
     version = header or (MODERN_VERSIONS[0] if modern else BATCH_VERSION)
-    ex = Exchange(request=request, version=version, modern=modern)
+    ex = Exchange(request=request, version=version, modern=modern,
+                  wait_until=time.monotonic() + prefer_wait(request))
     if isinstance(body, list):
         return _batch(ex, body)
     return _respond(ex, _reply(ex, body))
