@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from django.core.exceptions import DisallowedHost
 from django.http import HttpResponse
 from django.urls import NoReverseMatch, reverse
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
+from guarded_tools import hosts
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
 from guarded_tools.handlers import docs_url, to_guard_error
@@ -318,7 +318,7 @@ def _catalog_url(request: Request, name: str, fallback: str) -> str:
     match = request.resolver_match
     namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
     try:
-        return request.build_absolute_uri(reverse(f"{namespace}:{name}"))
+        return hosts.absolute_url(request, reverse(f"{namespace}:{name}"))
     except NoReverseMatch:
         return fallback
 
@@ -489,16 +489,15 @@ _MODERN_METHODS: dict[str, Method] = {
 
 # -- HTTP --------------------------------------------------------------------------------------
 def check_origin(request: Request) -> None:
-    """DNS-rebinding protection: a browser Origin must be this site or an allowed one."""
+    """DNS-rebinding protection: a browser Origin must be one the site trusts.
+
+    Never the request's own Host: with ``ALLOWED_HOSTS = ["*"]`` a rebound page's Origin
+    is its Host. See :func:`guarded_tools.hosts.origin_allowed`.
+    """
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    try:
-        own = f"{request.scheme}://{request.get_host()}"
-    except DisallowedHost:
-        own = ""
-    allowed = {o.rstrip("/").lower() for o in (own, *gt_settings.MCP_ALLOWED_ORIGINS)}
-    if origin.rstrip("/").lower() not in allowed:
+    if not hosts.origin_allowed(request, origin):
         raise AuthorizationError(
             "This Origin may not call the MCP endpoint. Call it from an agent, not a web page,"
             " or ask the site to add the origin to MCP_ALLOWED_ORIGINS.",
