@@ -7,11 +7,14 @@ import uuid
 from collections.abc import Iterable
 from typing import Any
 
+from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
-from django.urls import Resolver404, resolve
+from django.templatetags.static import static
+from django.urls import Resolver404, resolve, reverse
 from django.utils.decorators import method_decorator
 from django.views import View
 from rest_framework.exceptions import NotAcceptable
@@ -232,14 +235,72 @@ class OpenAPIView(GuardedAPIView):
         return Response(build_document(request, visible_tools(request.user)))
 
 
-class SwaggerView(APIView):
-    """A Swagger UI page for people, reading ``openapi.json``."""
+SIDECAR_APP = "drf_spectacular_sidecar"
+#: drf-spectacular's page fills these from ``SWAGGER_UI_DIST`` / ``SWAGGER_UI_FAVICON_HREF``.
+SWAGGER_UI_FILES = {
+    "swagger_ui_css": "swagger-ui.css",
+    "swagger_ui_bundle": "swagger-ui-bundle.js",
+    "swagger_ui_standalone": "swagger-ui-standalone-preset.js",
+    "favicon_href": "favicon-32x32.png",
+}
 
-    def get(self, request: Request) -> HttpResponse:
+
+def _app_url(request: HttpRequest, name: str) -> str:
+    """A URL of this app under the namespace the request came in by."""
+    match = request.resolver_match
+    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
+    return reverse(f"{namespace}:{name}")
+
+
+def swagger_ui_assets() -> dict[str, str] | None:
+    """Where the docs page loads Swagger UI from: drf-spectacular-sidecar's packaged build.
+
+    A ``SWAGGER_UI_DIST`` the site chose itself (not drf-spectacular's default, a CDN at
+    ``@latest``) is left alone ({}); None when neither is there to serve.
+    """
+    try:
+        from drf_spectacular.settings import SPECTACULAR_DEFAULTS, spectacular_settings
+    except ImportError:
+        return None
+    dist = spectacular_settings.SWAGGER_UI_DIST
+    if dist not in ("SIDECAR", SPECTACULAR_DEFAULTS["SWAGGER_UI_DIST"]):
+        return {}
+    if not apps.is_installed(SIDECAR_APP):
+        return None
+    assets = {key: static(f"{SIDECAR_APP}/swagger-ui-dist/{file}")
+              for key, file in SWAGGER_UI_FILES.items()}
+    favicon = spectacular_settings.SWAGGER_UI_FAVICON_HREF
+    if favicon not in ("SIDECAR", SPECTACULAR_DEFAULTS["SWAGGER_UI_FAVICON_HREF"]):
+        del assets["favicon_href"]
+    return assets
+
+
+class SwaggerView(View):
+    """``GET docs/``: Swagger UI for people, reading ``openapi.json``, from packaged assets.
+
+    drf-spectacular's own page (its authentication and ``SERVE_PERMISSIONS`` apply),
+    with Swagger UI from drf-spectacular-sidecar, never from a CDN. Without either, a
+    page that says what to install.
+    """
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        assets = swagger_ui_assets()
+        if assets is None:
+            return render(request, "guarded_tools/docs_unavailable.html", {
+                "title": gt_settings.SERVER_NAME,
+                "openapi": _app_url(request, "openapi"),
+                "spectacular": apps.is_installed("drf_spectacular"),
+            }, status=501)
         from drf_spectacular.views import SpectacularSwaggerView
 
-        view = SpectacularSwaggerView.as_view(url_name="guarded_tools:openapi")
-        return view(request._request)
+        class Page(SpectacularSwaggerView):
+            def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+                response: Response = super().get(request, *args, **kwargs)
+                response.data.update(assets)
+                return response
+
+        view = Page.as_view(url=_app_url(request, "openapi"), title=gt_settings.SERVER_NAME)
+        return view(request)
 
 
 class ErrorsPageView(View):
@@ -249,6 +310,9 @@ class ErrorsPageView(View):
         return render(request, "guarded_tools/errors.html", {
             "catalogs": catalog.catalogs.all(),
             "title": gt_settings.SERVER_NAME,
+            # Absolute paths: the page is served as errors/ and as errors.
+            "errors_json": _app_url(request, "errors-json"),
+            "llms_txt": _app_url(request, "llms-txt"),
         })
 
 
@@ -271,7 +335,7 @@ class NotFoundView(GuardedAPIView):
             " tools/<name>/, operations/<id>/, mcp/, errors.json and llms.txt."
         )
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         site_page = _site_page_with_slash(request)
         if site_page is not None:
             return HttpResponsePermanentRedirect(site_page)

@@ -54,6 +54,9 @@ def test_every_endpoint_is_served_with_and_without_its_slash(
     assert client.get(f"/agent/operations/{operation}{slash}").json()["id"] == operation
     page = client.get(f"/agent/errors{slash}")
     assert page.status_code == 200 and b'id="tool_not_found"' in page.content
+    # Its links hold whichever spelling it was reached by.
+    assert b'href="/agent/errors.json"' in page.content
+    assert b'href="/agent/llms.txt"' in page.content
 
 
 @pytest.mark.parametrize("method", ["get", "post", "put", "delete"])
