@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
+from importlib.util import find_spec
 from typing import Any
 
 from django.apps import apps
@@ -256,12 +257,13 @@ def swagger_ui_assets() -> dict[str, str] | None:
     """Where the docs page loads Swagger UI from: drf-spectacular-sidecar's packaged build.
 
     A ``SWAGGER_UI_DIST`` the site chose itself (not drf-spectacular's default, a CDN at
-    ``@latest``) is left alone ({}); None when neither is there to serve.
+    ``@latest``) is left alone ({}); None when neither is there to serve, or when
+    drf-spectacular (whose page this is) is not an installed app.
     """
-    try:
-        from drf_spectacular.settings import SPECTACULAR_DEFAULTS, spectacular_settings
-    except ImportError:
+    if not apps.is_installed("drf_spectacular"):
         return None
+    from drf_spectacular.settings import SPECTACULAR_DEFAULTS, spectacular_settings
+
     dist = spectacular_settings.SWAGGER_UI_DIST
     if dist not in ("SIDECAR", SPECTACULAR_DEFAULTS["SWAGGER_UI_DIST"]):
         return {}
@@ -289,7 +291,7 @@ class SwaggerView(View):
             return render(request, "guarded_tools/docs_unavailable.html", {
                 "title": gt_settings.SERVER_NAME,
                 "openapi": _app_url(request, "openapi"),
-                "spectacular": apps.is_installed("drf_spectacular"),
+                "spectacular": find_spec("drf_spectacular") is not None,
             }, status=501)
         from drf_spectacular.views import SpectacularSwaggerView
 
