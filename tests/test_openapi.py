@@ -87,7 +87,7 @@ def test_a_site_chosen_swagger_ui_dist_is_kept(alice: Any, client_for: Any,
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("missing", [{"drf_spectacular_sidecar"},
-                                     {"drf_spectacular", "drf_spectacular_sidecar"}])
+                                     {"drf_spectacular"}])
 def test_without_the_sidecar_the_docs_page_says_what_to_install(
         alice: Any, client_for: Any, settings: Any, missing: set[str]) -> None:
     settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a not in missing]
