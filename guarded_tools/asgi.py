@@ -52,13 +52,17 @@ def _expects_continue(headers: Headers) -> bool:
 
 
 def _agent_paths() -> tuple[str, ...]:
-    """Where agents send bodies: the tool calls and MCP (nothing else of the site's)."""
+    """Where agents send bodies: the tool calls and MCP (nothing else of the site's).
+
+    Prefixes without the trailing slash: the app serves ``mcp`` as it serves ``mcp/``.
+    """
     from django.urls import NoReverseMatch, reverse
 
     try:
-        return (reverse("guarded_tools:tool-list"), reverse("guarded_tools:mcp"))
+        paths = (reverse("guarded_tools:tool-list"), reverse("guarded_tools:mcp"))
     except NoReverseMatch:
         return ()
+    return tuple(p.rstrip("/") for p in paths)
 
 
 async def _too_large(send: Callable[[Message], Awaitable[None]]) -> None:

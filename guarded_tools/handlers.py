@@ -15,6 +15,7 @@ from django.utils import timezone
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
+from guarded_tools import hosts
 from guarded_tools.catalog import site_names
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import (
@@ -122,13 +123,14 @@ def csrf_failed(detail: str) -> CsrfFailed:
 
 
 def docs_url(request: Any) -> str:
-    """Where catalog links point: ``DOCS_URL``, else this site's own errors page."""
+    """Where catalog links point: ``DOCS_URL``, else this site's own errors page (relative
+    when the request's Host is not one the site configured: see ``hosts``)."""
     if gt_settings.DOCS_URL:
         return str(gt_settings.DOCS_URL)
     if request is None:
         return ""
     try:
-        return str(request.build_absolute_uri(reverse("guarded_tools:errors-page")))
+        return hosts.absolute_url(request, reverse("guarded_tools:errors-page"))
     except NoReverseMatch:
         return ""
 

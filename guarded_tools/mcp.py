@@ -4,27 +4,29 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import functools
 import json
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import metadata
 from typing import Any
 
-from django.core.exceptions import DisallowedHost
 from django.http import HttpResponse
 from django.urls import NoReverseMatch, reverse
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
+from guarded_tools import hosts
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
 from guarded_tools.handlers import docs_url, log_once, to_guard_error
 from guarded_tools.pipeline import GuardResult, get_pipeline
 from guarded_tools.registry import Tool, registry
 from guarded_tools.repair import Audience
-from guarded_tools.views import GuardedAPIView, invocation_for, visible_tools
+from guarded_tools.views import GuardedAPIView, invocation_for, prefer_wait, visible_tools
 
 #: Who reads an error that is about no tool (the transport's own refusals, an unknown tool).
 NO_TOOL = Audience(transport="mcp", tool=False)
@@ -89,11 +91,20 @@ class RpcError(Exception):
 
 @dataclass(frozen=True)
 class Exchange:
-    """One POST: the DRF request, the protocol version it speaks and its era."""
+    """One POST: the DRF request, the protocol version it speaks and its era.
+
+    ``wait_until`` (``time.monotonic()``) ends the POST's ``Prefer: wait``: the bound is
+    for the request, shared by every call of a batch, not granted to each of them.
+    """
 
     request: Request
     version: str
     modern: bool
+    wait_until: float = 0.0
+
+    def wait_left(self) -> float:
+        """What is left of the request's ``Prefer: wait`` for the next call to use."""
+        return max(self.wait_until - time.monotonic(), 0.0)
 
 
 # -- JSON-RPC framing -----------------------------------------------------------------------
@@ -311,7 +322,7 @@ def _catalog_url(request: Request, name: str, fallback: str) -> str:
     match = request.resolver_match
     namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
     try:
-        return request.build_absolute_uri(reverse(f"{namespace}:{name}"))
+        return hosts.absolute_url(request, reverse(f"{namespace}:{name}"))
     except NoReverseMatch:
         return fallback
 
@@ -411,7 +422,9 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     name, arguments = _call_arguments(params)
     definition = _find_tool(ex, name, arguments)
     # Agents cannot set a header per call over MCP: the key is an input field.
-    invocation = invocation_for(ex.request, arguments, header_key=None)
+    invocation = dataclasses.replace(
+        invocation_for(ex.request, arguments, header_key=None), wait=ex.wait_left()
+    )
     try:
         result = get_pipeline(definition).run(invocation)
     except Exception as exc:  # every failure becomes an error the agent can read
@@ -482,16 +495,15 @@ _MODERN_METHODS: dict[str, Method] = {
 
 # -- HTTP --------------------------------------------------------------------------------------
 def check_origin(request: Request) -> None:
-    """DNS-rebinding protection: a browser Origin must be this site or an allowed one."""
+    """DNS-rebinding protection: a browser Origin must be one the site trusts.
+
+    Never the request's own Host: with ``ALLOWED_HOSTS = ["*"]`` a rebound page's Origin
+    is its Host. See :func:`guarded_tools.hosts.origin_allowed`.
+    """
     origin = request.headers.get("Origin")
     if origin is None:
         return
-    try:
-        own = f"{request.scheme}://{request.get_host()}"
-    except DisallowedHost:
-        own = ""
-    allowed = {o.rstrip("/").lower() for o in (own, *gt_settings.MCP_ALLOWED_ORIGINS)}
-    if origin.rstrip("/").lower() not in allowed:
+    if not hosts.origin_allowed(request, origin):
         raise AuthorizationError(
             "This Origin may not call the MCP endpoint. Call it from an agent, not a web page,"
             " or ask the site to add the origin to MCP_ALLOWED_ORIGINS.",
@@ -547,7 +559,8 @@ def serve(request: Request, body: Any) -> HttpResponse:
                             data), 400)
     modern = header in MODERN_VERSIONS or (header is None and _has_envelope(body))
     version = header or (MODERN_VERSIONS[0] if modern else BATCH_VERSION)
-    ex = Exchange(request=request, version=version, modern=modern)
+    ex = Exchange(request=request, version=version, modern=modern,
+                  wait_until=time.monotonic() + prefer_wait(request))
     if isinstance(body, list):
         return _batch(ex, body)
     return _respond(ex, _reply(ex, body))

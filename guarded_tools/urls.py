@@ -1,6 +1,6 @@
 """Provides the URLs to mount with ``path("agent/", include("guarded_tools.urls"))``."""
 
-from django.urls import path
+from django.urls import URLPattern, path, re_path
 
 from guarded_tools import mcp, views
 
@@ -29,3 +29,20 @@ urlpatterns = [
     # ``rest_urlpatterns`` so that the OpenAPI document still says the id is a UUID).
     path("operations/<str:pk>/", views.OperationDetailView.as_view()),
 ]
+
+
+def _other_spelling(pattern: URLPattern) -> URLPattern:
+    """The same view without (or with) the trailing slash, unnamed: ``reverse`` gives one.
+
+    Served, not redirected: a redirected POST loses its body, MCP clients do not follow
+    it, and with ``DEBUG`` Django's ``APPEND_SLASH`` refuses a POST with an HTML 500.
+    """
+    route = str(pattern.pattern)
+    other = route[:-1] if route.endswith("/") else f"{route}/"
+    return path(other, pattern.callback)
+
+
+urlpatterns += [_other_spelling(p) for p in urlpatterns if isinstance(p, URLPattern)]
+# Last: every other path under the prefix answers the agents' JSON not-found error (a
+# site mounting the app at its root puts this include after its own URLs).
+urlpatterns.append(re_path(r"^", views.NotFoundView.as_view(), name="not-found"))

@@ -5,11 +5,17 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterable
+from importlib.util import find_spec
 from typing import Any
 
+from django.apps import apps
+from django.conf import settings
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanentRedirect
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.templatetags.static import static
+from django.urls import Resolver404, resolve, reverse
 from django.utils.decorators import method_decorator
 from django.views import View
 from rest_framework.exceptions import NotAcceptable
@@ -288,14 +294,73 @@ class OpenAPIView(GuardedAPIView):
         return Response(build_document(request, visible_tools(request.user)))
 
 
-class SwaggerView(APIView):
-    """A Swagger UI page for people, reading ``openapi.json``."""
+SIDECAR_APP = "drf_spectacular_sidecar"
+#: drf-spectacular's page fills these from ``SWAGGER_UI_DIST`` / ``SWAGGER_UI_FAVICON_HREF``.
+SWAGGER_UI_FILES = {
+    "swagger_ui_css": "swagger-ui.css",
+    "swagger_ui_bundle": "swagger-ui-bundle.js",
+    "swagger_ui_standalone": "swagger-ui-standalone-preset.js",
+    "favicon_href": "favicon-32x32.png",
+}
 
-    def get(self, request: Request) -> HttpResponse:
+
+def _app_url(request: HttpRequest, name: str) -> str:
+    """A URL of this app under the namespace the request came in by."""
+    match = request.resolver_match
+    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
+    return reverse(f"{namespace}:{name}")
+
+
+def swagger_ui_assets() -> dict[str, str] | None:
+    """Where the docs page loads Swagger UI from: drf-spectacular-sidecar's packaged build.
+
+    A ``SWAGGER_UI_DIST`` the site chose itself (not drf-spectacular's default, a CDN at
+    ``@latest``) is left alone ({}); None when neither is there to serve, or when
+    drf-spectacular (whose page this is) is not an installed app.
+    """
+    if not apps.is_installed("drf_spectacular"):
+        return None
+    from drf_spectacular.settings import SPECTACULAR_DEFAULTS, spectacular_settings
+
+    dist = spectacular_settings.SWAGGER_UI_DIST
+    if dist not in ("SIDECAR", SPECTACULAR_DEFAULTS["SWAGGER_UI_DIST"]):
+        return {}
+    if not apps.is_installed(SIDECAR_APP):
+        return None
+    assets = {key: static(f"{SIDECAR_APP}/swagger-ui-dist/{file}")
+              for key, file in SWAGGER_UI_FILES.items()}
+    favicon = spectacular_settings.SWAGGER_UI_FAVICON_HREF
+    if favicon not in ("SIDECAR", SPECTACULAR_DEFAULTS["SWAGGER_UI_FAVICON_HREF"]):
+        del assets["favicon_href"]
+    return assets
+
+
+class SwaggerView(View):
+    """``GET docs/``: Swagger UI for people, reading ``openapi.json``, from packaged assets.
+
+    drf-spectacular's own page (its authentication and ``SERVE_PERMISSIONS`` apply),
+    with Swagger UI from drf-spectacular-sidecar, never from a CDN. Without either, a
+    page that says what to install.
+    """
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        assets = swagger_ui_assets()
+        if assets is None:
+            return render(request, "guarded_tools/docs_unavailable.html", {
+                "title": gt_settings.SERVER_NAME,
+                "openapi": _app_url(request, "openapi"),
+                "spectacular": find_spec("drf_spectacular") is not None,
+            }, status=501)
         from drf_spectacular.views import SpectacularSwaggerView
 
-        view = SpectacularSwaggerView.as_view(url_name="guarded_tools:openapi")
-        return view(request._request)
+        class Page(SpectacularSwaggerView):
+            def get(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+                response: Response = super().get(request, *args, **kwargs)
+                response.data.update(assets)
+                return response
+
+        view = Page.as_view(url=_app_url(request, "openapi"), title=gt_settings.SERVER_NAME)
+        return view(request)
 
 
 class ErrorsPageView(View):
@@ -305,4 +370,47 @@ class ErrorsPageView(View):
         return render(request, "guarded_tools/errors.html", {
             "catalogs": catalog.catalogs.all(),
             "title": gt_settings.SERVER_NAME,
+            # Absolute paths: the page is served as errors/ and as errors.
+            "errors_json": _app_url(request, "errors-json"),
+            "llms_txt": _app_url(request, "llms-txt"),
         })
+
+
+class NotFoundView(GuardedAPIView):
+    """Every other path under the agent prefix: the agents' JSON not-found error, any method.
+
+    Never Django's HTML 404 (or its technical page with ``DEBUG``), and never a redirect
+    for an agent address. Only when the app is mounted at the site's root does a GET of
+    one of the site's own pages without its slash keep ``APPEND_SLASH``'s redirect.
+    """
+
+    authentication_classes: list[Any] = []
+    permission_classes = [AllowAny]
+    throttle_classes: list[Any] = []
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        raise ToolNotFound(
+            "Nothing is served at this address. The agent endpoints are tools/,"
+            " tools/<name>/, operations/<id>/, mcp/, errors.json and llms.txt."
+        )
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        site_page = _site_page_with_slash(request)
+        if site_page is not None:
+            return HttpResponsePermanentRedirect(site_page)
+        return super().dispatch(request, *args, **kwargs)
+
+
+def _site_page_with_slash(request: HttpRequest) -> str | None:
+    """Where ``APPEND_SLASH`` would have sent this GET, when that is not an agent path."""
+    if (not settings.APPEND_SLASH or request.method not in ("GET", "HEAD")
+            or request.path_info.endswith("/")):
+        return None
+    try:
+        match = resolve(f"{request.path_info}/", getattr(request, "urlconf", None))
+    except Resolver404:
+        return None
+    if getattr(match.func, "view_class", None) is NotFoundView:
+        return None
+    return request.get_full_path(force_append_slash=True)

@@ -6,6 +6,7 @@ DATABASE_URL (dj-database-url) switches to PostgreSQL; CELERY_BROKER_URL to a re
 from __future__ import annotations
 
 import os
+from importlib.util import find_spec
 from pathlib import Path
 
 import dj_database_url
@@ -30,6 +31,9 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    # Swagger UI's files for agent/docs/, served from here rather than a CDN (requirements
+    # install it; an environment built before it still starts, and docs/ says what is missing).
+    *(["drf_spectacular_sidecar"] if find_spec("drf_spectacular_sidecar") else []),
     "project.demo",
 ]
 
@@ -104,6 +108,9 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Agent-callable tools, every call guarded.",
     "VERSION": "0.1.0",
     "OAS_VERSION": "3.1.0",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
 }
 
 GUARDED_TOOLS = {

@@ -241,6 +241,44 @@ def test_batches_at_2025_03_26(agent: APIClient) -> None:
     error_of(post_raw(agent, [request("ping", rid=i) for i in range(21)]), 400, -32600)
 
 
+class Clock:
+    """``time`` for the confirmation wait and the MCP view: sleeping advances it at once."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+        self.slept = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+
+
+def test_prefer_wait_bounds_a_whole_batch(agent: APIClient, make_tool: Any, settings: Any,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Twenty calls that each wait for an approval wait the bound once, not twenty times."""
+    from guarded_tools import confirmations
+
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "CONFIRMATION_MAX_WAIT_SECONDS": 30,
+                              "CONFIRMATION_POLL_INTERVAL": 1}
+    clock = Clock()
+    monkeypatch.setattr(confirmations, "time", clock)
+    monkeypatch.setattr(gt_mcp, "time", clock, raising=False)
+    definition = make_tool(confirm="always")
+    calls = [request("tools/call", {"name": definition.name,
+                                    "arguments": {"operationId": key()}}, rid=i)
+             for i in range(gt_mcp.MAX_BATCH)]
+    response = post_raw(agent, calls, Prefer="wait=600")
+    assert response.status_code == 200, response.content[:300]
+    replies = response.json()
+    assert [r["id"] for r in replies] == list(range(gt_mcp.MAX_BATCH))
+    codes = {r["result"]["structuredContent"]["code"] for r in replies}
+    assert codes == {"confirmation_required"}
+    assert 0 < clock.slept <= 30  # the site's bound, for the whole POST
+
+
 @pytest.mark.parametrize("version", ["2025-06-18", "2025-11-25", "2026-07-28"])
 def test_batches_refused_from_2025_06_18(agent: APIClient, version: str) -> None:
     response = post_raw(agent, [request("tools/list")], **{"MCP-Protocol-Version": version})

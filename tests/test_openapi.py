@@ -42,10 +42,61 @@ def test_the_document_lists_only_callable_tools(alice: Any, client_for: Any) -> 
     assert "/agent/tools/send_payment/" not in paths  # needs demo.add_ledgerentry
 
 
+SIDECAR = "/static/drf_spectacular_sidecar/swagger-ui-dist/"
+
+
 @pytest.mark.django_db
-def test_swagger_page_points_at_the_document(alice: Any, client_for: Any) -> None:
+@pytest.mark.parametrize("path", ["/agent/docs/", "/agent/docs"])
+def test_swagger_page_points_at_the_document(alice: Any, client_for: Any, path: str) -> None:
+    pytest.importorskip("drf_spectacular_sidecar")  # in requirements; see the 501 test below
+    page = client_for(alice).get(path, HTTP_ACCEPT="text/html")
+    assert page.status_code == 200 and page["Content-Type"].startswith("text/html")
+    text = page.content.decode()
+    assert 'url: "/agent/openapi.json"' in text
+    assert "SwaggerUIBundle(" in text and 'id="swagger-ui"' in text
+    assert "Django REST framework" not in text  # not DRF's page around the view's data
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("dist", ["SIDECAR", "https://cdn.jsdelivr.net/npm/swagger-ui-dist@latest"])
+def test_swagger_ui_comes_from_the_packaged_sidecar(alice: Any, client_for: Any, dist: str,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether the site says SIDECAR or keeps drf-spectacular's default (a CDN at @latest)."""
+    from drf_spectacular.settings import SPECTACULAR_DEFAULTS, spectacular_settings
+
+    pytest.importorskip("drf_spectacular_sidecar")
+    monkeypatch.setattr(spectacular_settings, "SWAGGER_UI_DIST", dist)
+    monkeypatch.setattr(spectacular_settings, "SWAGGER_UI_FAVICON_HREF",
+                        SPECTACULAR_DEFAULTS["SWAGGER_UI_FAVICON_HREF"])
+    text = client_for(alice).get("/agent/docs/").content.decode()
+    for name in ("swagger-ui.css", "swagger-ui-bundle.js", "swagger-ui-standalone-preset.js",
+                 "favicon-32x32.png"):
+        assert f'"{SIDECAR}{name}"' in text, name
+    assert "cdn." not in text and "@latest" not in text
+
+
+@pytest.mark.django_db
+def test_a_site_chosen_swagger_ui_dist_is_kept(alice: Any, client_for: Any,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from drf_spectacular.settings import spectacular_settings
+
+    monkeypatch.setattr(spectacular_settings, "SWAGGER_UI_DIST", "/static/vendor/swagger-ui")
+    text = client_for(alice).get("/agent/docs/").content.decode()
+    assert '<script src="/static/vendor/swagger-ui/swagger-ui-bundle.js">' in text
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("missing", [{"drf_spectacular_sidecar"},
+                                     {"drf_spectacular"}])
+def test_without_the_sidecar_the_docs_page_says_what_to_install(
+        alice: Any, client_for: Any, settings: Any, missing: set[str]) -> None:
+    settings.INSTALLED_APPS = [a for a in settings.INSTALLED_APPS if a not in missing]
     page = client_for(alice).get("/agent/docs/")
-    assert page.status_code == 200 and b"/agent/openapi.json" in page.content
+    assert page.status_code == 501 and page["Content-Type"].startswith("text/html")
+    text = page.content.decode()
+    assert 'pip install "guarded-tools[openapi]"' in text and "drf_spectacular_sidecar" in text
+    assert 'href="/agent/openapi.json"' in text
+    assert "<script" not in text and "cdn." not in text
 
 
 @pytest.fixture

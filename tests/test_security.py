@@ -154,3 +154,99 @@ def test_atomic_requests_never_nests_the_claim(make_tool: Any, alice: Any,
     with pytest.raises(ImproperlyConfigured), transaction.atomic():
         definition({"operationId": key()}, user=alice)
     assert calls == [1]
+
+
+# -- DNS rebinding: a Host the site does not own is never trusted ---------------------------
+MCP = "/agent/mcp/"
+PING = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                   "params": {"protocolVersion": "2025-11-25", "capabilities": {}}})
+
+
+def mcp_post(client: APIClient, origin: str | None = None, *, host: str = "testserver",
+             remote: str = "127.0.0.1", body: str = PING) -> Any:
+    headers = {"MCP-Protocol-Version": "2025-11-25"}
+    if origin is not None:
+        headers["Origin"] = origin
+    return client.post(MCP, body, content_type="application/json", headers=headers,
+                       HTTP_HOST=host, REMOTE_ADDR=remote)
+
+
+def refused(response: Any) -> bool:
+    if response.status_code == 200:
+        assert response.json()["result"] is not None
+        return False
+    assert response.status_code == 403, response.content[:300]
+    assert response.json()["error"]["data"]["code"] == "authorization_denied"
+    return True
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("remote", ["127.0.0.1", "203.0.113.9"])
+def test_a_rebound_origin_equal_to_its_host_is_refused(settings: Any, alice: Any,
+                                                      client_for: Any, remote: str) -> None:
+    """With ``ALLOWED_HOSTS = ["*"]`` the attacker's page reaches the site under the
+    attacker's name: its Origin and Host agree, and neither is the site's."""
+    settings.ALLOWED_HOSTS = ["*"]
+    agent = client_for(alice)
+    assert refused(mcp_post(agent, "http://rebind.attacker.example",
+                            host="rebind.attacker.example", remote=remote))
+    assert refused(mcp_post(agent, "http://rebind.attacker.example:8000",
+                            host="rebind.attacker.example:8000", remote=remote))
+    assert not refused(mcp_post(agent, host="rebind.attacker.example", remote=remote))
+
+
+@pytest.mark.django_db
+def test_the_origins_the_site_owns(settings: Any, alice: Any, client_for: Any) -> None:
+    settings.ALLOWED_HOSTS = ["shop.example", "admin.shop.example", ".wild.example"]
+    agent = client_for(alice)
+    assert not refused(mcp_post(agent, "https://shop.example", host="shop.example"))
+    assert not refused(mcp_post(agent, "https://ADMIN.shop.example", host="shop.example"))
+    assert refused(mcp_post(agent, "https://evil.wild.example", host="evil.wild.example"))
+    assert refused(mcp_post(agent, "null", host="shop.example"))
+    assert refused(mcp_post(agent, "https://shop.example.attacker.example", host="shop.example"))
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS,
+                              "MCP_ALLOWED_ORIGINS": ["https://app.example/"]}
+    assert not refused(mcp_post(agent, "https://app.example", host="shop.example"))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("origin", ["http://localhost:6274", "http://127.0.0.1:3000",
+                                    "http://[::1]:3000"])
+def test_loopback_origins_only_for_a_loopback_server(settings: Any, alice: Any,
+                                                     client_for: Any, origin: str) -> None:
+    settings.ALLOWED_HOSTS = ["*"]
+    agent = client_for(alice)
+    assert not refused(mcp_post(agent, origin, host="localhost:8000"))
+    assert not refused(mcp_post(agent, origin, host="[::1]:8000", remote="::1"))
+    # The same page calling a server reached from elsewhere, or under another name.
+    assert refused(mcp_post(agent, origin, host="localhost:8000", remote="203.0.113.9"))
+    assert refused(mcp_post(agent, origin, host="shop.example"))
+
+
+@pytest.mark.django_db
+def test_links_never_name_a_host_the_site_does_not_own(settings: Any, alice: Any,
+                                                       client_for: Any) -> None:
+    settings.ALLOWED_HOSTS = ["*"]
+    agent = client_for(alice)
+    evil = {"HTTP_HOST": "rebind.attacker.example"}
+    seen = [
+        json.dumps(agent.post(URL.format("no_such_tool"), {}, format="json", **evil).json()),
+        json.dumps(agent.get("/agent/errors.json", **evil).json()),
+        agent.get("/agent/llms.txt", **evil).content.decode(),
+        json.dumps(mcp_post(agent, host="rebind.attacker.example", body=INIT).json()),
+    ]
+    for text in seen:
+        assert "attacker" not in text
+    error = agent.post(URL.format("no_such_tool"), {}, format="json", **evil).json()["error"]
+    assert error["link"] == "/agent/errors/#tool_not_found"
+    instructions = mcp_post(agent, host="rebind.attacker.example", body=INIT).json()
+    assert "/agent/errors.json" in instructions["result"]["instructions"]
+    # A host the site names keeps its absolute link; DOCS_URL wins over both.
+    settings.ALLOWED_HOSTS = ["shop.example"]
+    own = agent.post(URL.format("no_such_tool"), {}, format="json", HTTP_HOST="shop.example")
+    assert own.json()["error"]["link"] == "http://shop.example/agent/errors/#tool_not_found"
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "DOCS_URL": "https://docs.example/e"}
+    configured = agent.post(URL.format("no_such_tool"), {}, format="json",
+                            HTTP_HOST="shop.example")
+    assert configured.json()["error"]["link"] == "https://docs.example/e#tool_not_found"
