@@ -7,77 +7,21 @@ by any caller:
   ``\\d`` is ``[0-9]`` (Python also takes Arabic-Indic, full-width or Thai digits) and
   ``$`` is the end of the string (Python also matches before a final newline). Every
   keyword that applies a pattern (``pattern``, ``patternProperties`` and the keywords
-  that depend on it, ``format: regex``) goes through :func:`ecma_search` here.
+  that depend on it, ``format: regex``) goes through :mod:`guarded_tools.patterns`.
 - ``uniqueItems`` compares every pair of items once the items are objects: quadratic in
   the request. Here each item is reduced to a hashable canonical form in one pass.
 """
 
 from __future__ import annotations
 
-import functools
 import numbers
 from collections.abc import Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
-import regress
-from jsonschema import Draft202012Validator, FormatChecker, validators
+from jsonschema import Draft202012Validator, validators
 from jsonschema import ValidationError as SchemaError
 
-#: JSON Schema 2020-12 (core, section 6.4) asks for ECMA-262 with Unicode support.
-ECMA_FLAGS = "u"
-
-
-@functools.lru_cache(maxsize=4096)
-def ecma_regex(pattern: str) -> regress.Regex:
-    """The compiled ECMA-262 expression of a schema's (trusted) pattern.
-
-    Raises :class:`regress.RegressError` when ``pattern`` is not valid ECMA-262.
-    """
-    return regress.Regex(pattern, ECMA_FLAGS)
-
-
-def ecma_search(pattern: str, text: str) -> bool:
-    """Whether ``pattern`` matches anywhere in ``text``, as JavaScript's ``RegExp.test``.
-
-    A string that is not Unicode text (a lone surrogate, which only Python callers can
-    produce: parsed input refuses it) matches no pattern.
-    """
-    try:
-        return ecma_regex(pattern).find(text) is not None
-    except UnicodeEncodeError:
-        return False
-
-
-def ecma_error(pattern: str) -> str | None:
-    """Why ``pattern`` is not an ECMA-262 regular expression, or None when it is one."""
-    try:
-        ecma_regex(pattern)
-    except regress.RegressError as exc:
-        return str(exc) or "not a regular expression"
-    return None
-
-
-def _is_regex(instance: object) -> bool:
-    """``format: regex`` in ECMA-262; compiled uncached (the instance is untrusted)."""
-    if not isinstance(instance, str):
-        return True
-    try:
-        regress.Regex(instance, ECMA_FLAGS)
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _format_checker() -> FormatChecker:
-    checker = FormatChecker(())
-    checker.checkers = dict(Draft202012Validator.FORMAT_CHECKER.checkers)
-    checker.checks("regex", raises=regress.RegressError)(_is_regex)
-    return checker
-
-
-#: Draft 2020-12's format checks, with ``regex`` meaning ECMA-262.
-FORMAT_CHECKER = _format_checker()
-
+from guarded_tools.patterns import FORMAT_CHECKER, ecma_search
 
 # -- keywords that apply patterns ---------------------------------------------------------------
 

@@ -204,6 +204,51 @@ def test_a_pattern_ecma_262_refuses_is_refused_at_registration(pattern: str, whe
     assert "(?<name>...)" in message  # the hint says what to write instead
 
 
+EXPONENTIAL = [
+    r"^(a+)+$",
+    r"^(\w+\s?)*$",  # words and spaces: the classic
+    r"^(\d+(\.\d+)?)*$",
+    r"^(?:[a-z]{1,5})+$",
+    r"^(?<word>\p{L}+)*$",
+    r"^(?=(a+)+b)",  # a lookahead backtracks too
+    r"^(a+|b)+$",
+]
+
+
+@pytest.mark.parametrize("pattern", EXPONENTIAL)
+@pytest.mark.parametrize("where", ["pattern", "patternProperties"])
+def test_a_pattern_that_backtracks_exponentially_is_refused_at_registration(
+    pattern: str, where: str
+) -> None:
+    schema: dict[str, Any] = (
+        with_field({"type": "string", "pattern": pattern}) if where == "pattern"
+        else {"type": "object", "patternProperties": {pattern: {}}}
+    )
+    with pytest.raises(ValueError) as info:
+        tool(name="backtracks", idempotency_key="operationId", input_schema=schema)(
+            lambda input, ctx: {})
+    assert "exponential time" in str(info.value) and repr(pattern) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("pattern", "near_miss"),
+    [
+        (r"^([a-z0-9]+\.)+[a-z]{2,}$", "ab." * 4000 + "!"),  # each repetition ends with a dot
+        (r"^[a-z]+(-[a-z]+)*$", "ab-" * 4000 + "!"),
+        (r"^(\d{3})+$", "123" * 4000 + "1"),  # a fixed width splits one way only
+        (r"^(\d{1,3}\.){3}\d{1,3}$", "1.1.1." + "1" * 12000),  # the outer repeat is bounded
+        (r"^(ab|cd)+$", "ab" * 6000 + "!"),
+    ],
+)
+def test_repetitions_that_split_one_way_are_accepted_and_fast(
+    pattern: str, near_miss: str
+) -> None:
+    schema = {"type": "string", "pattern": pattern}
+    assert not valid(schema, near_miss)
+    # ~12,000 characters: an exponential split would never finish, a linear one grows 4x.
+    assert growth(schema, lambda n: near_miss[: n * 3] + near_miss[-1], small=1000) < 11
+
+
 def test_a_python_caller_with_a_lone_surrogate_gets_invalid_input_not_a_crash() -> None:
     echo = guard(lambda input, ctx: input, read_only=True, input_schema=with_field(DIGITS))
     with pytest.raises(ValidationError) as info:
