@@ -14,12 +14,12 @@ from django.db import router, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import Now
 from django.utils import timezone
-from jsonschema import Draft202012Validator
 
 from guarded_tools.catalog import is_code
 from guarded_tools.models import AuditEntry, JournalEntry, Operation, OperationState
 from guarded_tools.registry import registry
 from guarded_tools.store import storable_json
+from guarded_tools.validation import compile_schema
 
 RECONCILE_PERMISSION = "guarded_tools.reconcile_operation"
 
@@ -38,7 +38,7 @@ def output_problems(operation: Operation, output: Any) -> list[str]:
     definition = registry.find(operation.tool)
     if definition is None or definition.output_schema is None:
         return []
-    validator = Draft202012Validator(dict(definition.output_schema))
+    validator = compile_schema(dict(definition.output_schema), name=definition.name)
     return [
         f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
         for e in validator.iter_errors(output)
