@@ -258,36 +258,33 @@ class OpenTelemetryObserver:
         call.token = otel_context.attach(trace.set_span_in_context(span, parent))
 
     def _finish(self, call: _Call, event: GuardEvent) -> None:
-        try:
-            otel_context.detach(call.token)
-        finally:
-            outcome = event.stage
-            span = call.span
-            span.add_event(outcome)
-            attributes: dict[str, Any] = {
-                "guarded_tools.outcome": outcome,
-                "guarded_tools.replayed": call.replayed,
-                "guarded_tools.recovered": call.recovered,
-            }
-            if event.operation_id:
-                attributes["guarded_tools.operation_id"] = event.operation_id
-            if event.code:
-                attributes["guarded_tools.error_code"] = event.code
-                attributes["error.type"] = event.code
-            span.set_attributes(attributes)
-            if outcome != "succeeded":
-                span.set_status(Status(StatusCode.ERROR, event.code or outcome))
-            span.end()
-            labels = {
-                "tool": event.tool,
-                "transport": call.transport,
-                "outcome": outcome,
-                "replayed": "true" if call.replayed else "false",
-            }
-            if event.code:
-                labels["code"] = event.code
-            self.calls.add(1, labels)
-            self.duration.record(time.perf_counter() - call.started, labels)
+        otel_context.detach(call.token)  # the call's own context, attached at "started"
+        outcome, span = event.stage, call.span
+        span.add_event(outcome)
+        attributes: dict[str, Any] = {
+            "guarded_tools.outcome": outcome,
+            "guarded_tools.replayed": call.replayed,
+            "guarded_tools.recovered": call.recovered,
+        }
+        if event.operation_id:
+            attributes["guarded_tools.operation_id"] = event.operation_id
+        if event.code:
+            attributes["guarded_tools.error_code"] = event.code
+            attributes["error.type"] = event.code
+        span.set_attributes(attributes)
+        if outcome != "succeeded":
+            span.set_status(Status(StatusCode.ERROR, event.code or outcome))
+        span.end()
+        labels = {
+            "tool": event.tool,
+            "transport": call.transport,
+            "outcome": outcome,
+            "replayed": "true" if call.replayed else "false",
+        }
+        if event.code:
+            labels["code"] = event.code
+        self.calls.add(1, labels)
+        self.duration.record(time.perf_counter() - call.started, labels)
 
     # -- gauges --------------------------------------------------------------------------
     def _gauge(

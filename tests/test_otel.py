@@ -260,6 +260,21 @@ def test_malformed_trace_context_starts_a_new_trace(
     assert len(spans) == 3 and all(s.parent is None for s in spans)
 
 
+@pytest.mark.django_db
+def test_a_site_that_distrusts_callers_contexts_starts_its_own_traces(
+    settings: Any, telemetry: Telemetry, token_client: APIClient, make_tool: Any
+) -> None:
+    own = OpenTelemetryObserver(tracer_provider=telemetry.tracer_provider, gauges=False,
+                                continue_traces=False)
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "OBSERVERS": [own]}
+    definition = make_tool()
+    who = caller()
+    assert post(token_client, definition.name, {"operationId": key()},
+                traceparent=who.traceparent).status_code == 200
+    (span,) = telemetry.spans(definition.name)
+    assert span.parent is None and span.context.trace_id != who.trace_id
+
+
 # -- outcomes and metrics -----------------------------------------------------------------------
 @pytest.mark.django_db
 def test_failures_mark_the_span_and_count_per_tool_and_outcome(
