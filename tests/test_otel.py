@@ -14,7 +14,9 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="needs guarded-tools[otel]")
 
+from asgiref.sync import async_to_sync
 from django.db import connections
+from django.test import AsyncClient
 from opentelemetry import trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -248,6 +250,32 @@ def test_a_span_nests_under_the_sites_own_span_of_the_same_trace(
     assert_continues(direct, who)
 
 
+@pytest.mark.django_db(transaction=True)
+def test_an_async_handler_under_asgi_nests_its_spans_in_the_call(
+    telemetry: Telemetry, alice: Any, make_tool: Any, caplog: Any
+) -> None:
+    inner: list[Any] = []
+
+    async def handler(input: Any, ctx: Any) -> Any:  # runs on the event loop's thread
+        with telemetry.tracer_provider.get_tracer("shop").start_as_current_span("fetch") as s:
+            inner.append(s)
+        return {"ok": True}
+
+    definition = make_tool(handler)
+    who = caller()
+    headers = {"Authorization": f"Token {Token.objects.create(user=alice).key}",
+               "traceparent": who.traceparent}
+    with caplog.at_level(logging.DEBUG, logger="opentelemetry"):
+        response = async_to_sync(AsyncClient().post)(
+            REST.format(definition.name), {"operationId": key()},
+            content_type="application/json", headers=headers)
+    assert response.status_code == 200, response.content
+    (span,) = telemetry.spans(definition.name)
+    assert_continues(span, who)
+    assert inner[0].parent.span_id == span.context.span_id
+    assert "Failed to detach context" not in caplog.text
+
+
 @pytest.mark.django_db
 def test_malformed_trace_context_starts_a_new_trace(
     telemetry: Telemetry, token_client: APIClient, make_tool: Any
@@ -295,6 +323,7 @@ def test_failures_mark_the_span_and_count_per_tool_and_outcome(
     assert post(token_client, refused.name, {"operationId": key()}).status_code == 409
     assert post(token_client, lost.name, {"operationId": key()}).status_code == 500
 
+    assert trace.get_current_span() is trace.INVALID_SPAN  # every call detached its span
     (refused_span,) = telemetry.spans(refused.name)
     assert refused_span.status.status_code == StatusCode.ERROR
     assert refused_span.status.description == "out_of_stock"
