@@ -90,6 +90,31 @@ class Invocation:
     key: str | None = None
     scope: str = ""
     fingerprint: str = ""
+    #: How the call arrived: ``rest``, ``mcp``, or ``python`` (``tool(...)`` in code).
+    transport: str = "python"
+    #: The caller's W3C trace context (``trace_carrier``): metadata for observers, not input.
+    trace: Mapping[str, str] = field(default_factory=dict)
+
+
+#: W3C Trace Context keys a call may carry, each with the longest value kept.
+TRACE_KEYS = {"traceparent": 128, "tracestate": 512}
+
+
+def trace_carrier(source: Mapping[str, Any] | None) -> dict[str, str]:
+    """The W3C trace context in request headers or MCP ``params._meta``, bounded.
+
+    Only ``traceparent`` and ``tracestate`` (``tracestate`` only beside a
+    ``traceparent``), as printable ASCII no longer than W3C allows; anything else is
+    dropped. Observers continue the caller's trace from it (``guarded_tools.otel``).
+    """
+    carrier: dict[str, str] = {}
+    for name, limit in TRACE_KEYS.items():
+        value = source.get(name) if source is not None else None
+        if isinstance(value, str) and len(value) <= limit and value.isascii() and (
+            value.isprintable()
+        ):
+            carrier[name] = value.strip()
+    return carrier if carrier.get("traceparent") else {}
 
 
 @dataclass
@@ -144,13 +169,18 @@ class GuardEvent:
     replayed: bool = False
     recovered: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The invocation's transport and trace carrier (see ``Invocation``).
+    transport: str = ""
+    trace: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Observer:
     """Emits events to the tool's and the site's observers; contains their errors."""
 
-    def __init__(self, definition: Tool) -> None:
+    def __init__(self, definition: Tool, inv: Invocation | None = None) -> None:
         self.tool = definition
+        self.transport = inv.transport if inv is not None else ""
+        self.trace: Mapping[str, str] = inv.trace if inv is not None else {}
         self.sinks: list[Callable[[GuardEvent], Any]] = [
             s for s in [definition.observe, *gt_settings.OBSERVERS] if s is not None
         ]
@@ -170,6 +200,8 @@ class _Observer:
             invocation_id=self.invocation_id,
             at=now,
             operation_id=self.operation_id,
+            transport=self.transport,
+            trace=self.trace,
             **meta,
         )
         for sink in self.sinks:
@@ -209,7 +241,7 @@ class Pipeline:
 
     # -- entry point ---------------------------------------------------------------------
     def run(self, inv: Invocation) -> GuardResult:
-        obs = _Observer(self.tool)
+        obs = _Observer(self.tool, inv)
         obs.emit("started")
         try:
             result = self.guarded(inv, obs)

@@ -11,6 +11,8 @@ if ! [[ "$port" =~ ^[0-9]+$ ]] || (( port < 1 || port > 65535 )); then
 fi
 # honcho hands each process PORT (from -p); unbuffered so log lines reach honcho as they happen.
 export PORT="$port" PYTHONUNBUFFERED=1
+# Every call to OpenTelemetry, metrics for Prometheus at /metrics (GT_TELEMETRY=0: off).
+export GT_TELEMETRY="${GT_TELEMETRY:-1}"
 
 scripts/venv.sh main
 py=.venv/bin/python
@@ -31,8 +33,9 @@ print(AGENT_TOKEN)
 print(connection.vendor, connection.settings_dict["NAME"])
 url = settings.CELERY_BROKER_URL
 print("embedded, " + settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]
-      if url.startswith("filesystem:") else "CELERY_BROKER_URL")')"
-{ read -r token; read -r database; read -r broker; } <<<"$info"
+      if url.startswith("filesystem:") else "CELERY_BROKER_URL")
+print(settings.METRICS_TOKEN)')"
+{ read -r token; read -r database; read -r broker; read -r metrics_token; } <<<"$info"
 url="http://127.0.0.1:$port"
 
 cat <<BANNER
@@ -41,6 +44,7 @@ cat <<BANNER
   Site:         $url/
   Agent tools:  $url/agent/tools/   (send: Authorization: Token $token)
   Errors:       $url/agent/errors.json  and  $url/agent/llms.txt
+  Metrics:      $url/metrics   (Prometheus: log in as staff, or send: Authorization: Bearer $metrics_token)
   Admin:        $url/admin/   log in as staff/staff or approver/approver
   Agent user:   agent/agent   token $token
   Database:     $database
