@@ -287,6 +287,19 @@ class AuditInline(OperationPartInline):
     fields = readonly_fields = ("created_at", "actor", "action", "note",)
 
 
+FENCE_FIELD = "fence-%s"
+
+
+def posted_fences(request: HttpRequest) -> dict[str, int]:
+    """The fence a reconcile form showed for each operation, as its hidden fields post it."""
+    prefix = FENCE_FIELD % ""
+    fences = {}
+    for name, value in request.POST.items():
+        if name.startswith(prefix) and value.isascii() and value.isdigit() and len(value) < 10:
+            fences[name[len(prefix):]] = int(value)
+    return fences
+
+
 class ReconcileForm(forms.Form):
     note = forms.CharField(label=_("Note"), widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
                            max_length=2000, help_text=_("How did you establish the outcome?"))
@@ -299,12 +312,12 @@ class SucceededForm(ReconcileForm):
                                          " output schema."))
 
     def clean_output(self) -> Any:
+        # The strict parser agents get: NaN, Infinity or a nesting that breaks the page
+        # is a form error here, with the typed text shown back.
         try:
-            return json.loads(self.cleaned_data["output"])
-        except ValueError as exc:
-            raise forms.ValidationError(
-                _("This is not valid JSON: %(e)s"), params={"e": exc}
-            ) from exc
+            return reconciliation.parse_output(self.cleaned_data["output"])
+        except reconciliation.ReconcileRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class FailedForm(ReconcileForm):
@@ -376,31 +389,41 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
                                          " its own output."), messages.WARNING)
             return None
         form = form_class(request.POST if "note" in request.POST else None)
+        # The attempt each decision is made on: the fence the form showed, as posted back;
+        # a form opened now shows the current one.
+        fences = posted_fences(request) if form.is_bound else {
+            str(operation.pk): operation.fence for operation in eligible}
         if form.is_valid():
             done, problems = 0, []
             for operation in eligible:
                 try:
-                    self._apply(action, operation, request.user, form.cleaned_data)
+                    self._apply(action, operation, request.user, form.cleaned_data,
+                                fences.get(str(operation.pk)))
                     done += 1
                 except reconciliation.ReconcileRefused as exc:
                     problems.append(str(exc))
             if problems and done == 0 and single:
-                return self._form_page(request, eligible, form, action, title, problems[0])
+                return self._form_page(request, eligible, form, action, title, fences,
+                                       problems[0])
             if problems:
                 self.message_user(request, problems[0], messages.ERROR)
             self.message_user(request, ngettext("%(n)d operation reconciled.",
                                                 "%(n)d operations reconciled.", done)
                               % {"n": done}, messages.SUCCESS if done else messages.INFO)
             return None
-        return self._form_page(request, eligible, form, action, title)
+        return self._form_page(request, eligible, form, action, title, fences)
 
     def _form_page(self, request: HttpRequest, objects: QuerySet[Any], form: forms.Form,
-                   action: str, title: str, error: str | None = None) -> TemplateResponse:
+                   action: str, title: str, fences: dict[str, int],
+                   error: str | None = None) -> TemplateResponse:
+        shown = list(objects)
+        for operation in shown:
+            operation.decided_fence = fences.get(str(operation.pk))
         return TemplateResponse(request, "admin/guarded_tools/reason_form.html", {
             **self.admin_site.each_context(request),
             "title": title,
             "form": form,
-            "objects": objects,
+            "objects": shown,
             "action": action,
             "opts": self.model._meta,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
@@ -409,14 +432,20 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
         })
 
     @staticmethod
-    def _apply(action: str, operation: Operation, user: Any, data: dict[str, Any]) -> None:
+    def _apply(action: str, operation: Operation, user: Any, data: dict[str, Any],
+               fence: int | None) -> None:
+        if fence is None:
+            raise reconciliation.ReconcileRefused(
+                "The form does not say which attempt it was made on: nothing was changed."
+                " Reopen it from the list.")
         if action == "mark_succeeded":
-            reconciliation.mark_succeeded(operation, user, data["output"], data["note"])
+            reconciliation.mark_succeeded(operation, user, data["output"], data["note"],
+                                          fence=fence)
         elif action == "mark_not_executed":
-            reconciliation.mark_not_executed(operation, user, data["note"])
+            reconciliation.mark_not_executed(operation, user, data["note"], fence=fence)
         else:
-            reconciliation.mark_failed(operation, user, data["note"], code=data["code"],
-                                       message=data["message"])
+            reconciliation.mark_failed(operation, user, data["note"], fence=fence,
+                                       code=data["code"], message=data["message"])
 
     @admin.action(description=_("Mark succeeded (enter its output)…"),
                   permissions=["reconcile"])

@@ -161,7 +161,8 @@ def test_unknown_outcomes_are_listed_first_with_dashboard(user_factory: Any,
 def test_mark_succeeded_validates_output_then_replays_it(user_factory: Any, unknown: Operation,
                                                          requester: Any, client_for: Any) -> None:
     client = staff_client(user_factory, *RECONCILER)
-    data = {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [unknown.pk]}
+    data = {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [unknown.pk],
+            f"fence-{unknown.pk}": unknown.fence}
     form = client.post(OPS_LIST, data)
     assert 'name="output"' in form.content.decode()
     bad = client.post(OPS_LIST, {**data, "note": "checked bank", "output": '{"paid": "yes"}'})
@@ -180,7 +181,7 @@ def test_mark_not_executed_releases_the_key(user_factory: Any, unknown: Operatio
                                             requester: Any, client_for: Any) -> None:
     client = staff_client(user_factory, *RECONCILER)
     client.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [unknown.pk],
-                           "note": "bank has no record"})
+                           f"fence-{unknown.pk}": unknown.fence, "note": "bank has no record"})
     unknown.refresh_from_db()
     assert unknown.state == "released"
     retry = client_for(requester).post(f"/agent/tools/{unknown.tool}/", unknown.input,
@@ -208,6 +209,7 @@ def test_mark_not_executed_starts_the_next_attempt_with_an_empty_journal(
     operation = Operation.objects.get()
     client = staff_client(user_factory, *RECONCILER)
     client.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [operation.pk],
+                           f"fence-{operation.pk}": operation.fence,
                            "note": "upstream has no record of req-1"})
     retry = agent.post(f"/agent/tools/{definition.name}/", body, format="json")
     assert attempts == [None, None]  # the retry read an empty journal
@@ -222,6 +224,7 @@ def test_mark_failed_is_what_replays_get(user_factory: Any, unknown: Operation,
                                          requester: Any, client_for: Any) -> None:
     client = staff_client(user_factory, *RECONCILER)
     client.post(OPS_LIST, {"action": "mark_failed", ACTION_CHECKBOX_NAME: [unknown.pk],
+                           f"fence-{unknown.pk}": unknown.fence,
                            "note": "bounced", "code": "payment_bounced",
                            "message": "The bank bounced it."})
     replay = client_for(requester).post(f"/agent/tools/{unknown.tool}/", unknown.input,
@@ -235,7 +238,7 @@ def test_reconcile_needs_its_permission(user_factory: Any, unknown: Operation) -
     viewer = staff_client(user_factory, "guarded_tools.view_operation")
     assert "mark_failed" not in viewer.get(OPS_LIST).content.decode()
     viewer.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [unknown.pk],
-                           "note": "sneaky"})
+                           f"fence-{unknown.pk}": unknown.fence, "note": "sneaky"})
     unknown.refresh_from_db()
     assert unknown.state == "outcome_unknown" and not AuditEntry.objects.exists()
 
