@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Case, IntegerField, QuerySet, Value, When
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -45,29 +47,105 @@ _TOKEN = re.compile(
 )
 
 
-def highlight_json(value: Any) -> SafeString:
-    """Pretty JSON with escaped, classed spans for keys, strings, numbers, literals."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    parts: list[str] = []
+#: How much highlighted JSON one value renders on a page, in characters of HTML (and all
+#: of a confirmation's input fields together). What is cut is downloadable as JSON.
+JSON_SHOWN_CHARS = 64 * 1024
+#: What a row of the input table costs against that budget besides its value.
+_ROW_CHARS = 160
+
+
+def _pieces(text: str) -> Iterator[tuple[str, str]]:
+    """``text`` as (class, raw text) pieces: a token's class, or "" between tokens."""
     last = 0
     for match in _TOKEN.finditer(text):
-        parts.append(format_html("{}", text[last: match.start()]))
-        kind = match.lastgroup or "str"
-        parts.append(format_html('<span class="gt-{}">{}</span>', kind, match.group(0)))
+        yield "", text[last: match.start()]
+        yield match.lastgroup or "str", match.group(0)
         last = match.end()
-    parts.append(format_html("{}", text[last:]))
-    return format_html('<pre class="gt-json">{}</pre>', mark_safe("".join(parts)))  # noqa: S308
+    yield "", text[last:]
 
 
-def input_rows(tool_name: str, data: Any) -> list[tuple[str, str, SafeString]]:
-    """(title, field, highlighted value) per top-level input field, schema titles first."""
+def _highlighted(text: str, budget: int) -> tuple[str, int]:
+    """``text`` as escaped, classed HTML of at most ``budget`` characters, and how much
+    of ``text`` that shows (a token that does not fit is shown in part)."""
+    parts: list[str] = []
+    size = shown = 0
+    for kind, raw in _pieces(text):
+        if not raw:
+            continue
+        opening, closing = (f'<span class="gt-{kind}">', "</span>") if kind else ("", "")
+        room = budget - size - len(opening) - len(closing)
+        escaped = escape(raw)
+        if len(escaped) > room:
+            # The longest start of the token whose escaped text fits (escaping only grows).
+            n = max(room, 0)
+            while n and len(escape(raw[:n])) > room:
+                n = n * room // len(escape(raw[:n])) if n > 1 else 0
+            if n:
+                parts.append(f"{opening}{escape(raw[:n])}{closing}")
+                shown += n
+            break
+        parts.append(f"{opening}{escaped}{closing}")
+        size += len(opening) + len(escaped) + len(closing)
+        shown += len(raw)
+    return "".join(parts), shown
+
+
+def pretty_json(value: Any) -> str:
+    """The JSON text a page shows and a download holds: indented, keys sorted."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder,
+                      default=str)
+
+
+def highlight_json(value: Any, *, limit: int = JSON_SHOWN_CHARS,
+                   download_url: str = "") -> SafeString:
+    """Pretty JSON with escaped, classed spans for keys, strings, numbers, literals.
+
+    At most ``limit`` characters of HTML: a longer value is cut, says how much is not
+    shown, and links to ``download_url`` (the whole value as JSON) when there is one.
+    """
+    text = pretty_json(value)
+    html, shown = _highlighted(text, max(limit, 0))
+    cut = "" if shown == len(text) else _cut_note(len(text) - shown, download_url)
+    return format_html('<pre class="gt-json">{}{}</pre>', mark_safe(html), cut)  # noqa: S308
+
+
+def _cut_note(hidden: int, download_url: str) -> SafeString:
+    note = format_html('\n<span class="gt-cut">… {} more characters not shown.</span>', hidden)
+    if download_url:
+        note = format_html('{} <a href="{}" download>{}</a>', note, download_url,
+                           _("Download all of it as JSON"))
+    return note
+
+
+def input_rows(tool_name: str, data: Any, *, limit: int = JSON_SHOWN_CHARS
+               ) -> tuple[list[tuple[str, str, SafeString]], int]:
+    """(title, field, highlighted value) per top-level input field, schema titles first,
+    within ``limit`` characters of HTML in all; and how many fields are not shown."""
     definition = registry.find(tool_name)
     props = (definition.input_schema.get("properties", {}) if definition else {}) or {}
+    fields = list(data.items()) if isinstance(data, dict) else [("(input)", data)]
     rows = []
-    for name, value in (data or {}).items() if isinstance(data, dict) else []:
+    budget = limit
+    for name, value in fields:
         spec = props.get(name, {}) if isinstance(props.get(name), dict) else {}
-        rows.append((str(spec.get("title") or name), name, highlight_json(value)))
-    return rows
+        title = str(spec.get("title") or name)
+        budget -= _ROW_CHARS + len(escape(title)) + len(escape(name))
+        if budget <= 0:
+            break
+        text = pretty_json(value)
+        html, shown = _highlighted(text, budget)
+        budget -= len(html)
+        cut = "" if shown == len(text) else _cut_note(len(text) - shown, "")
+        rows.append((title, name, format_html('<pre class="gt-json">{}{}</pre>',
+                                              mark_safe(html), cut)))  # noqa: S308
+    return rows, len(fields) - len(rows)
+
+
+def json_download(value: Any, filename: str) -> HttpResponse:
+    """``value`` as a JSON file the browser saves instead of showing."""
+    response = HttpResponse(pretty_json(value), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
 
 
 class ReadOnlyMixin:
@@ -206,12 +284,25 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "submit_label": _("Decline"),
         })
 
+    #: Characters of HTML the detail page renders of a request's input (the rest is a
+    #: download: ``input_download_view``).
+    input_shown_chars = JSON_SHOWN_CHARS
+
     def get_urls(self) -> list[Any]:
         return [
             path("<uuid:pk>/decide/", self.admin_site.admin_view(self.decide_view),
                  name="guarded_tools_confirmation_decide"),
+            path("<uuid:pk>/input.json", self.admin_site.admin_view(self.input_download_view),
+                 name="guarded_tools_confirmation_input"),
             *super().get_urls(),
         ]
+
+    def input_download_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        """The whole input of one request, as a JSON file, for whoever may view it."""
+        confirmation = get_object_or_404(Confirmation, pk=pk)
+        if not self.has_view_permission(request, confirmation):
+            raise PermissionDenied
+        return json_download(confirmation.input, f"confirmation-{confirmation.pk}-input.json")
 
     def decide_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         """POST target of the Approve / Decline buttons on the detail page."""
@@ -246,12 +337,17 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
             refusal = confirmations.can_decide(request.user, confirmation)
             open_ = (confirmation.status == ConfirmationStatus.PENDING
                      and Confirmation.objects.pending().filter(pk=confirmation.pk).exists())
+            download_url = reverse("admin:guarded_tools_confirmation_input",
+                                   args=[confirmation.pk])
+            rows, not_shown = input_rows(confirmation.tool, confirmation.input,
+                                         limit=self.input_shown_chars)
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,
                 "tool_description": definition.description if definition else "",
-                "input_rows": input_rows(confirmation.tool, confirmation.input),
-                "input_json": highlight_json(confirmation.input),
+                "input_rows": rows,
+                "input_fields_not_shown": not_shown,
+                "input_download_url": download_url,
                 "can_decide": open_ and refusal is None,
                 "refusal": refusal if open_ else None,
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
@@ -365,17 +461,37 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return format_html('<span class="gt-badge gt-{}">{}</span>', obj.state,
                            obj.get_state_display())
 
+    def get_urls(self) -> list[Any]:
+        return [
+            path("<uuid:pk>/<str:part>.json", self.admin_site.admin_view(self.download_view),
+                 name="guarded_tools_operation_download"),
+            *super().get_urls(),
+        ]
+
+    def download_view(self, request: HttpRequest, pk: str, part: str) -> HttpResponse:
+        """An operation's whole input, output or error as a JSON file, for its viewers."""
+        operation = get_object_or_404(Operation, pk=pk)
+        if part not in ("input", "output", "error"):
+            raise Http404
+        if not self.has_view_permission(request, operation):
+            raise PermissionDenied
+        return json_download(getattr(operation, part), f"operation-{operation.pk}-{part}.json")
+
+    def _shown(self, obj: Operation, part: str) -> SafeString:
+        url = reverse("admin:guarded_tools_operation_download", args=[obj.pk, part])
+        return highlight_json(getattr(obj, part), download_url=url)
+
     @admin.display(description=_("input"))
     def input_json(self, obj: Operation) -> SafeString:
-        return highlight_json(obj.input)
+        return self._shown(obj, "input")
 
     @admin.display(description=_("output"))
     def output_json(self, obj: Operation) -> SafeString:
-        return highlight_json(obj.output)
+        return self._shown(obj, "output")
 
     @admin.display(description=_("error"))
     def error_json(self, obj: Operation) -> SafeString:
-        return highlight_json(obj.error)
+        return self._shown(obj, "error")
 
     def _reconcile(self, request: HttpRequest, queryset: QuerySet[Any], *, action: str,
                    form_class: type[ReconcileForm], title: str, single: bool = False) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -297,3 +298,66 @@ def test_the_tool_filter_lists_registered_tools_and_filters(
     assert [row.tool for row in listed] == [registered, registered]
     listed = client.get(page, {"tool": "retired_tool"}).context["cl"].result_list
     assert [row.tool for row in listed] == ["retired_tool"]
+
+
+# -- the approver's page is bounded ----------------------------------------------------------
+def _input_of_about(size: int, shape: str) -> dict[str, Any]:
+    """A tool input of about ``size`` bytes of JSON, shaped to amplify a naive page."""
+    if shape == "records":
+        value: Any = [{"sku": f"s{i}", "qty": i, "gift": False} for i in range(size // 40)]
+    elif shape == "numbers":
+        value = [1] * (size // 2)
+    elif shape == "markup":
+        value = "<&>" * (size // 3)
+    else:  # many small top-level fields
+        return {"operationId": "marker-once", **{f"f{i}": 1 for i in range(size // 10)}}
+    return {"operationId": "marker-once", "amount": "12.00", "items": value}
+
+
+@pytest.mark.parametrize("shape", ["records", "numbers", "markup", "fields"])
+def test_the_approvers_page_renders_a_large_input_once_and_bounded(
+        user_factory: Any, make_tool: Any, shape: str) -> None:
+    """A 120 KB input made the page 18 MB: every field highlighted, then the whole input
+    again. It is rendered once, within a bound, with the whole input as a download."""
+    definition = make_tool(confirm="always")
+    data = _input_of_about(120 * 1024, shape)
+    assert len(json.dumps(data)) > 100 * 1024
+    confirmation = Confirmation.objects.create(
+        tool=definition.name, scope="s", key="k", fingerprint=fingerprint(data), input=data)
+    client = staff_client(user_factory, *APPROVER)
+    page = client.get(f"{CONF_LIST}{confirmation.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    empty = Confirmation.objects.create(tool=definition.name, scope="s", key="k2",
+                                        fingerprint="f", input={})
+    small = client.get(f"{CONF_LIST}{empty.pk}/change/")
+    assert len(html) - len(small.content) <= 80 * 1024  # the input's share of the page
+    assert html.count("marker-once") == 1  # once, not in a table and again as JSON
+    assert "not shown" in html and 'value="approve"' in html
+    download = client.get(f"{CONF_LIST}{confirmation.pk}/input.json")
+    assert download.status_code == 200 and json.loads(download.content) == data
+    assert "attachment" in download["Content-Disposition"]
+
+
+def test_the_input_download_needs_view_permission(user_factory: Any,
+                                                  pending: Confirmation) -> None:
+    outsider = staff_client(user_factory, "guarded_tools.view_operation", name="outsider")
+    assert outsider.get(f"{CONF_LIST}{pending.pk}/input.json").status_code == 403
+    anonymous = Client().get(f"{CONF_LIST}{pending.pk}/input.json")
+    assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
+
+
+def test_the_operation_page_bounds_each_value_and_offers_it_whole(user_factory: Any,
+                                                                  unknown: Operation) -> None:
+    data = _input_of_about(120 * 1024, "numbers")
+    Operation.objects.filter(pk=unknown.pk).update(input=data, output=data)
+    client = staff_client(user_factory, *RECONCILER)
+    html = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert len(html) < 3 * 80 * 1024  # input and output, each within its bound
+    assert html.count("not shown") == 2 and f"{unknown.pk}/output.json" in html
+    for part in ("input", "output"):
+        download = client.get(f"{OPS_LIST}{unknown.pk}/{part}.json")
+        assert download.status_code == 200 and json.loads(download.content) == data
+    assert client.get(f"{OPS_LIST}{unknown.pk}/fence.json").status_code == 404
+    outsider = staff_client(user_factory, *VIEW_CONF, name="outsider")
+    assert outsider.get(f"{OPS_LIST}{unknown.pk}/input.json").status_code == 403
