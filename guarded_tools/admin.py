@@ -17,6 +17,13 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.views.main import (
+    ERROR_FLAG,
+    IGNORED_PARAMS,
+    PAGE_VAR,
+    SEARCH_VAR,
+    ChangeList,
+)
 from django.core.exceptions import PermissionDenied
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Case, IntegerField, QuerySet, Value, When
@@ -159,6 +166,60 @@ class ReadOnlyMixin:
         return False
 
 
+#: The longest filter or search value a changelist looks for: longer than any value
+#: a filtered or searched column holds that is worth finding (keys are at most 255).
+MAX_LOOKUP_CHARS = 255
+
+
+def unmatchable(value: str) -> bool:
+    """A filter or search value no row can hold: a NUL (PostgreSQL refuses it in text,
+    so the query would fail) or one over ``MAX_LOOKUP_CHARS``."""
+    return "\x00" in value or len(value) > MAX_LOOKUP_CHARS
+
+
+def unmatchable_lookup(request: HttpRequest) -> bool:
+    """Whether a filter or search parameter of the changelist's URL is unmatchable."""
+    not_lookups = {*IGNORED_PARAMS, PAGE_VAR, ERROR_FLAG} - {SEARCH_VAR}
+    return any(unmatchable(value) for name, values in request.GET.lists()
+               if name not in not_lookups for value in values)
+
+
+class SafeChangeList(ChangeList):
+    """A changelist whose filters and search match nothing for an unmatchable value.
+
+    Every filter and search parameter (the admin's own, a ``SimpleListFilter``'s, a
+    lookup typed into the URL) is checked here, before any query runs.
+    """
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.none() if unmatchable_lookup(request) else queryset
+
+
+class SafeLookupsMixin:
+    """Changelists answer a NUL or an oversized filter or search value with no rows."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return SafeChangeList
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any],
+                           search_term: str) -> tuple[QuerySet[Any], bool]:
+        if unmatchable(search_term):  # and not a query of thousands of terms to build
+            return queryset.none(), False
+        return super().get_search_results(  # type: ignore[misc, no-any-return]
+            request, queryset, search_term)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if unmatchable_lookup(request):
+            self.message_user(  # type: ignore[attr-defined]
+                request,
+                _("Nothing matches a filter or search value with a NUL character or over"
+                  " %(n)d characters.") % {"n": MAX_LOOKUP_CHARS},
+                messages.WARNING,
+            )
+        return super().changelist_view(request, extra_context)  # type: ignore[misc, no-any-return]
+
+
 class ReasonForm(forms.Form):
     reason = forms.CharField(
         label=_("Reason"),
@@ -184,12 +245,15 @@ class ToolFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         names, value = self.offered(), self.value()
-        if value:
+        if value and not unmatchable(value):
             names.add(value)
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(tool=self.value()) if self.value() else queryset
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.none() if unmatchable(value) else queryset.filter(tool=value)
 
 
 # -- confirmations ---------------------------------------------------------------------------
@@ -212,7 +276,7 @@ class ExpiresFilter(admin.SimpleListFilter):
 
 
 @admin.register(Confirmation)
-class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["tool", "requested_by", "status_badge", "created_at", "expires_at",
                     "decided_by"]
     list_filter = ["status", ExpiresFilter, ConfirmationToolFilter]
@@ -424,7 +488,7 @@ class FailedForm(ReconcileForm):
 
 
 @admin.register(Operation)
-class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["tool", "short_key", "user", "state_badge", "recovered", "created_at",
                     "updated_at"]
     list_filter = ["state", ToolFilter, "recovered"]
@@ -584,7 +648,7 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(JournalEntry)
-class JournalEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class JournalEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["created_at", "operation", "kind", "fence", "removed"]
     list_filter = ["kind", "removed"]
     list_select_related = ["operation"]
@@ -599,7 +663,7 @@ class JournalEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["created_at", "actor", "action", "operation", "confirmation", "note"]
     list_filter = ["action"]
     list_select_related = ["actor", "operation", "confirmation"]

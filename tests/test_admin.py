@@ -347,6 +347,47 @@ def test_the_input_download_needs_view_permission(user_factory: Any,
     assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
 
 
+# -- changelists survive any filter or search value ------------------------------------------
+JOURNAL_LIST = "/admin/guarded_tools/journalentry/"
+AUDIT_LIST = "/admin/guarded_tools/auditentry/"
+LOOKUPS = [
+    (OPS_LIST, "state__exact"), (OPS_LIST, "tool"), (OPS_LIST, "recovered__exact"),
+    (OPS_LIST, "state"), (OPS_LIST, "state__in"), (OPS_LIST, "tool__exact"), (OPS_LIST, "q"),
+    (CONF_LIST, "status__exact"), (CONF_LIST, "waiting"), (CONF_LIST, "tool"),
+    (CONF_LIST, "q"),
+    (JOURNAL_LIST, "kind__exact"), (JOURNAL_LIST, "removed__exact"), (JOURNAL_LIST, "q"),
+    (AUDIT_LIST, "action__exact"), (AUDIT_LIST, "q"),
+]
+HOSTILE = {"nul": "\x00", "nul-inside": "succeeded\x00", "oversized": "x" * 20_000,
+           "many-words": "a " * 5_000}
+
+
+@pytest.mark.parametrize("page, param", LOOKUPS, ids=[f"{p.split('/')[-2]}-{n}"
+                                                       for p, n in LOOKUPS])
+def test_every_changelist_filter_and_search_survives_hostile_values(
+        user_factory: Any, unknown: Operation, page: str, param: str) -> None:
+    """PostgreSQL refuses a NUL in text, and an endless search is an endless query: no
+    row can match either, so the list answers with none (on every database)."""
+    unknown.journal.create(data={"upstream": "req-1"}, fence=1)
+    AuditEntry.objects.create(action="mark_failed", operation=unknown, note="n")
+    Confirmation.objects.create(tool=unknown.tool, scope="s", key="k", fingerprint="f",
+                                input={})
+    client = staff_client(user_factory, "guarded_tools.view_operation",
+                          "guarded_tools.view_confirmation", "guarded_tools.view_journalentry",
+                          "guarded_tools.view_auditentry")
+    assert client.get(page).context["cl"].result_count == 1  # the row the values miss
+    for name, value in HOSTILE.items():
+        for facets in ({}, {"_facets": "1"}):
+            response = client.get(page, {param: value, **facets})
+            if response.status_code == 302:  # Django's answer to a value of the wrong type
+                assert "e=1" in response["Location"], name
+                assert client.get(response["Location"]).status_code == 200, name
+                continue
+            assert response.status_code == 200, name
+            assert list(response.context["cl"].result_list) == [], name
+            assert "Nothing matches" in response.content.decode(), name
+
+
 def test_the_operation_page_bounds_each_value_and_offers_it_whole(user_factory: Any,
                                                                   unknown: Operation) -> None:
     data = _input_of_about(120 * 1024, "numbers")
