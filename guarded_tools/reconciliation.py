@@ -120,6 +120,9 @@ def parse_output(text: str) -> Any:
         problem += f" ({exc.msg}: line {exc.lineno}, column {exc.colno})"
     except (ValueError, RecursionError):
         pass
+    else:
+        if problem.endswith("not valid JSON."):
+            problem += " NaN, Infinity and numbers beyond a double's range are not JSON."
     raise ReconcileRefused(problem)
 
 
