@@ -127,10 +127,16 @@ def _cut_note(hidden: int, download_url: str) -> SafeString:
 def input_rows(tool_name: str, data: Any, *, limit: int = JSON_SHOWN_CHARS
                ) -> tuple[list[tuple[str, str, SafeString]], int]:
     """(title, field, highlighted value) per top-level input field, schema titles first,
-    within ``limit`` characters of HTML in all; and how many fields are not shown."""
+    within ``limit`` characters of HTML in all; and how many fields are not shown.
+
+    Fields come in the schema's order, then the others as stored (PostgreSQL's jsonb
+    keeps its own order), so what is cut is the same on every database.
+    """
     definition = registry.find(tool_name)
     props = (definition.input_schema.get("properties", {}) if definition else {}) or {}
     fields = list(data.items()) if isinstance(data, dict) else [("(input)", data)]
+    declared = {name: i for i, name in enumerate(props)}
+    fields.sort(key=lambda item: declared.get(item[0], len(declared)))
     rows = []
     budget = limit
     for name, value in fields:
