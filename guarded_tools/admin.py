@@ -460,7 +460,8 @@ def posted_fences(request: HttpRequest) -> dict[str, int]:
     """The fence a reconcile form showed for each operation, as its hidden fields post it."""
     prefix = FENCE_FIELD % ""
     fences = {}
-    for name, value in request.POST.items():
+    for name in request.POST:
+        value = request.POST.get(name, "")
         if name.startswith(prefix) and value.isascii() and value.isdigit() and len(value) < 10:
             fences[name[len(prefix):]] = int(value)
     return fences
