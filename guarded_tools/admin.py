@@ -24,7 +24,7 @@ from django.contrib.admin.views.main import (
     SEARCH_VAR,
     ChangeList,
 )
-from django.core.exceptions import PermissionDenied
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Case, IntegerField, QuerySet, Value, When
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
@@ -214,6 +214,19 @@ class SafeLookupsMixin:
             return queryset.none(), False
         return super().get_search_results(  # type: ignore[misc, no-any-return]
             request, queryset, search_term)
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        # A crafted selection (not a primary key at all) would fail the action's query.
+        primary_key = self.model._meta.pk  # type: ignore[attr-defined]
+        for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                primary_key.to_python(value)
+            except ValidationError:
+                self.message_user(  # type: ignore[attr-defined]
+                    request, _("The selection names rows that cannot exist: nothing was done."),
+                    messages.WARNING)
+                return None
+        return super().response_action(request, queryset)  # type: ignore[misc]
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if unmatchable_lookup(request):

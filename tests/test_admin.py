@@ -402,3 +402,23 @@ def test_the_operation_page_bounds_each_value_and_offers_it_whole(user_factory: 
     assert client.get(f"{OPS_LIST}{unknown.pk}/fence.json").status_code == 404
     outsider = staff_client(user_factory, *VIEW_CONF, name="outsider")
     assert outsider.get(f"{OPS_LIST}{unknown.pk}/input.json").status_code == 403
+
+
+@pytest.mark.parametrize("page, action", [(OPS_LIST, "mark_not_executed"),
+                                          (OPS_LIST, "mark_succeeded"),
+                                          (CONF_LIST, "approve_selected"),
+                                          (CONF_LIST, "decline_selected")])
+def test_an_action_on_a_crafted_selection_does_nothing(user_factory: Any, unknown: Operation,
+                                                       pending: Confirmation, page: str,
+                                                       action: str) -> None:
+    client = staff_client(user_factory, *RECONCILER, *APPROVER)
+    for value in ("\x00", "not-a-uuid", "x" * 5000):
+        response = client.post(page, {"action": action, "note": "n", "reason": "r",
+                                      ACTION_CHECKBOX_NAME: [value, unknown.pk, pending.pk]},
+                               follow=True)
+        assert response.status_code == 200
+        assert "cannot exist: nothing was done" in response.content.decode()
+    unknown.refresh_from_db()
+    pending.refresh_from_db()
+    assert unknown.state == "outcome_unknown" and pending.status == "pending"
+    assert not AuditEntry.objects.exists()
