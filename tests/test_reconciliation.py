@@ -274,3 +274,35 @@ def test_the_python_api_refuses_an_output_that_is_not_json(
             reconciliation.mark_succeeded(requester_unknown, person, output, "n", fence=3)
     requester_unknown.refresh_from_db()
     assert requester_unknown.state == OperationState.OUTCOME_UNKNOWN
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_two_people_deciding_at_once_make_exactly_one_decision(
+        user_factory: Any, requester_unknown: Operation) -> None:
+    """Four decisions on the same attempt, each on its own connection: one wins, the
+    others are told it is no longer waiting, and one audit row says who decided."""
+    from tests.test_concurrency import in_threads
+
+    people = [user_factory(f"ops{i}", perms=("guarded_tools.reconcile_operation",))
+              for i in range(4)]
+
+    def decide(i: int) -> str:
+        try:
+            if i % 2:
+                reconciliation.mark_not_executed(requester_unknown, people[i], "n", fence=3)
+            else:
+                reconciliation.mark_succeeded(requester_unknown, people[i], {"paid": True},
+                                              "n", fence=3)
+        except reconciliation.ReconcileRefused as exc:
+            return str(exc)
+        return "decided"
+
+    outcomes = in_threads(4, decide)
+    assert outcomes.count("decided") == 1, outcomes
+    assert all("not waiting" in o for o in outcomes if o != "decided")
+    audit = AuditEntry.objects.get(operation=requester_unknown)
+    requester_unknown.refresh_from_db()
+    winner = outcomes.index("decided")
+    assert audit.actor == people[winner]
+    assert requester_unknown.state == ("released" if winner % 2 else "succeeded")
