@@ -215,7 +215,8 @@ class SafeLookupsMixin:
         return super().get_search_results(  # type: ignore[misc, no-any-return]
             request, queryset, search_term)
 
-    def response_action(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any], *args: Any,
+                        **kwargs: Any) -> HttpResponse | None:
         # A crafted selection (not a primary key at all) would fail the action's query.
         primary_key = self.model._meta.pk  # type: ignore[attr-defined]
         for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
@@ -226,7 +227,8 @@ class SafeLookupsMixin:
                     request, _("The selection names rows that cannot exist: nothing was done."),
                     messages.WARNING)
                 return None
-        return super().response_action(request, queryset)  # type: ignore[misc]
+        return super().response_action(  # type: ignore[misc, no-any-return]
+            request, queryset, *args, **kwargs)
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         if unmatchable_lookup(request):
