@@ -384,9 +384,9 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     def input_download_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         """The whole input of one request, as a JSON file, for whoever may view it."""
-        confirmation = get_object_or_404(Confirmation, pk=pk)
-        if not self.has_view_permission(request, confirmation):
+        if not self.has_view_permission(request):  # before saying whether it exists
             raise PermissionDenied
+        confirmation = get_object_or_404(Confirmation, pk=pk)
         return json_download(confirmation.input, f"confirmation-{confirmation.pk}-input.json")
 
     def decide_view(self, request: HttpRequest, pk: str) -> HttpResponse:
@@ -556,11 +556,11 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     def download_view(self, request: HttpRequest, pk: str, part: str) -> HttpResponse:
         """An operation's whole input, output or error as a JSON file, for its viewers."""
-        operation = get_object_or_404(Operation, pk=pk)
+        if not self.has_view_permission(request):  # before saying whether it exists
+            raise PermissionDenied
         if part not in ("input", "output", "error"):
             raise Http404
-        if not self.has_view_permission(request, operation):
-            raise PermissionDenied
+        operation = get_object_or_404(Operation, pk=pk)
         return json_download(getattr(operation, part), f"operation-{operation.pk}-{part}.json")
 
     def _shown(self, obj: Operation, part: str) -> SafeString:

@@ -343,6 +343,8 @@ def test_the_input_download_needs_view_permission(user_factory: Any,
                                                   pending: Confirmation) -> None:
     outsider = staff_client(user_factory, "guarded_tools.view_operation", name="outsider")
     assert outsider.get(f"{CONF_LIST}{pending.pk}/input.json").status_code == 403
+    nowhere = "00000000-0000-0000-0000-000000000000"
+    assert outsider.get(f"{CONF_LIST}{nowhere}/input.json").status_code == 403  # no oracle
     anonymous = Client().get(f"{CONF_LIST}{pending.pk}/input.json")
     assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
 
