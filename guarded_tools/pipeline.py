@@ -43,7 +43,7 @@ from guarded_tools.exceptions import (
     ToolError,
     VerificationError,
 )
-from guarded_tools.models import Operation, OperationState
+from guarded_tools.models import AuditEntry, Operation, OperationState
 from guarded_tools.permissions import (
     answer,
     granted,
@@ -139,6 +139,9 @@ class GuardResult:
     recovered: bool = False
     #: The output as JSON, when the guard already serialized it (for the replay cache).
     output_json: str | None = field(default=None, repr=False, compare=False)
+    #: A person decided this result (reconciliation), so ``verify`` does not judge it.
+    #: Looked up only for tools that have a verifier: for the others it changes nothing.
+    reconciled: bool = False
 
     def answer(self) -> Any:
         """The output as the agent gets it: as stored, so a call and its replays agree.
@@ -287,7 +290,8 @@ class Pipeline:
         if result.operation is not None and result.operation.get("status") == "succeeded":
             replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
                         output=result.output, operation=result.operation,
-                        recovered=result.recovered, output_json=result.output_json)
+                        recovered=result.recovered, output_json=result.output_json,
+                        reconciled=result.reconciled)
         return result
 
     def claimed(
@@ -521,6 +525,8 @@ class Pipeline:
 
     # -- replays -------------------------------------------------------------------------
     def replay(self, inv: Invocation, operation: Operation, obs: _Observer) -> GuardResult:
+        """The stored result of a completed operation; ``verify`` judges it again unless a
+        person decided it (their decision is final: it is never re-judged)."""
         obs.emit("replayed")
         if operation.state == OperationState.SUCCEEDED:
             result = GuardResult(
@@ -528,10 +534,18 @@ class Pipeline:
                 operation=operation.summary(replayed=True),
                 replayed=True,
                 recovered=operation.recovered,
+                reconciled=self.tool.verify is not None and self.reconciled(operation),
             )
-            self.verify(inv, result, obs)
+            if not result.reconciled:
+                self.verify(inv, result, obs)
             return result
         raise self.stored_error(operation)
+
+    def reconciled(self, operation: Operation) -> bool:
+        """Whether a person marked this operation succeeded (the audit trail says so)."""
+        return AuditEntry.objects.using(router.db_for_write(AuditEntry)).filter(
+            operation_id=operation.pk, action=AuditEntry.Action.MARK_SUCCEEDED
+        ).exists()
 
     def replay_remembered(
         self, inv: Invocation, remembered: Remembered, obs: _Observer
@@ -546,8 +560,10 @@ class Pipeline:
             operation=dict(remembered.operation),
             replayed=True,
             recovered=remembered.recovered,
+            reconciled=remembered.reconciled,
         )
-        self.verify(inv, result, obs)
+        if not result.reconciled:
+            self.verify(inv, result, obs)
         return result
 
     def stored_error(self, operation: Operation) -> GuardError:

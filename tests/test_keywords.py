@@ -273,7 +273,8 @@ def test_reconciling_checks_the_output_pattern_as_ecma_262(
         "guarded_tools.view_operation", "guarded_tools.reconcile_operation"))
     client = Client()
     client.force_login(staff)
-    data = {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [operation.pk], "note": "checked"}
+    data = {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [operation.pk], "note": "checked",
+            f"fence-{operation.pk}": operation.fence}
     bad = client.post("/admin/guarded_tools/operation/",
                       {**data, "output": json.dumps({"code": ARABIC_INDIC})})
     assert "output schema" in bad.content.decode()
