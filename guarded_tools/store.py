@@ -612,8 +612,11 @@ class _Statements:
         self._leases: dict[int, tuple[str, list[Any]]] = {}
         self._claims: dict[str, str] = {}  # the claim's SQL by its lease's SQL
         self.names = [f.attname for f in self.fields]
+        # Typed values go through their field, as the ORM sends them: the key, the JSON
+        # fields, and the user's key (a UUID one is no type SQLite's driver binds).
         self._prepared: dict[str, Any] = {
-            name: opts.get_field(name) for name in ("id", "input", "output")
+            field.attname: field for field in self.fields
+            if field.name in ("id", "input", "output", "user")
         }
         # The claim: values from the call, NULLs, the lease and the database's clock.
         claim_values, self._claim_plan = self._plan(
@@ -761,7 +764,7 @@ class _Statements:
         self, plan: list[str], values: dict[str, Any], connection: Any,
         lease_params: list[Any] | None = None,
     ) -> list[Any]:
-        """The parameters of a plan; the key and the JSON fields as the ORM would save them."""
+        """The parameters of a plan; the keys and the JSON fields as the ORM would save them."""
         params: list[Any] = []
         for name in plan:
             if name == "now":
