@@ -702,6 +702,10 @@ class _Statements:
             # call more to plan than it saved the rare replay that misses this process's
             # cache (a replay that finds the lock taken still reads its row).
             self.lock_sql = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+            # The read after the lock sees a call that committed before the try only
+            # where each statement takes its own snapshot: READ COMMITTED. Above it the
+            # transaction's snapshot is its first statement's, taken before the try, so
+            # a duplicate could find the lock free and the key's row not yet visible.
             self.multi = is_psycopg3 and options.get("server_side_binding") is not True
             if self.multi:
                 from psycopg.pq import TransactionStatus
@@ -713,7 +717,7 @@ class _Statements:
                     connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
                     or ("prepare_threshold" in options and options["prepare_threshold"] is None)
                 )
-            self.locking = True
+            self.locking = reads_committed(options)
         else:  # SQLite: only where every transaction takes the write lock when it begins
             mode = str(options.get("transaction_mode") or "").upper()
             self.locking = mode in ("IMMEDIATE", "EXCLUSIVE")
@@ -1094,6 +1098,24 @@ def _prepare_and_execute(sql: str, salt: str) -> tuple[str, str]:
     body = re.sub("%[s%]", number, sql)
     arguments = f"({', '.join(['%s'] * count)})" if count else ""
     return f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}"
+
+
+def reads_committed(options: dict[str, Any]) -> bool:
+    """Whether a PostgreSQL database's ``OPTIONS`` leave its transactions at READ COMMITTED.
+
+    (READ UNCOMMITTED is READ COMMITTED in PostgreSQL.) Only there can an atomic
+    tool's call lock its key and run in one transaction; elsewhere it claims first.
+    """
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    level = options.get("isolation_level")
+    if level is None:
+        return True
+    try:
+        level = IsolationLevel(level)
+    except ValueError:
+        return False  # Django refuses it when it connects
+    return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
 
 
 def _compile(connection: Any, expression: Any) -> tuple[str, list[Any], Any]:
