@@ -144,6 +144,12 @@ def test_the_row_runs_the_configuration_it_names(matrix_row: str, user_factory: 
         assert config["ATOMIC_REQUESTS"] is True
     if matrix_row == "server-side-binding":
         assert options["server_side_binding"] is True
+    # Atomic tools run as one transaction (key lock, effect, operation) except above READ
+    # COMMITTED, where they claim first: the threaded tests exercise the path the row has.
+    from guarded_tools.store import OperationStore
+
+    one_transaction = matrix_row not in ("repeatable-read", "serializable")
+    assert OperationStore().can_lock() == one_transaction
     if connection.vendor != "postgresql":
         return
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
