@@ -238,7 +238,7 @@ def main() -> int:
         probes: list[str] = []  # keys only the script calls: nobody retries them
         orphans: list[str] = []  # probes whose claim a killed node left behind
         failures: list[BaseException] = []
-        broker_back = [0.0]
+        caught_up = [0.0]  # seconds from the broker's return to the sweep's takeover
         overdue = [0]  # orphans nobody had taken over when the broker came back
 
         def in_flight(k: str) -> bool:
@@ -291,8 +291,11 @@ def main() -> int:
                 overdue[0] = Operation.objects.filter(key__in=orphans, fence=1).abandoned().count()
                 broker.start()
                 broker_down.clear()
-                broker_back[0] = time.monotonic()
                 say("restarted redis (empty: no snapshot)")
+                caught_up[0] = wait_for("the sweep to take the orphaned claim over", lambda: (
+                    Operation.objects.filter(key__in=orphans, fence__gt=1).count()
+                    == len(orphans)), 90)
+                say(f"the sweep took it over {caught_up[0]:.1f} s after the broker returned")
             except BaseException as exc:  # the main thread reports it
                 failures.append(exc)
             finally:
@@ -313,8 +316,7 @@ def main() -> int:
         mine = Operation.objects.filter(key__startswith=f"mn-{run}-")
         left = mine.filter(state__in=[OperationState.IN_FLIGHT, OperationState.ABANDONED])
         left_count = left.count()
-        wait_for("the sweep to settle every claim", lambda: not left.exists(), 90)
-        caught_up = time.monotonic() - broker_back[0]
+        settled = wait_for("the sweep to settle every claim", lambda: not left.exists(), 90)
         taken_over = mine.filter(key__in=orphans, fence__gt=1).count()
 
         final: collections.Counter[str] = collections.Counter()
@@ -341,10 +343,10 @@ def main() -> int:
         for label, count in sorted(statuses.items()):
             print(f"  {label:<34} {count}")
         print(f"answered while the broker was down: {dict(sorted(outage.items()))}")
-        print(f"claims left when the load ended: {left_count}; the sweep settled them all"
-              f" {caught_up:.1f} s after the broker returned; of the claims orphaned during the"
-              f" outage, {overdue[0]} of {len(orphans)} waited for it and the sweep took over"
-              f" {taken_over}")
+        print(f"of the claims orphaned during the outage, {overdue[0]} of {len(orphans)} waited"
+              f" for it and the sweep took over {taken_over}, {caught_up[0]:.1f} s after the"
+              f" broker returned; claims left when the load ended: {left_count}, settled by"
+              f" the sweep in {settled:.1f} s")
         print(f"final retry of every key: {dict(final)}")
         print(f"operations: {dict(states)}; completed by recovery: {recovered}")
         print(f"effects per key: exactly 1 for {len(every) - len(wrong)} of {len(every)}")
