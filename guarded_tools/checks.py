@@ -200,3 +200,109 @@ def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
                 )
             )
     return messages
+
+
+#: Brokers that hand an unacknowledged message to another consumer after a visibility
+#: timeout (kombu's transport option), with kombu's default for each.
+VISIBILITY_TIMEOUT_DEFAULTS = {"redis": 3600, "rediss": 3600, "sentinel": 3600, "sqs": 1800}
+SWEEP_TASK = "guarded_tools.tasks.sweep"
+APPROVAL_TASK = "guarded_tools.tasks.execute_approved"
+DEFAULT_BEAT_SCHEDULERS = {"", "celery.beat:PersistentScheduler", "celery.beat.PersistentScheduler"}
+
+
+def _celery_setting(name: str, default: Any) -> Any:
+    """A Celery setting from Django settings (``CELERY_<NAME>``), else the current app's."""
+    django_name = f"CELERY_{name.upper()}"
+    if hasattr(settings, django_name):
+        return getattr(settings, django_name)
+    from celery import current_app
+
+    return current_app.conf.get(name, default)
+
+
+def _longest_lease() -> tuple[int, str]:
+    """The longest lease a claim can get, and where it comes from."""
+    from guarded_tools.registry import registry
+
+    longest, source = int(gt_settings.LEASE_SECONDS), "GUARDED_TOOLS['LEASE_SECONDS']"
+    for definition in registry:
+        if definition.lease > longest:
+            longest, source = definition.lease, f"tool {definition.name!r}'s lease_seconds"
+    return longest, source
+
+
+def _acks_late(task_name: str, declared: bool | None) -> bool:
+    """Whether Celery acknowledges ``task_name`` after it runs, as its workers would see it."""
+    from celery.app.annotations import prepare, resolve_all
+
+    from guarded_tools import tasks
+
+    acks_late = declared
+    task = getattr(tasks, task_name.rsplit(".", 1)[1])
+    for annotation in resolve_all(prepare(_celery_setting("task_annotations", None)), task):
+        if isinstance(annotation, dict) and "acks_late" in annotation:
+            acks_late = bool(annotation["acks_late"])
+    if acks_late is None:
+        acks_late = bool(_celery_setting("task_acks_late", False))
+    return acks_late
+
+
+@checks.register()
+def check_celery(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The Celery settings the sweep and execution on approval rely on."""
+    messages: list[checks.CheckMessage] = []
+    broker = _celery_setting("broker_url", None) or ""
+    if isinstance(broker, (list, tuple)):
+        broker = broker[0] if broker else ""
+    scheme = str(broker).split(";", 1)[0].split("://", 1)[0].split("+", 1)[0].lower()
+    if scheme in VISIBILITY_TIMEOUT_DEFAULTS:
+        options = _celery_setting("broker_transport_options", None) or {}
+        timeout = options.get("visibility_timeout", VISIBILITY_TIMEOUT_DEFAULTS[scheme])
+        lease, source = _longest_lease()
+        if isinstance(timeout, (int, float)) and timeout < lease:
+            messages.append(
+                checks.Warning(
+                    f"The {scheme} broker's visibility_timeout ({timeout:g} s) is shorter than"
+                    f" the longest lease ({lease} s, {source}).",
+                    hint="The broker hands a task nobody acknowledged yet (acks_late, or"
+                    " prefetched and waiting) to another worker after visibility_timeout,"
+                    " while its first delivery may still hold a claim: the second finds the"
+                    " operation in flight and gives up, and sweeps run twice. Set"
+                    " CELERY_BROKER_TRANSPORT_OPTIONS = {'visibility_timeout': N} with N above"
+                    " the longest lease.",
+                    id="guarded_tools.W010",
+                )
+            )
+    if gt_settings.EXECUTE_ON_APPROVAL and not _acks_late(APPROVAL_TASK, None):
+        messages.append(
+            checks.Warning(
+                f"EXECUTE_ON_APPROVAL is on, and Celery acknowledges {APPROVAL_TASK} before it"
+                " runs (task_acks_late is False).",
+                hint="A worker lost while it runs an approved call forgets the task: the call"
+                " then runs on the agent's retry, not at once (a claim it made waits for the"
+                " sweep). Set CELERY_TASK_ACKS_LATE = True, or annotate the task with"
+                " {'acks_late': True}, so the broker delivers it again; a second delivery is"
+                " safe (the approval is consumed once, the key makes it a replay).",
+                id="guarded_tools.W011",
+            )
+        )
+    scheduler = str(_celery_setting("beat_scheduler", "") or "")
+    schedule = _celery_setting("beat_schedule", None)
+    schedule = schedule if isinstance(schedule, dict) else {}
+    if scheduler in DEFAULT_BEAT_SCHEDULERS and not any(
+        isinstance(entry, dict) and entry.get("task") == SWEEP_TASK
+        for entry in schedule.values()
+    ):
+        messages.append(
+            checks.Warning(
+                f"No beat schedule entry runs {SWEEP_TASK}.",
+                hint="Without a periodic sweep, claims whose process died wait until a caller"
+                " retries the same key, and confirmations never expire. Add"
+                f" CELERY_BEAT_SCHEDULE = {{'guarded-tools-sweep': {{'task': '{SWEEP_TASK}',"
+                " 'schedule': 30.0}} and run exactly one beat; or run `manage.py"
+                " guarded_tools_sweep --loop` instead and silence this check"
+                " (SILENCED_SYSTEM_CHECKS).",
+                id="guarded_tools.W012",
+            )
+        )
+    return messages

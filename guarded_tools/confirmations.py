@@ -198,10 +198,10 @@ def _decide(
             data={"tool": confirmation.tool, "key": confirmation.key},
         )
         if approved and runs_on_approval(confirmation.tool):
-            from guarded_tools.tasks import execute_approved
+            from guarded_tools.tasks import enqueue_execute_approved
 
             pk = str(confirmation.pk)
-            transaction.on_commit(lambda: execute_approved.delay(pk))
+            transaction.on_commit(lambda: enqueue_execute_approved(pk))
     confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
     signals.confirmation_decided.send(
         sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from celery import Task, shared_task
+from kombu.exceptions import OperationalError
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.recovery import close_old_connections
+
+logger = logging.getLogger(__name__)
 
 
 class SweepTask(Task):  # type: ignore[misc]
@@ -65,3 +69,19 @@ def execute_approved(confirmation_id: str) -> None:
         pass  # stored on the operation (or nothing ran); the agent's retry reports it
     finally:
         close_old_connections()
+
+
+def enqueue_execute_approved(confirmation_id: str) -> bool:
+    """Send ``execute_approved`` to the broker; False, with a warning, if it is unreachable.
+
+    The approval is committed either way, and nothing else needs the task: the agent's
+    retry runs the approved call (once). So a broker outage costs the approver no error
+    page, only the "at once".
+    """
+    try:
+        execute_approved.delay(confirmation_id)
+    except OperationalError as exc:
+        logger.warning("Could not send the approved call of confirmation %s to the broker"
+                       " (%s): the agent's retry runs it.", confirmation_id, exc)
+        return False
+    return True

@@ -135,16 +135,24 @@ GUARDED_TOOLS = {
 }
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
-CELERY_BROKER_TRANSPORT_OPTIONS = {
-    "data_folder_in": str(VAR_DIR / "broker"),
-    "data_folder_out": str(VAR_DIR / "broker"),
-    "processed_folder": str(VAR_DIR / "broker-processed"),
-    # kombu writes its exchange tables to ./control unless told otherwise.
-    "control_folder": str(VAR_DIR / "broker-control"),
-    "store_processed": False,
-}
-for folder in ("broker", "broker-processed", "broker-control"):
-    (VAR_DIR / folder).mkdir(parents=True, exist_ok=True)
+if CELERY_BROKER_URL.startswith("filesystem:"):
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        "data_folder_in": str(VAR_DIR / "broker"),
+        "data_folder_out": str(VAR_DIR / "broker"),
+        "processed_folder": str(VAR_DIR / "broker-processed"),
+        # kombu writes its exchange tables to ./control unless told otherwise.
+        "control_folder": str(VAR_DIR / "broker-control"),
+        "store_processed": False,
+    }
+    for folder in ("broker", "broker-processed", "broker-control"):
+        (VAR_DIR / folder).mkdir(parents=True, exist_ok=True)
+else:
+    # Redis (or SQS) hands an unacknowledged message to another worker after this many
+    # seconds: keep it above the longest lease (check guarded_tools.W010).
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# A worker busy with a long recover holds no sweeps another worker could run.
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ALWAYS_EAGER = os.environ.get("CELERY_TASK_ALWAYS_EAGER", "0") == "1"
 CELERY_BEAT_SCHEDULE = {
     "guarded-tools-sweep": {
