@@ -11,10 +11,16 @@ https URLs, and the live server is on loopback http.
 
 from __future__ import annotations
 
+import json
+import queue
+import shutil
+import subprocess
+import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -140,8 +146,6 @@ def _connect(demo: dict[str, Any], tool: Tool, *, cimd: bool) -> dict[str, Any]:
                 await _consent(context, url, seen)
 
             async def callback_handler() -> AuthorizationCodeResult:
-                from urllib.parse import parse_qs, urlsplit
-
                 query = parse_qs(urlsplit(seen["callback"]).query)
                 return AuthorizationCodeResult(code=query["code"][0],
                                                state=query.get("state", [None])[0],
@@ -221,3 +225,97 @@ def test_official_client_with_dynamic_client_registration(
     _check(seen, demo, tool)
     application = get_application_model().objects.get(client_id=seen["client_id"])
     assert application.name == "E2E host (DCR)" and application.client_type == "public"
+
+
+# -- the TypeScript SDK's client -------------------------------------------------------------------
+JS = Path(__file__).parent / "js"
+
+
+@pytest.fixture(scope="module")
+def node_client() -> Path:
+    """``tests/js`` with the TypeScript SDK installed from its lock file (``npm ci``)."""
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed for the TypeScript SDK's client")
+    if not (JS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
+        done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS,
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            pytest.skip(f"npm ci failed in tests/js (offline?): {done.stderr[-300:]}")
+    return JS / "oauth_client.mjs"
+
+
+class Lines:
+    """A child process's stdout, one JSON object per line, read in a thread."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        self.process = process
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self.queue.put(json.loads(line))
+
+    def next(self, timeout: float = 60) -> dict[str, Any]:
+        message = self.queue.get(timeout=timeout)
+        assert "failed" not in message, message["failed"]
+        return message
+
+    def send(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()
+
+
+@pytest.mark.slow
+def test_typescript_sdk_client_with_dynamic_client_registration(
+    demo: dict[str, Any], make_tool: Callable[..., Tool], node_client: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    tool = make_tool(Effects(), scopes=["demo:write"], name=f"e2e_{uuid.uuid4().hex[:6]}")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    process = subprocess.Popen(["node", str(node_client), demo["url"], REDIRECT, tool.name],
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    lines = Lines(process)
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # sync Playwright's loop
+    try:
+        with sync_api.sync_playwright() as playwright:
+            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                 args=CHROMIUM_ARGS)
+            page = browser.new_context().new_page()
+            redirected: list[str] = []
+            page.route(f"{REDIRECT}**", lambda route: (redirected.append(route.request.url),
+                                                       route.fulfill(status=200, body="ok")))
+            authorization = lines.next()["authorize"]
+            page.goto(authorization)
+            page.fill("#id_username", "oauth-user")
+            page.fill("#id_password", "pw")
+            page.click("button[type=submit]")
+            page.click("input[name=allow]")
+            page.wait_for_event("requestfinished", lambda r: r.url.startswith(REDIRECT))
+            lines.send(parse_qs(urlsplit(redirected[0]).query)["code"][0])
+            listed = lines.next()["listed"]
+            called = lines.next()
+            page.goto(f"{demo['base']}/o/authorized_tokens/")
+            page.click("text=revoke")
+            page.click("input[type=submit]")
+            page.wait_for_url(f"{demo['base']}/o/authorized_tokens/")
+            lines.send("revoked")
+            after = lines.next()
+            browser.close()
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert "code_challenge_method=S256" in authorization and "resource=" in authorization
+    assert tool.name in listed and "list_orders" in listed
+    assert called["called"] == {"isError": False}
+    assert tool.handler.count == 1  # type: ignore[attr-defined]
+    assert after["afterRevoke"] in ("InvalidGrantError", "UnauthorizedError"), after
+    assert after["status"] == 401
+    assert after["challenge"].startswith("Bearer ") and "resource_metadata=" in after["challenge"]
+    application = get_application_model().objects.get(client_id=called["clientId"])
+    assert application.name == "E2E host (TypeScript SDK)"
+    assert not get_access_token_model().objects.filter(user=demo["user"]).exists()
