@@ -140,6 +140,12 @@ OAUTH2_PROVIDER = {
     "DEFAULT_SCOPES": ["demo:read"],
     "PKCE_REQUIRED": True,
     "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    # OAuth 2.1: no implicit or password grant, neither accepted nor advertised.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    # Hosts are public clients (no secret): say so in the metadata.
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_basic",
+                                                     "client_secret_post"],
     "ALLOW_LOCALHOST_LOOPBACK": True,
     "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
     "DCR_ENABLED": True,

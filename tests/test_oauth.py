@@ -130,6 +130,8 @@ def test_authorization_server_metadata_offers_s256_only_and_both_registrations()
     assert document["code_challenge_methods_supported"] == ["S256"]
     assert document["registration_endpoint"] == "http://testserver/o/register/"
     assert document["client_id_metadata_document_supported"] is True
+    assert "none" in document["token_endpoint_auth_methods_supported"]  # public clients
+    assert not {"implicit", "password"} & set(document["grant_types_supported"])
 
 
 # -- audience ------------------------------------------------------------------------------------
