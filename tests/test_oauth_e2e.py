@@ -27,10 +27,7 @@ import pytest
 pytest.importorskip("oauth2_provider", reason="django-oauth-toolkit (guarded-tools[oauth])")
 if not __import__("importlib.metadata").metadata.version("mcp").startswith("2"):
     pytest.skip("the OAuth flow is tested with the mcp 2.x client", allow_module_level=True)
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
-async_api = pytest.importorskip("playwright.async_api")
+pytest.importorskip("playwright.async_api")
 
 import anyio
 import httpx2
@@ -39,9 +36,14 @@ from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata, OAuthToken
 from oauth2_provider.models import get_access_token_model, get_application_model
+from playwright import async_api
 
 from guarded_tools.registry import Tool
 from tests.conftest import Effects, key
+
+CHROMIUM = Path("/usr/bin/chromium")
+if not CHROMIUM.exists():
+    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
