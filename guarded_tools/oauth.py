@@ -73,8 +73,17 @@ def metadata_url(request: Any) -> str | None:
     return f"{parts.scheme}://{parts.netloc}{WELL_KNOWN}{parts.path}"
 
 
+def _canonical(uri: str) -> tuple[str, str, str, str]:
+    """A resource URI as RFC 8707 compares it: scheme and host in any case, no final slash."""
+    parts = urlsplit(uri)
+    return parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/"), parts.query
+
+
 def _same(a: str, b: str) -> bool:
-    return a.rstrip("/") == b.rstrip("/")
+    try:
+        return _canonical(a) == _canonical(b)
+    except ValueError:
+        return False
 
 
 def audience_allows(token: Any, resource: str | None) -> bool:

@@ -143,6 +143,8 @@ OAUTH2_PROVIDER = {
     # OAuth 2.1: no implicit or password grant, neither accepted nor advertised.
     "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
     "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    # RFC 9207: the authorization response names its issuer (MCP clients check it).
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
     # Hosts are public clients (no secret): say so in the metadata.
     "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_basic",
                                                      "client_secret_post"],

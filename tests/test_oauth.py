@@ -142,6 +142,13 @@ def test_a_token_for_this_resource_lists_and_calls(alice: Any, issue: Any, scope
     assert response.status_code == 200 and response.json()["result"]["isError"] is False
 
 
+def test_the_audience_matches_in_any_case_with_or_without_the_slash(
+    alice: Any, issue: Any, scoped: Tool
+) -> None:
+    for resource in ("HTTP://TestServer/agent/mcp", f"{RESOURCE}/"):
+        assert scoped.name in listed(bearer(issue(alice, "orders:write", resource=[resource])))
+
+
 @pytest.mark.parametrize("resource", [["https://other.example/mcp"], [],
                                       ["http://testserver/agent/mcp-other"]])
 def test_a_token_for_another_audience_is_not_authenticated(

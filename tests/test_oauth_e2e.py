@@ -194,6 +194,7 @@ def _check(seen: dict[str, Any], demo: dict[str, Any], tool: Tool) -> None:
     authorization = seen["authorization_urls"][0]
     assert authorization.startswith(f"{demo['base']}/o/authorize/?")
     assert "code_challenge_method=S256" in authorization
+    assert parse_qs(urlsplit(seen["callback"]).query)["iss"] == [f"{demo['base']}/o"]  # RFC 9207
     assert "See your orders" in seen["consent_text"]  # the scopes, described for the user
     assert tool.name in seen["tools"] and "list_orders" in seen["tools"]
     assert seen["call"].is_error is False
