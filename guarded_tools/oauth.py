@@ -143,10 +143,16 @@ class ResourceServerAuthentication(OAuth2ProtectedResourceAuthentication):
         return result
 
     def authenticate_header(self, request: Any) -> str:
+        """``Bearer [error=…,] [scope=…,] resource_metadata=…``.
+
+        ``scope`` is ``OAUTH_CHALLENGE_SCOPES`` when the site names some: least privilege
+        (a host starts with those and steps up on a tool's ``insufficient_scope``).
+        """
+        challenge = dict(getattr(request, "oauth2_error", {}) or {})
+        if gt_settings.OAUTH_CHALLENGE_SCOPES:
+            challenge["scope"] = " ".join(gt_settings.OAUTH_CHALLENGE_SCOPES)
         return str(build_bearer_challenge(
-            request,
-            oauth2_error=getattr(request, "oauth2_error", {}),
-            resource_metadata_url=metadata_url(request),
+            request, oauth2_error=challenge, resource_metadata_url=metadata_url(request),
         ))
 
 

@@ -116,6 +116,12 @@ def test_unauthenticated_rest_answers_the_same_challenge() -> None:
     assert response.json()["error"]["code"] == "not_authenticated"
 
 
+def test_the_challenge_names_the_scopes_to_start_with(settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "OAUTH_CHALLENGE_SCOPES": ["demo:read"]}
+    response = rpc(DjangoClient(), "tools/list")
+    assert challenge(response) == {"scope": "demo:read", "resource_metadata": PRM}
+
+
 def test_protected_resource_metadata_names_server_scopes_and_bearer_methods() -> None:
     document = DjangoClient().get(urlsplit(PRM).path).json()
     assert document["resource"] == RESOURCE

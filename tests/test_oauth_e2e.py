@@ -112,10 +112,12 @@ async def _consent(context: Any, authorization_url: str, seen: dict[str, Any]) -
 
     await page.route(f"{REDIRECT}**", callback)
     await page.goto(authorization_url)
-    await page.fill("#id_username", "oauth-user")
-    await page.fill("#id_password", "pw")
-    await page.click("button[type=submit]")
-    await page.wait_for_selector("#authorizationForm")
+    await page.wait_for_selector("#authorizationForm, #id_username")
+    if await page.locator("#id_username").count():  # a step-up finds the user logged in
+        await page.fill("#id_username", "oauth-user")
+        await page.fill("#id_password", "pw")
+        await page.click("button[type=submit]")
+        await page.wait_for_selector("#authorizationForm")
     seen["consent_text"] = await page.inner_text("main")
     await page.click("input[name=allow]")
     with anyio.fail_after(30):
@@ -133,7 +135,8 @@ async def _revoke_in_browser(context: Any, base: str) -> None:
     await page.close()
 
 
-def _connect(demo: dict[str, Any], tool: Tool, *, cimd: bool) -> dict[str, Any]:
+def _connect(demo: dict[str, Any], tool: Tool, *, cimd: bool, list_first: bool = True,
+             revoke: bool = True) -> dict[str, Any]:
     seen: dict[str, Any] = {}
 
     async def main() -> None:
@@ -167,13 +170,18 @@ def _connect(demo: dict[str, Any], tool: Tool, *, cimd: bool) -> dict[str, Any]:
             )
             http = httpx2.AsyncClient(auth=provider, timeout=30)
             async with Client(streamable_http_client(demo["url"], http_client=http)) as client:
-                seen["tools"] = {t.name for t in (await client.list_tools()).tools}
+                if list_first:
+                    seen["tools"] = {t.name for t in (await client.list_tools()).tools}
                 operation_id = key()
                 seen["call"] = await client.call_tool(tool.name, {"operationId": operation_id})
                 seen["operation_id"] = operation_id
             assert storage.tokens is not None
             seen["access_token"] = storage.tokens.access_token
             seen["client_id"] = storage.client.client_id
+            seen["scope"] = storage.tokens.scope
+            if not revoke:
+                await browser.close()
+                return
             await _revoke_in_browser(context, demo["base"])
             # The same call with the revoked token, a replay of a succeeded operation.
             async with httpx2.AsyncClient(timeout=30) as raw:
@@ -228,6 +236,23 @@ def test_official_client_with_dynamic_client_registration(
     _check(seen, demo, tool)
     application = get_application_model().objects.get(client_id=seen["client_id"])
     assert application.name == "E2E host (DCR)" and application.client_type == "public"
+
+
+@pytest.mark.slow
+def test_official_client_steps_up_on_insufficient_scope(
+    demo: dict[str, Any], settings: Any, make_tool: Callable[..., Tool]
+) -> None:
+    """The 401 asks for demo:read only; the write tool's 403 makes the host ask for more."""
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "OAUTH_CHALLENGE_SCOPES": ["demo:read"]}
+    tool = make_tool(Effects(), scopes=["demo:write"], name=f"e2e_{uuid.uuid4().hex[:6]}")
+    seen = _connect(demo, tool, cimd=True, list_first=False, revoke=False)
+    first, second = seen["authorization_urls"]
+    assert parse_qs(urlsplit(first).query)["scope"] == ["demo:read"]
+    assert set(parse_qs(urlsplit(second).query)["scope"][0].split()) == {"demo:read",
+                                                                         "demo:write"}
+    assert seen["call"].is_error is False and set(seen["scope"].split()) == {"demo:read",
+                                                                             "demo:write"}
+    assert tool.handler.count == 1  # type: ignore[attr-defined]
 
 
 # -- the TypeScript SDK's client -------------------------------------------------------------------
