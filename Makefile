@@ -1,13 +1,16 @@
 # Developer entry points; see README.md. `make test PYTEST_ARGS="-k foo -x"` passes args to every pytest run.
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench clean distclean
+.PHONY: demo test matrix lint bench clean distclean
 
 demo:
 	bash scripts/demo.sh
 
 test:
 	bash scripts/test.sh $(PYTEST_ARGS)
+
+matrix:
+	bash scripts/matrix.sh $(PYTEST_ARGS)
 
 lint:
 	bash scripts/venv.sh main
@@ -19,7 +22,7 @@ bench:
 
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench-results *.egg-info
-	find . -path ./.venv -prune -o -path ./.venv-dj52 -prune -o -name __pycache__ -type d -exec rm -rf {} +
+	find . -path ./.venv -prune -o -path ./.venv-dj52 -prune -o -path ./.venv-pg2 -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean
-	rm -rf .venv .venv-dj52
+	rm -rf .venv .venv-dj52 .venv-pg2

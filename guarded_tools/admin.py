@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin.views.main import (
+    ERROR_FLAG,
+    IGNORED_PARAMS,
+    PAGE_VAR,
+    SEARCH_VAR,
+    ChangeList,
+)
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Case, IntegerField, QuerySet, Value, When
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -45,29 +54,111 @@ _TOKEN = re.compile(
 )
 
 
-def highlight_json(value: Any) -> SafeString:
-    """Pretty JSON with escaped, classed spans for keys, strings, numbers, literals."""
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
-    parts: list[str] = []
+#: How much highlighted JSON one value renders on a page, in characters of HTML (and all
+#: of a confirmation's input fields together). What is cut is downloadable as JSON.
+JSON_SHOWN_CHARS = 64 * 1024
+#: What a row of the input table costs against that budget besides its value.
+_ROW_CHARS = 160
+
+
+def _pieces(text: str) -> Iterator[tuple[str, str]]:
+    """``text`` as (class, raw text) pieces: a token's class, or "" between tokens."""
     last = 0
     for match in _TOKEN.finditer(text):
-        parts.append(format_html("{}", text[last: match.start()]))
-        kind = match.lastgroup or "str"
-        parts.append(format_html('<span class="gt-{}">{}</span>', kind, match.group(0)))
+        yield "", text[last: match.start()]
+        yield match.lastgroup or "str", match.group(0)
         last = match.end()
-    parts.append(format_html("{}", text[last:]))
-    return format_html('<pre class="gt-json">{}</pre>', mark_safe("".join(parts)))  # noqa: S308
+    yield "", text[last:]
 
 
-def input_rows(tool_name: str, data: Any) -> list[tuple[str, str, SafeString]]:
-    """(title, field, highlighted value) per top-level input field, schema titles first."""
+def _highlighted(text: str, budget: int) -> tuple[str, int]:
+    """``text`` as escaped, classed HTML of at most ``budget`` characters, and how much
+    of ``text`` that shows (a token that does not fit is shown in part)."""
+    parts: list[str] = []
+    size = shown = 0
+    for kind, raw in _pieces(text):
+        if not raw:
+            continue
+        opening, closing = (f'<span class="gt-{kind}">', "</span>") if kind else ("", "")
+        room = budget - size - len(opening) - len(closing)
+        escaped = escape(raw)
+        if len(escaped) > room:
+            # The longest start of the token whose escaped text fits (escaping only grows).
+            n = max(room, 0)
+            while n and len(escape(raw[:n])) > room:
+                n = n * room // len(escape(raw[:n])) if n > 1 else 0
+            if n:
+                parts.append(f"{opening}{escape(raw[:n])}{closing}")
+                shown += n
+            break
+        parts.append(f"{opening}{escaped}{closing}")
+        size += len(opening) + len(escaped) + len(closing)
+        shown += len(raw)
+    return "".join(parts), shown
+
+
+def pretty_json(value: Any) -> str:
+    """The JSON text a page shows and a download holds: indented, keys sorted."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, cls=DjangoJSONEncoder,
+                      default=str)
+
+
+def highlight_json(value: Any, *, limit: int = JSON_SHOWN_CHARS,
+                   download_url: str = "") -> SafeString:
+    """Pretty JSON with escaped, classed spans for keys, strings, numbers, literals.
+
+    At most ``limit`` characters of HTML: a longer value is cut, says how much is not
+    shown, and links to ``download_url`` (the whole value as JSON) when there is one.
+    """
+    text = pretty_json(value)
+    html, shown = _highlighted(text, max(limit, 0))
+    cut = "" if shown == len(text) else _cut_note(len(text) - shown, download_url)
+    return format_html('<pre class="gt-json">{}{}</pre>', mark_safe(html), cut)  # noqa: S308
+
+
+def _cut_note(hidden: int, download_url: str) -> SafeString:
+    note = format_html('\n<span class="gt-cut">… {} more characters not shown.</span>', hidden)
+    if download_url:
+        note = format_html('{} <a href="{}" download>{}</a>', note, download_url,
+                           _("Download all of it as JSON"))
+    return note
+
+
+def input_rows(tool_name: str, data: Any, *, limit: int = JSON_SHOWN_CHARS
+               ) -> tuple[list[tuple[str, str, SafeString]], int]:
+    """(title, field, highlighted value) per top-level input field, schema titles first,
+    within ``limit`` characters of HTML in all; and how many fields are not shown.
+
+    Fields come in the schema's order, then the others as stored (PostgreSQL's jsonb
+    keeps its own order), so what is cut is the same on every database.
+    """
     definition = registry.find(tool_name)
     props = (definition.input_schema.get("properties", {}) if definition else {}) or {}
+    fields = list(data.items()) if isinstance(data, dict) else [("(input)", data)]
+    declared = {name: i for i, name in enumerate(props)}
+    fields.sort(key=lambda item: declared.get(item[0], len(declared)))
     rows = []
-    for name, value in (data or {}).items() if isinstance(data, dict) else []:
+    budget = limit
+    for name, value in fields:
         spec = props.get(name, {}) if isinstance(props.get(name), dict) else {}
-        rows.append((str(spec.get("title") or name), name, highlight_json(value)))
-    return rows
+        title = str(spec.get("title") or name)
+        budget -= _ROW_CHARS + len(escape(title)) + len(escape(name))
+        if budget <= 0:
+            break
+        text = pretty_json(value)
+        html, shown = _highlighted(text, budget)
+        budget -= len(html)
+        cut = "" if shown == len(text) else _cut_note(len(text) - shown, "")
+        rows.append((title, name, format_html('<pre class="gt-json">{}{}</pre>',
+                                              mark_safe(html), cut)))  # noqa: S308
+    return rows, len(fields) - len(rows)
+
+
+def json_download(value: Any, filename: str) -> HttpResponse:
+    """``value`` as a JSON file the browser saves instead of showing."""
+    response = HttpResponse(pretty_json(value), content_type="application/json")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
 
 
 class ReadOnlyMixin:
@@ -79,6 +170,75 @@ class ReadOnlyMixin:
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
+
+
+#: The longest filter or search value a changelist looks for: longer than any value
+#: a filtered or searched column holds that is worth finding (keys are at most 255).
+MAX_LOOKUP_CHARS = 255
+
+
+def unmatchable(value: str) -> bool:
+    """A filter or search value no row can hold: a NUL (PostgreSQL refuses it in text,
+    so the query would fail) or one over ``MAX_LOOKUP_CHARS``."""
+    return "\x00" in value or len(value) > MAX_LOOKUP_CHARS
+
+
+def unmatchable_lookup(request: HttpRequest) -> bool:
+    """Whether a filter or search parameter of the changelist's URL is unmatchable."""
+    not_lookups = {*IGNORED_PARAMS, PAGE_VAR, ERROR_FLAG} - {SEARCH_VAR}
+    return any(unmatchable(value) for name, values in request.GET.lists()
+               if name not in not_lookups for value in values)
+
+
+class SafeChangeList(ChangeList):
+    """A changelist whose filters and search match nothing for an unmatchable value.
+
+    Every filter and search parameter (the admin's own, a ``SimpleListFilter``'s, a
+    lookup typed into the URL) is checked here, before any query runs.
+    """
+
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        queryset = super().get_queryset(request, exclude_parameters)
+        return queryset.none() if unmatchable_lookup(request) else queryset
+
+
+class SafeLookupsMixin:
+    """Changelists answer a NUL or an oversized filter or search value with no rows."""
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return SafeChangeList
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Any],
+                           search_term: str) -> tuple[QuerySet[Any], bool]:
+        if unmatchable(search_term):  # and not a query of thousands of terms to build
+            return queryset.none(), False
+        return super().get_search_results(  # type: ignore[misc, no-any-return]
+            request, queryset, search_term)
+
+    def response_action(self, request: HttpRequest, queryset: QuerySet[Any], *args: Any,
+                        **kwargs: Any) -> HttpResponse | None:
+        # A crafted selection (not a primary key at all) would fail the action's query.
+        primary_key = self.model._meta.pk  # type: ignore[attr-defined]
+        for value in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+            try:
+                primary_key.to_python(value)
+            except ValidationError:
+                self.message_user(  # type: ignore[attr-defined]
+                    request, _("The selection names rows that cannot exist: nothing was done."),
+                    messages.WARNING)
+                return None
+        return super().response_action(  # type: ignore[misc, no-any-return]
+            request, queryset, *args, **kwargs)
+
+    def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
+        if unmatchable_lookup(request):
+            self.message_user(  # type: ignore[attr-defined]
+                request,
+                _("Nothing matches a filter or search value with a NUL character or over"
+                  " %(n)d characters.") % {"n": MAX_LOOKUP_CHARS},
+                messages.WARNING,
+            )
+        return super().changelist_view(request, extra_context)  # type: ignore[misc, no-any-return]
 
 
 class ReasonForm(forms.Form):
@@ -106,12 +266,15 @@ class ToolFilter(admin.SimpleListFilter):
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         names, value = self.offered(), self.value()
-        if value:
+        if value and not unmatchable(value):
             names.add(value)
         return [(name, name) for name in sorted(names)]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        return queryset.filter(tool=self.value()) if self.value() else queryset
+        value = self.value()
+        if not value:
+            return queryset
+        return queryset.none() if unmatchable(value) else queryset.filter(tool=value)
 
 
 # -- confirmations ---------------------------------------------------------------------------
@@ -134,7 +297,7 @@ class ExpiresFilter(admin.SimpleListFilter):
 
 
 @admin.register(Confirmation)
-class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["tool", "requested_by", "status_badge", "created_at", "expires_at",
                     "decided_by"]
     list_filter = ["status", ExpiresFilter, ConfirmationToolFilter]
@@ -206,12 +369,25 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
             "submit_label": _("Decline"),
         })
 
+    #: Characters of HTML the detail page renders of a request's input (the rest is a
+    #: download: ``input_download_view``).
+    input_shown_chars = JSON_SHOWN_CHARS
+
     def get_urls(self) -> list[Any]:
         return [
             path("<uuid:pk>/decide/", self.admin_site.admin_view(self.decide_view),
                  name="guarded_tools_confirmation_decide"),
+            path("<uuid:pk>/input.json", self.admin_site.admin_view(self.input_download_view),
+                 name="guarded_tools_confirmation_input"),
             *super().get_urls(),
         ]
+
+    def input_download_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        """The whole input of one request, as a JSON file, for whoever may view it."""
+        if not self.has_view_permission(request):  # before saying whether it exists
+            raise PermissionDenied
+        confirmation = get_object_or_404(Confirmation, pk=pk)
+        return json_download(confirmation.input, f"confirmation-{confirmation.pk}-input.json")
 
     def decide_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         """POST target of the Approve / Decline buttons on the detail page."""
@@ -246,12 +422,17 @@ class ConfirmationAdmin(ReadOnlyMixin, admin.ModelAdmin):
             refusal = confirmations.can_decide(request.user, confirmation)
             open_ = (confirmation.status == ConfirmationStatus.PENDING
                      and Confirmation.objects.pending().filter(pk=confirmation.pk).exists())
+            download_url = reverse("admin:guarded_tools_confirmation_input",
+                                   args=[confirmation.pk])
+            rows, not_shown = input_rows(confirmation.tool, confirmation.input,
+                                         limit=self.input_shown_chars)
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,
                 "tool_description": definition.description if definition else "",
-                "input_rows": input_rows(confirmation.tool, confirmation.input),
-                "input_json": highlight_json(confirmation.input),
+                "input_rows": rows,
+                "input_fields_not_shown": not_shown,
+                "input_download_url": download_url,
                 "can_decide": open_ and refusal is None,
                 "refusal": refusal if open_ else None,
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
@@ -287,6 +468,20 @@ class AuditInline(OperationPartInline):
     fields = readonly_fields = ("created_at", "actor", "action", "note",)
 
 
+FENCE_FIELD = "fence-%s"
+
+
+def posted_fences(request: HttpRequest) -> dict[str, int]:
+    """The fence a reconcile form showed for each operation, as its hidden fields post it."""
+    prefix = FENCE_FIELD % ""
+    fences = {}
+    for name in request.POST:
+        value = request.POST.get(name, "")
+        if name.startswith(prefix) and value.isascii() and value.isdigit() and len(value) < 10:
+            fences[name[len(prefix):]] = int(value)
+    return fences
+
+
 class ReconcileForm(forms.Form):
     note = forms.CharField(label=_("Note"), widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
                            max_length=2000, help_text=_("How did you establish the outcome?"))
@@ -299,12 +494,12 @@ class SucceededForm(ReconcileForm):
                                          " output schema."))
 
     def clean_output(self) -> Any:
+        # The strict parser agents get: NaN, Infinity or a nesting that breaks the page
+        # is a form error here, with the typed text shown back.
         try:
-            return json.loads(self.cleaned_data["output"])
-        except ValueError as exc:
-            raise forms.ValidationError(
-                _("This is not valid JSON: %(e)s"), params={"e": exc}
-            ) from exc
+            return reconciliation.parse_output(self.cleaned_data["output"])
+        except reconciliation.ReconcileRefused as exc:
+            raise forms.ValidationError(str(exc)) from None
 
 
 class FailedForm(ReconcileForm):
@@ -315,7 +510,7 @@ class FailedForm(ReconcileForm):
 
 
 @admin.register(Operation)
-class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["tool", "short_key", "user", "state_badge", "recovered", "created_at",
                     "updated_at"]
     list_filter = ["state", ToolFilter, "recovered"]
@@ -352,17 +547,37 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
         return format_html('<span class="gt-badge gt-{}">{}</span>', obj.state,
                            obj.get_state_display())
 
+    def get_urls(self) -> list[Any]:
+        return [
+            path("<uuid:pk>/<str:part>.json", self.admin_site.admin_view(self.download_view),
+                 name="guarded_tools_operation_download"),
+            *super().get_urls(),
+        ]
+
+    def download_view(self, request: HttpRequest, pk: str, part: str) -> HttpResponse:
+        """An operation's whole input, output or error as a JSON file, for its viewers."""
+        if not self.has_view_permission(request):  # before saying whether it exists
+            raise PermissionDenied
+        if part not in ("input", "output", "error"):
+            raise Http404
+        operation = get_object_or_404(Operation, pk=pk)
+        return json_download(getattr(operation, part), f"operation-{operation.pk}-{part}.json")
+
+    def _shown(self, obj: Operation, part: str) -> SafeString:
+        url = reverse("admin:guarded_tools_operation_download", args=[obj.pk, part])
+        return highlight_json(getattr(obj, part), download_url=url)
+
     @admin.display(description=_("input"))
     def input_json(self, obj: Operation) -> SafeString:
-        return highlight_json(obj.input)
+        return self._shown(obj, "input")
 
     @admin.display(description=_("output"))
     def output_json(self, obj: Operation) -> SafeString:
-        return highlight_json(obj.output)
+        return self._shown(obj, "output")
 
     @admin.display(description=_("error"))
     def error_json(self, obj: Operation) -> SafeString:
-        return highlight_json(obj.error)
+        return self._shown(obj, "error")
 
     def _reconcile(self, request: HttpRequest, queryset: QuerySet[Any], *, action: str,
                    form_class: type[ReconcileForm], title: str, single: bool = False) -> Any:
@@ -376,31 +591,41 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
                                          " its own output."), messages.WARNING)
             return None
         form = form_class(request.POST if "note" in request.POST else None)
+        # The attempt each decision is made on: the fence the form showed, as posted back;
+        # a form opened now shows the current one.
+        fences = posted_fences(request) if form.is_bound else {
+            str(operation.pk): operation.fence for operation in eligible}
         if form.is_valid():
             done, problems = 0, []
             for operation in eligible:
                 try:
-                    self._apply(action, operation, request.user, form.cleaned_data)
+                    self._apply(action, operation, request.user, form.cleaned_data,
+                                fences.get(str(operation.pk)))
                     done += 1
                 except reconciliation.ReconcileRefused as exc:
                     problems.append(str(exc))
             if problems and done == 0 and single:
-                return self._form_page(request, eligible, form, action, title, problems[0])
+                return self._form_page(request, eligible, form, action, title, fences,
+                                       problems[0])
             if problems:
                 self.message_user(request, problems[0], messages.ERROR)
             self.message_user(request, ngettext("%(n)d operation reconciled.",
                                                 "%(n)d operations reconciled.", done)
                               % {"n": done}, messages.SUCCESS if done else messages.INFO)
             return None
-        return self._form_page(request, eligible, form, action, title)
+        return self._form_page(request, eligible, form, action, title, fences)
 
     def _form_page(self, request: HttpRequest, objects: QuerySet[Any], form: forms.Form,
-                   action: str, title: str, error: str | None = None) -> TemplateResponse:
+                   action: str, title: str, fences: dict[str, int],
+                   error: str | None = None) -> TemplateResponse:
+        shown = list(objects)
+        for operation in shown:
+            operation.decided_fence = fences.get(str(operation.pk))
         return TemplateResponse(request, "admin/guarded_tools/reason_form.html", {
             **self.admin_site.each_context(request),
             "title": title,
             "form": form,
-            "objects": objects,
+            "objects": shown,
             "action": action,
             "opts": self.model._meta,
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
@@ -409,14 +634,20 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
         })
 
     @staticmethod
-    def _apply(action: str, operation: Operation, user: Any, data: dict[str, Any]) -> None:
+    def _apply(action: str, operation: Operation, user: Any, data: dict[str, Any],
+               fence: int | None) -> None:
+        if fence is None:
+            raise reconciliation.ReconcileRefused(
+                "The form does not say which attempt it was made on: nothing was changed."
+                " Reopen it from the list.")
         if action == "mark_succeeded":
-            reconciliation.mark_succeeded(operation, user, data["output"], data["note"])
+            reconciliation.mark_succeeded(operation, user, data["output"], data["note"],
+                                          fence=fence)
         elif action == "mark_not_executed":
-            reconciliation.mark_not_executed(operation, user, data["note"])
+            reconciliation.mark_not_executed(operation, user, data["note"], fence=fence)
         else:
-            reconciliation.mark_failed(operation, user, data["note"], code=data["code"],
-                                       message=data["message"])
+            reconciliation.mark_failed(operation, user, data["note"], fence=fence,
+                                       code=data["code"], message=data["message"])
 
     @admin.action(description=_("Mark succeeded (enter its output)…"),
                   permissions=["reconcile"])
@@ -439,7 +670,7 @@ class OperationAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(JournalEntry)
-class JournalEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class JournalEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["created_at", "operation", "kind", "fence", "removed"]
     list_filter = ["kind", "removed"]
     list_select_related = ["operation"]
@@ -454,7 +685,7 @@ class JournalEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(ReadOnlyMixin, admin.ModelAdmin):
+class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["created_at", "actor", "action", "operation", "confirmation", "note"]
     list_filter = ["action"]
     list_select_related = ["actor", "operation", "confirmation"]

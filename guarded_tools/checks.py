@@ -112,6 +112,33 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
     return messages
 
 
+@checks.register(checks.Tags.compatibility)
+def check_isolation(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """Atomic tools claim first on a PostgreSQL database above READ COMMITTED."""
+    from guarded_tools.registry import registry
+    from guarded_tools.store import reads_committed
+
+    if not gt_settings.ATOMIC_SINGLE_TRANSACTION or not any(t.atomic for t in registry):
+        return []
+    messages: list[checks.CheckMessage] = []
+    for alias, config in settings.DATABASES.items():
+        options = config.get("OPTIONS") or {}
+        if "postgresql" in config.get("ENGINE", "") and not reads_committed(options):
+            messages.append(
+                checks.Warning(
+                    f"Database {alias!r} runs its transactions above READ COMMITTED"
+                    f" (OPTIONS isolation_level={options['isolation_level']!r}): atomic tools"
+                    " cannot lock their key and run in one transaction there.",
+                    hint="A transaction's snapshot there predates its key lock, so a duplicate"
+                    " could miss the original's row. Atomic tools on it commit their claim"
+                    " first, as other tools do (their effect still commits with the"
+                    " completion). Use READ COMMITTED for the one-transaction path.",
+                    id="guarded_tools.W005",
+                )
+            )
+    return messages
+
+
 @checks.register()
 def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     from guarded_tools.registry import registry

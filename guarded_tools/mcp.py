@@ -23,7 +23,7 @@ from guarded_tools import hosts
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
 from guarded_tools.handlers import docs_url, log_once, to_guard_error
-from guarded_tools.pipeline import GuardResult, get_pipeline
+from guarded_tools.pipeline import GuardResult, get_pipeline, trace_carrier
 from guarded_tools.registry import Tool, registry
 from guarded_tools.repair import Audience
 from guarded_tools.views import GuardedAPIView, invocation_for, prefer_wait, visible_tools
@@ -421,9 +421,13 @@ def _find_tool(ex: Exchange, name: str, arguments: dict[str, Any]) -> Tool:
 def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     name, arguments = _call_arguments(params)
     definition = _find_tool(ex, name, arguments)
-    # Agents cannot set a header per call over MCP: the key is an input field.
+    # Agents cannot set a header per call over MCP: the key is an input field. The
+    # trace context travels in params._meta (2026-07-28), else in the HTTP headers.
+    meta = params.get("_meta")
     invocation = dataclasses.replace(
-        invocation_for(ex.request, arguments, header_key=None), wait=ex.wait_left()
+        invocation_for(ex.request, arguments, header_key=None, transport="mcp",
+                       trace=trace_carrier(meta if isinstance(meta, dict) else None)),
+        wait=ex.wait_left(),
     )
     try:
         result = get_pipeline(definition).run(invocation)

@@ -77,7 +77,9 @@ def permission_query(user: Any, perms: tuple[str, ...]) -> bool | tuple[str, lis
     if found is None:  # one of them does not exist: nobody holds it
         return False
     sql, params = found
-    return sql, [user.pk if p == _SENTINEL else p for p in params]
+    alias = permissions_database()
+    pk = user._meta.pk.get_db_prep_value(user.pk, connections[alias])  # as the ORM binds it
+    return sql, [pk if p == _SENTINEL else p for p in params]
 
 
 def permissions_database() -> str:

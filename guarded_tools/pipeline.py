@@ -44,7 +44,7 @@ from guarded_tools.exceptions import (
     ToolError,
     VerificationError,
 )
-from guarded_tools.models import Operation, OperationState
+from guarded_tools.models import AuditEntry, Operation, OperationState
 from guarded_tools.permissions import (
     answer,
     granted,
@@ -91,6 +91,31 @@ class Invocation:
     key: str | None = None
     scope: str = ""
     fingerprint: str = ""
+    #: How the call arrived: ``rest``, ``mcp``, or ``python`` (``tool(...)`` in code).
+    transport: str = "python"
+    #: The caller's W3C trace context (``trace_carrier``): metadata for observers, not input.
+    trace: Mapping[str, str] = field(default_factory=dict)
+
+
+#: W3C Trace Context keys a call may carry, each with the longest value kept.
+TRACE_KEYS = {"traceparent": 128, "tracestate": 512}
+
+
+def trace_carrier(source: Mapping[str, Any] | None) -> dict[str, str]:
+    """The W3C trace context in request headers or MCP ``params._meta``, bounded.
+
+    Only ``traceparent`` and ``tracestate`` (``tracestate`` only beside a
+    ``traceparent``), as printable ASCII no longer than W3C allows; anything else is
+    dropped. Observers continue the caller's trace from it (``guarded_tools.otel``).
+    """
+    carrier: dict[str, str] = {}
+    for name, limit in TRACE_KEYS.items():
+        value = source.get(name) if source is not None else None
+        if isinstance(value, str) and len(value) <= limit and value.isascii() and (
+            value.isprintable()
+        ):
+            carrier[name] = value.strip()
+    return carrier if carrier.get("traceparent") else {}
 
 
 @dataclass
@@ -115,6 +140,9 @@ class GuardResult:
     recovered: bool = False
     #: The output as JSON, when the guard already serialized it (for the replay cache).
     output_json: str | None = field(default=None, repr=False, compare=False)
+    #: A person decided this result (reconciliation), so ``verify`` does not judge it.
+    #: Looked up only for tools that have a verifier: for the others it changes nothing.
+    reconciled: bool = False
 
     def answer(self) -> Any:
         """The output as the agent gets it: as stored, so a call and its replays agree.
@@ -145,13 +173,18 @@ class GuardEvent:
     replayed: bool = False
     recovered: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The invocation's transport and trace carrier (see ``Invocation``).
+    transport: str = ""
+    trace: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Observer:
     """Emits events to the tool's and the site's observers; contains their errors."""
 
-    def __init__(self, definition: Tool) -> None:
+    def __init__(self, definition: Tool, inv: Invocation | None = None) -> None:
         self.tool = definition
+        self.transport = inv.transport if inv is not None else ""
+        self.trace: Mapping[str, str] = inv.trace if inv is not None else {}
         self.sinks: list[Callable[[GuardEvent], Any]] = [
             s for s in [definition.observe, *gt_settings.OBSERVERS] if s is not None
         ]
@@ -171,6 +204,8 @@ class _Observer:
             invocation_id=self.invocation_id,
             at=now,
             operation_id=self.operation_id,
+            transport=self.transport,
+            trace=self.trace,
             **meta,
         )
         for sink in self.sinks:
@@ -210,7 +245,7 @@ class Pipeline:
 
     # -- entry point ---------------------------------------------------------------------
     def run(self, inv: Invocation) -> GuardResult:
-        obs = _Observer(self.tool)
+        obs = _Observer(self.tool, inv)
         obs.emit("started")
         try:
             result = self.guarded(inv, obs)
@@ -256,7 +291,8 @@ class Pipeline:
         if result.operation is not None and result.operation.get("status") == "succeeded":
             replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
                         output=result.output, operation=result.operation,
-                        recovered=result.recovered, output_json=result.output_json)
+                        recovered=result.recovered, output_json=result.output_json,
+                        reconciled=result.reconciled)
         return result
 
     def claimed(
@@ -499,6 +535,8 @@ class Pipeline:
 
     # -- replays -------------------------------------------------------------------------
     def replay(self, inv: Invocation, operation: Operation, obs: _Observer) -> GuardResult:
+        """The stored result of a completed operation; ``verify`` judges it again unless a
+        person decided it (their decision is final: it is never re-judged)."""
         obs.emit("replayed")
         if operation.state == OperationState.SUCCEEDED:
             result = GuardResult(
@@ -506,10 +544,18 @@ class Pipeline:
                 operation=operation.summary(replayed=True),
                 replayed=True,
                 recovered=operation.recovered,
+                reconciled=self.tool.verify is not None and self.reconciled(operation),
             )
-            self.verify(inv, result, obs)
+            if not result.reconciled:
+                self.verify(inv, result, obs)
             return result
         raise self.stored_error(operation)
+
+    def reconciled(self, operation: Operation) -> bool:
+        """Whether a person marked this operation succeeded (the audit trail says so)."""
+        return AuditEntry.objects.using(router.db_for_write(AuditEntry)).filter(
+            operation_id=operation.pk, action=AuditEntry.Action.MARK_SUCCEEDED
+        ).exists()
 
     def replay_remembered(
         self, inv: Invocation, remembered: Remembered, obs: _Observer
@@ -524,8 +570,10 @@ class Pipeline:
             operation=dict(remembered.operation),
             replayed=True,
             recovered=remembered.recovered,
+            reconciled=remembered.reconciled,
         )
-        self.verify(inv, result, obs)
+        if not result.reconciled:
+            self.verify(inv, result, obs)
         return result
 
     def stored_error(self, operation: Operation) -> GuardError:

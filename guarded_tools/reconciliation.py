@@ -1,12 +1,15 @@
 """Provides reconciliation: a person decides what happened to an operation.
 
-Only operations whose outcome is unknown can be reconciled. Each decision is a
-compare-and-set on the state, needs ``reconcile_operation``, and writes an audit
-row; replays afterwards return what the person decided.
+Only operations whose outcome is unknown can be reconciled. Each decision names the
+attempt it was made on (the operation's fence when the person looked at it) and is a
+compare-and-set on state and fence: a decision prepared on an earlier attempt is refused
+once the operation moved on. It needs ``reconcile_operation`` and writes an audit row;
+replays afterwards return what the person decided, and ``verify`` never re-judges it.
 """
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -14,12 +17,14 @@ from django.db import router, transaction
 from django.db.models import Count, Min
 from django.db.models.functions import Now
 from django.utils import timezone
-from jsonschema import Draft202012Validator
 
 from guarded_tools.catalog import is_code
+from guarded_tools.conf import gt_settings
+from guarded_tools.exceptions import MalformedRequest
 from guarded_tools.models import AuditEntry, JournalEntry, Operation, OperationState
 from guarded_tools.registry import registry
-from guarded_tools.store import storable_json
+from guarded_tools.store import JSON_ENCODER, storable_json
+from guarded_tools.validation import compile_schema, parse_json
 
 RECONCILE_PERMISSION = "guarded_tools.reconcile_operation"
 
@@ -38,7 +43,7 @@ def output_problems(operation: Operation, output: Any) -> list[str]:
     definition = registry.find(operation.tool)
     if definition is None or definition.output_schema is None:
         return []
-    validator = Draft202012Validator(dict(definition.output_schema))
+    validator = compile_schema(dict(definition.output_schema), name=definition.name)
     return [
         f"{'/'.join(str(p) for p in e.absolute_path) or '(root)'}: {e.message}"
         for e in validator.iter_errors(output)
@@ -46,17 +51,18 @@ def output_problems(operation: Operation, output: Any) -> list[str]:
 
 
 def _decide(
-    operation: Operation, user: Any, action: str, note: str, **changes: Any
+    operation: Operation, user: Any, action: str, note: str, fence: int, **changes: Any
 ) -> Operation:
     _check(user)
     if not note.strip():
         raise ReconcileRefused("A note is required: say how you established the outcome.")
-    with transaction.atomic(using=router.db_for_write(Operation)):
-        updated = Operation.objects.unknown().filter(pk=operation.pk).update(
-            owner="", lease_expires_at=None, updated_at=Now(), **changes
-        )
+    using = router.db_for_write(Operation)
+    with transaction.atomic(using=using):
+        updated = Operation.objects.using(using).unknown().filter(
+            pk=operation.pk, fence=fence
+        ).update(owner="", lease_expires_at=None, updated_at=Now(), **changes)
         if not updated:
-            raise ReconcileRefused("This operation is not waiting for reconciliation.")
+            raise ReconcileRefused(_moved_on(operation, fence))
         if changes.get("state") == OperationState.RELEASED:
             # The person's decision replaces the journal's evidence: the next attempt
             # starts with an empty journal, which is what lets it be released again if it
@@ -67,33 +73,100 @@ def _decide(
             action=action,
             operation_id=operation.pk,
             note=note,
-            data={k: v for k, v in changes.items() if k in ("output", "error")},
+            data={"fence": fence,
+                  **{k: v for k, v in changes.items() if k in ("output", "error")}},
         )
-    operation.refresh_from_db(using=router.db_for_write(Operation))
+    operation.refresh_from_db(using=using)
     return operation
 
 
-def mark_succeeded(operation: Operation, user: Any, output: Any, note: str) -> Operation:
-    """The effect happened: store ``output`` (validated) for every replay."""
+def _moved_on(operation: Operation, fence: int) -> str:
+    """Why a decision made on attempt ``fence`` no longer applies, in the operator's words."""
+    current = Operation.objects.using(router.db_for_write(Operation)).filter(
+        pk=operation.pk
+    ).values("state", "fence").first()
+    if current is None:
+        return "This operation no longer exists."
+    state = OperationState(current["state"]).label
+    if current["fence"] != fence:
+        return (
+            f"This operation moved on since the decision was prepared (on fence {fence};"
+            f" it is now on fence {current['fence']}, {state}): nothing was changed."
+            " Reopen it from the list, look at the new attempt's evidence and decide again."
+        )
+    return (
+        f"This operation is not waiting for reconciliation: it is {state}"
+        " (someone else may have decided it). Nothing was changed."
+    )
+
+
+def parse_output(text: str) -> Any:
+    """``text`` parsed by the strict parser agents get, within their limits.
+
+    No NaN or Infinity, no duplicate keys, no NUL, nesting and size bounded
+    (``MAX_JSON_DEPTH``, ``MAX_BODY_BYTES``); ``ReconcileRefused`` says what is wrong.
+    """
+    raw = text.encode("utf-8", "surrogatepass")
+    if len(raw) > gt_settings.MAX_BODY_BYTES:
+        raise ReconcileRefused(f"The output is over {gt_settings.MAX_BODY_BYTES} bytes.")
+    try:
+        return parse_json(raw, max_depth=gt_settings.MAX_JSON_DEPTH)
+    except MalformedRequest as exc:
+        problem = exc.raw_message.replace("The request body", "The output")
+    try:  # where plain JSON parsing stops, when it does: the person fixes it there
+        json.loads(text)
+    except json.JSONDecodeError as exc:
+        problem += f" ({exc.msg}: line {exc.lineno}, column {exc.colno})"
+    except (ValueError, RecursionError):
+        pass
+    else:
+        if problem.endswith("not valid JSON."):
+            problem += " NaN, Infinity and numbers beyond a double's range are not JSON."
+    raise ReconcileRefused(problem)
+
+
+def json_problem(output: Any) -> str | None:
+    """Why ``output`` is not strict JSON an agent could be sent (see ``parse_output``)."""
+    try:
+        parse_output(JSON_ENCODER.encode(output))
+    except (TypeError, ValueError, RecursionError):
+        return ("The output is not JSON: use only objects, arrays, strings, finite numbers,"
+                " true, false and null.")
+    except ReconcileRefused as exc:
+        return str(exc)
+    return None
+
+
+def mark_succeeded(
+    operation: Operation, user: Any, output: Any, note: str, *, fence: int
+) -> Operation:
+    """The effect happened: store ``output`` (strict JSON, validated) for every replay.
+
+    ``fence`` is the attempt the person decided on (``operation.fence`` as they saw it).
+    """
+    _check(user)
+    problem = json_problem(output)
+    if problem:
+        raise ReconcileRefused(problem)
     problems = output_problems(operation, output)
     if problems:
         raise ReconcileRefused("The output does not match the tool's output schema: "
                                + "; ".join(problems))
     return _decide(
-        operation, user, AuditEntry.Action.MARK_SUCCEEDED, note,
+        operation, user, AuditEntry.Action.MARK_SUCCEEDED, note, fence,
         state=OperationState.SUCCEEDED, output=storable_json(output), error=None,
         completed_at=Now(),
     )
 
 
-def mark_not_executed(operation: Operation, user: Any, note: str) -> Operation:
+def mark_not_executed(operation: Operation, user: Any, note: str, *, fence: int) -> Operation:
     """The effect never happened: release the key so the next call runs it."""
-    return _decide(operation, user, AuditEntry.Action.MARK_NOT_EXECUTED, note,
+    return _decide(operation, user, AuditEntry.Action.MARK_NOT_EXECUTED, note, fence,
                    state=OperationState.RELEASED)
 
 
 def mark_failed(
-    operation: Operation, user: Any, note: str, *, code: str = "operation_failed",
+    operation: Operation, user: Any, note: str, *, fence: int, code: str = "operation_failed",
     message: str = "The operation failed and was reconciled by a person.",
 ) -> Operation:
     """Terminal failure: every replay returns this error (retry never)."""
@@ -102,7 +175,7 @@ def mark_failed(
             "The error code is 1-64 lowercase letters, digits or '_', starting with a letter."
         )
     return _decide(
-        operation, user, AuditEntry.Action.MARK_FAILED, note,
+        operation, user, AuditEntry.Action.MARK_FAILED, note, fence,
         state=OperationState.FAILED,
         error={"code": code, "message": message[:500], "status": 409},
         completed_at=Now(),

@@ -39,6 +39,8 @@ class Remembered:
     operation: dict[str, Any]
     recovered: bool
     expires: float
+    #: A person decided the result: replays do not pass it to ``verify``.
+    reconciled: bool = False
 
     @property
     def output(self) -> Any:
@@ -72,7 +74,8 @@ class ReplayCache:
             return found
 
     def put(self, tool: str, scope: str, key: str, *, fingerprint: str, output: Any,
-            operation: dict[str, Any], recovered: bool, output_json: str | None = None) -> bool:
+            operation: dict[str, Any], recovered: bool, output_json: str | None = None,
+            reconciled: bool = False) -> bool:
         """Remember a succeeded operation; False when it is too large or the cache is off.
 
         ``output_json`` is the output already serialized (as the guard measured it).
@@ -92,6 +95,7 @@ class ReplayCache:
             operation={**operation, "status": "succeeded", "replayed": True},
             recovered=recovered,
             expires=time.monotonic() + float(gt_settings.REPLAY_CACHE_SECONDS),
+            reconciled=reconciled,
         )
         k = (tool, scope, key)
         with self._lock:

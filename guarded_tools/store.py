@@ -612,8 +612,11 @@ class _Statements:
         self._leases: dict[int, tuple[str, list[Any]]] = {}
         self._claims: dict[str, str] = {}  # the claim's SQL by its lease's SQL
         self.names = [f.attname for f in self.fields]
+        # Typed values go through their field, as the ORM sends them: the key, the JSON
+        # fields, and the user's key (a UUID one is no type SQLite's driver binds).
         self._prepared: dict[str, Any] = {
-            name: opts.get_field(name) for name in ("id", "input", "output")
+            field.attname: field for field in self.fields
+            if field.name in ("id", "input", "output", "user")
         }
         # The claim: values from the call, NULLs, the lease and the database's clock.
         claim_values, self._claim_plan = self._plan(
@@ -699,18 +702,27 @@ class _Statements:
             # call more to plan than it saved the rare replay that misses this process's
             # cache (a replay that finds the lock taken still reads its row).
             self.lock_sql = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+            # The read after the lock sees a call that committed before the try only
+            # where each statement takes its own snapshot: READ COMMITTED. Above it the
+            # transaction's snapshot is its first statement's, taken before the try, so
+            # a duplicate could find the lock free and the key's row not yet visible.
             self.multi = is_psycopg3 and options.get("server_side_binding") is not True
             if self.multi:
                 from psycopg.pq import TransactionStatus
 
                 self._idle = TransactionStatus.IDLE
                 # Signs of a transaction-pooling PgBouncer, which Django's and psycopg's
-                # docs tell users to give: no server-side prepared statements there.
+                # docs tell users to give, and of a pool that resets its connections'
+                # sessions (``DISCARD ALL`` in its ``reset``), which this process cannot
+                # see: no server-side prepared statements there. A pooler without the
+                # signs is found before anything is prepared (``send``'s probe).
+                pool = options.get("pool")
                 self.preparing = not (
                     connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
                     or ("prepare_threshold" in options and options["prepare_threshold"] is None)
+                    or (isinstance(pool, dict) and pool.get("reset") is not None)
                 )
-            self.locking = True
+            self.locking = reads_committed(options)
         else:  # SQLite: only where every transaction takes the write lock when it begins
             mode = str(options.get("transaction_mode") or "").upper()
             self.locking = mode in ("IMMEDIATE", "EXCLUSIVE")
@@ -761,7 +773,7 @@ class _Statements:
         self, plan: list[str], values: dict[str, Any], connection: Any,
         lease_params: list[Any] | None = None,
     ) -> list[Any]:
-        """The parameters of a plan; the key and the JSON fields as the ORM would save them."""
+        """The parameters of a plan; the keys and the JSON fields as the ORM would save them."""
         params: list[Any] = []
         for name in plan:
             if name == "now":
@@ -841,11 +853,19 @@ class _Statements:
         nothing_ran = raw.autocommit and raw.info.transaction_status == self._idle
         prepared = None
         ready = None
+        probe = False
         if (prepare or along) and (nothing_ran or vouched) and self._preparable(cursor.db):
-            ready = _SESSIONS.get(raw, set())
-            if ready is not None:
-                prepared = self._prepared_parts(parts, prepare, along, salt, nothing_ran, ready)
+            if cursor.db.alias not in _DIRECT:
+                probe = True  # the first time: is this the server's own session?
+            else:
+                ready = _SESSIONS.get(raw, set())
+                if ready is not None:
+                    prepared = self._prepared_parts(parts, prepare, along, salt, nothing_ran,
+                                                    ready)
         sent, picks, new = prepared or (parts, range(len(parts)), [])
+        if probe:
+            sent = [(_PROBE, []), *sent]
+            picks = [i + 1 for i in picks]
         try:
             cursor.execute("; ".join(sql for sql, _ in sent),
                            [param for _, params in sent for param in params])
@@ -855,6 +875,8 @@ class _Statements:
                         cursor.nextset()
                     results.append([] if sql.startswith(_NO_ROWS) else cursor.fetchall())
             else:  # the cursor's rowcount is the last statement's
+                if probe:
+                    results.append(cursor.fetchall())
                 while cursor.nextset():
                     pass
         except DatabaseError as exc:
@@ -878,11 +900,13 @@ class _Statements:
             if raw.info.transaction_status != self._idle:
                 cursor.execute("ROLLBACK")  # the transaction this round trip began
             return self.send(cursor, parts, rows=rows)
+        if probe:
+            _probed(cursor.db.alias, raw, results[0][0][0])
         if new:
             assert ready is not None  # new statements are prepared only on a known session
             _SESSIONS[raw] = ready | set(new)
         self.executed = prepared is not None
-        return [results[i] for i in picks] if rows else results
+        return [results[i] for i in picks] if rows else []
 
     def _preparable(self, connection: Any) -> bool:
         return (self.preparing and gt_settings.PREPARED_STATEMENTS
@@ -1074,6 +1098,32 @@ _SESSIONS: weakref.WeakKeyDictionary[Any, set[tuple[str, str]] | None] = (
 )
 #: Database aliases whose sessions were seen switched under a connection (a pooler).
 _SWITCHED: set[str] = set()
+#: Database aliases whose connections were seen to be the server's own sessions.
+_DIRECT: set[str] = set()
+#: The server process behind the session, which a pooler's connection does not report.
+_PROBE = "SELECT pg_backend_pid()"
+
+
+def _probed(alias: str, raw: Any, backend_pid: int) -> None:
+    """Decide, once per process and database, whether statements may be prepared there.
+
+    libpq reports the process id the server sent when the connection opened; a
+    pooler in between (PgBouncer) sends one of its own, which is no server process.
+    Then the session may change under the connection between transactions, and
+    nothing is prepared there: found up front, no statement fails and no server logs
+    an error for it. Where they agree the connection is the server's own session.
+    """
+    if backend_pid == raw.info.backend_pid:
+        _DIRECT.add(alias)
+        return
+    if alias not in _SWITCHED:
+        _SWITCHED.add(alias)
+        logger.info(
+            "Connections to database %r do not reach the server's own sessions (a pooler"
+            " such as PgBouncer?): statements are not prepared there. Set"
+            " DISABLE_SERVER_SIDE_CURSORS, as Django's docs say for transaction pooling.",
+            alias,
+        )
 
 
 def _prepare_and_execute(sql: str, salt: str) -> tuple[str, str]:
@@ -1091,6 +1141,24 @@ def _prepare_and_execute(sql: str, salt: str) -> tuple[str, str]:
     body = re.sub("%[s%]", number, sql)
     arguments = f"({', '.join(['%s'] * count)})" if count else ""
     return f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}"
+
+
+def reads_committed(options: dict[str, Any]) -> bool:
+    """Whether a PostgreSQL database's ``OPTIONS`` leave its transactions at READ COMMITTED.
+
+    (READ UNCOMMITTED is READ COMMITTED in PostgreSQL.) Only there can an atomic
+    tool's call lock its key and run in one transaction; elsewhere it claims first.
+    """
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    level = options.get("isolation_level")
+    if level is None:
+        return True
+    try:
+        level = IsolationLevel(level)
+    except ValueError:
+        return False  # Django refuses it when it connects
+    return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
 
 
 def _compile(connection: Any, expression: Any) -> tuple[str, list[Any], Any]:

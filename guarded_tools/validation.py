@@ -18,6 +18,8 @@ from jsonschema import ValidationError as SchemaError
 from jsonschema.exceptions import SchemaError as InvalidSchema
 
 from guarded_tools.exceptions import MalformedRequest, ValidationError
+from guarded_tools.keywords import ToolSchemaValidator
+from guarded_tools.patterns import FORMAT_CHECKER, SCHEMA_FORMAT_CHECKER, PatternRisk
 from guarded_tools.repair import normalize
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
@@ -117,13 +119,43 @@ def check_depth(value: Any, max_depth: int) -> None:
 
 
 def compile_schema(schema: dict[str, Any], *, name: str) -> Draft202012Validator:
-    """Check ``schema`` against Draft 2020-12 and build its validator once."""
+    """Check ``schema`` against Draft 2020-12 and build its validator once.
+
+    Patterns are checked as ECMA-262 (what JSON Schema specifies, and what validates
+    the input later): one Python's ``re`` would take but JavaScript would not is refused.
+    """
     try:
-        Draft202012Validator.check_schema(schema)
+        Draft202012Validator.check_schema(schema, format_checker=SCHEMA_FORMAT_CHECKER)
     except InvalidSchema as exc:
+        if exc.validator == "format" and exc.validator_value == "regex":
+            raise ValueError(_pattern_refusal(name, exc)) from exc
         raise ValueError(f"Tool {name!r} has an invalid JSON Schema: {exc.message}") from exc
-    return Draft202012Validator(
-        _without_false_subschemas(schema), format_checker=Draft202012Validator.FORMAT_CHECKER
+    prepared = _without_false_subschemas(schema)
+    if isinstance(prepared, dict):
+        # The schema is validated as 2020-12 whatever it says; a "$schema" left in would
+        # make jsonschema swap in its stock validator (Python patterns) on a "$ref": "#".
+        prepared.pop("$schema", None)
+    validator: Draft202012Validator = ToolSchemaValidator(
+        prepared, format_checker=FORMAT_CHECKER
+    )
+    return validator
+
+
+def _pattern_refusal(name: str, exc: InvalidSchema) -> str:
+    pattern = str(exc.instance)
+    where = "/".join(str(p) for p in exc.absolute_path) or "(root)"
+    if isinstance(exc.cause, PatternRisk):
+        return (
+            f"Tool {name!r} has a pattern at {where} that can take exponential time to match:"
+            f" {pattern!r}: {exc.cause}. Make each repetition start or end with something"
+            " required that the repeated part cannot match (([a-z]+-)* rather than"
+            " ([a-z]+-?)*), or bound the outer repetition."
+        )
+    return (
+        f"Tool {name!r} has a pattern that is not an ECMA-262 regular expression at {where}:"
+        f" {pattern!r} ({exc.cause or 'not valid'}). JSON Schema patterns are"
+        " JavaScript regular expressions (u flag): write named groups as (?<name>...), not"
+        " (?P<name>...); end with $, not \\Z; and \\d, \\w mean ASCII only."
     )
 
 

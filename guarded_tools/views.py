@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from importlib.util import find_spec
 from typing import Any
 
@@ -40,7 +40,13 @@ from guarded_tools.exceptions import (
 from guarded_tools.handlers import docs_url, exception_handler, timestamp
 from guarded_tools.models import Confirmation, Operation
 from guarded_tools.parsers import StrictJSONParser, read_unframed_body
-from guarded_tools.pipeline import GuardResult, Invocation, get_pipeline, principal_scope
+from guarded_tools.pipeline import (
+    GuardResult,
+    Invocation,
+    get_pipeline,
+    principal_scope,
+    trace_carrier,
+)
 from guarded_tools.registry import Tool, registry
 from guarded_tools.repair import Audience
 
@@ -73,9 +79,11 @@ def prefer_wait(request: Request) -> float:
 
 
 def invocation_for(request: Request, input: dict[str, Any], *,
-                   header_key: str | None) -> Invocation:
-    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait``, and the
-    signal the ASGI wrapper aborts when the client goes away."""
+                   header_key: str | None, transport: str = "rest",
+                   trace: Mapping[str, str] | None = None) -> Invocation:
+    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait``, the
+    signal the ASGI wrapper aborts when the client goes away, and the caller's trace
+    context (``trace``, else the ``traceparent``/``tracestate`` headers)."""
     return Invocation(
         input=input,
         user=request.user,
@@ -83,6 +91,8 @@ def invocation_for(request: Request, input: dict[str, Any], *,
         request=request,
         wait=prefer_wait(request),
         signal=request_signal(request),
+        transport=transport,
+        trace=trace or trace_carrier(request.headers),
     )
 
 

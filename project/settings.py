@@ -119,6 +119,21 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
 }
 
+
+def _installed(*modules: str) -> bool:
+    try:
+        return all(find_spec(m) is not None for m in modules)
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+#: OpenTelemetry with the Prometheus exporter (``guarded-tools[otel]``): ``/metrics`` exists.
+TELEMETRY_INSTALLED = _installed("opentelemetry.sdk", "opentelemetry.exporter.prometheus")
+#: GT_TELEMETRY=1 (``make demo`` sets it) sends every call to OpenTelemetry.
+TELEMETRY = TELEMETRY_INSTALLED and os.environ.get("GT_TELEMETRY", "0") == "1"
+#: What a Prometheus scraper sends as ``Authorization: Bearer ...`` (staff need none).
+METRICS_TOKEN = os.environ.get("GT_METRICS_TOKEN", "demo-metrics-token-0000000000000000000")
+
 GUARDED_TOOLS = {
     "LEASE_SECONDS": int(os.environ.get("GT_LEASE_SECONDS", 60)),
     "EXECUTE_ON_APPROVAL": os.environ.get("GT_EXECUTE_ON_APPROVAL", "0") == "1",
@@ -127,6 +142,7 @@ GUARDED_TOOLS = {
     "OAUTH_PROTECTS": ["mcp", "rest"]
     if OAUTH_INSTALLED and os.environ.get("GT_OAUTH", "0") == "1" else [],
     "OAUTH_DEFAULT_SCOPES": "guarded_tools.oauth.scope_per_app",
+    "OBSERVERS": ["guarded_tools.otel.observe"] if TELEMETRY else [],
 }
 
 # django-oauth-toolkit as the authorization server for MCP hosts: authorization code

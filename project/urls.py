@@ -1,4 +1,4 @@
-"""URLs of the demo site: the admin, the agent endpoints, the OAuth authorization server."""
+"""URLs of the demo site: the admin, the agent endpoints, /metrics and the OAuth server."""
 
 from django.conf import settings
 from django.contrib import admin
@@ -24,3 +24,9 @@ if settings.OAUTH_INSTALLED:
         path("o/", include(oauth2_urls)),
         *urlpatterns,
     ]
+
+if settings.TELEMETRY_INSTALLED:
+    from project import telemetry
+
+    telemetry.configure()  # before the first call: URLs load before any view runs
+    urlpatterns.append(path("metrics", telemetry.metrics_view, name="metrics"))

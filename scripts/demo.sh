@@ -13,6 +13,8 @@ fi
 export PORT="$port" PYTHONUNBUFFERED=1
 # The agent endpoints take OAuth bearer tokens from the demo's authorization server too.
 export GT_OAUTH="${GT_OAUTH:-1}"
+# Every call to OpenTelemetry, metrics for Prometheus at /metrics (GT_TELEMETRY=0: off).
+export GT_TELEMETRY="${GT_TELEMETRY:-1}"
 
 scripts/venv.sh main
 py=.venv/bin/python
@@ -33,8 +35,9 @@ print(AGENT_TOKEN)
 print(connection.vendor, connection.settings_dict["NAME"])
 url = settings.CELERY_BROKER_URL
 print("embedded, " + settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]
-      if url.startswith("filesystem:") else "CELERY_BROKER_URL")')"
-{ read -r token; read -r database; read -r broker; } <<<"$info"
+      if url.startswith("filesystem:") else "CELERY_BROKER_URL")
+print(settings.METRICS_TOKEN)')"
+{ read -r token; read -r database; read -r broker; read -r metrics_token; } <<<"$info"
 url="http://127.0.0.1:$port"
 
 cat <<BANNER
@@ -43,6 +46,7 @@ cat <<BANNER
   Site:         $url/
   Agent tools:  $url/agent/tools/   (send: Authorization: Token $token)
   Errors:       $url/agent/errors.json  and  $url/agent/llms.txt
+  Metrics:      $url/metrics   (Prometheus: log in as staff, or send: Authorization: Bearer $metrics_token)
   Admin:        $url/admin/   log in as staff/staff or approver/approver
   Agent user:   agent/agent   token $token
   Database:     $database

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create/update a virtualenv: `scripts/venv.sh main` (.venv, Py3.12, Django 6) or `dj52` (.venv-dj52, Py3.11, Django 5.2).
+# Create/update a virtualenv: `scripts/venv.sh main` (.venv, Py3.12, Django 6), `dj52` (.venv-dj52, Py3.11, Django 5.2) or `pg2` (.venv-pg2: psycopg2).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -15,7 +15,8 @@ find_python() {  # $1 = minor version, e.g. 3.12; prints a working interpreter p
 case "${1:-}" in
   main) venv="$root/.venv";      req="$root/requirements.txt";      py=3.12 ;;
   dj52) venv="$root/.venv-dj52"; req="$root/requirements-dj52.txt"; py=3.11 ;;
-  *) echo "usage: $0 main|dj52" >&2; exit 2 ;;
+  pg2)  venv="$root/.venv-pg2";  req="$root/requirements-pg2.txt";  py=3.12 ;;  # the matrix's psycopg2 row
+  *) echo "usage: $0 main|dj52|pg2" >&2; exit 2 ;;
 esac
 
 # (re)create when missing, broken, or built on the wrong Python minor version

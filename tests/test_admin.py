@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -161,7 +162,8 @@ def test_unknown_outcomes_are_listed_first_with_dashboard(user_factory: Any,
 def test_mark_succeeded_validates_output_then_replays_it(user_factory: Any, unknown: Operation,
                                                          requester: Any, client_for: Any) -> None:
     client = staff_client(user_factory, *RECONCILER)
-    data = {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [unknown.pk]}
+    data = {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [unknown.pk],
+            f"fence-{unknown.pk}": unknown.fence}
     form = client.post(OPS_LIST, data)
     assert 'name="output"' in form.content.decode()
     bad = client.post(OPS_LIST, {**data, "note": "checked bank", "output": '{"paid": "yes"}'})
@@ -180,7 +182,7 @@ def test_mark_not_executed_releases_the_key(user_factory: Any, unknown: Operatio
                                             requester: Any, client_for: Any) -> None:
     client = staff_client(user_factory, *RECONCILER)
     client.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [unknown.pk],
-                           "note": "bank has no record"})
+                           f"fence-{unknown.pk}": unknown.fence, "note": "bank has no record"})
     unknown.refresh_from_db()
     assert unknown.state == "released"
     retry = client_for(requester).post(f"/agent/tools/{unknown.tool}/", unknown.input,
@@ -208,6 +210,7 @@ def test_mark_not_executed_starts_the_next_attempt_with_an_empty_journal(
     operation = Operation.objects.get()
     client = staff_client(user_factory, *RECONCILER)
     client.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [operation.pk],
+                           f"fence-{operation.pk}": operation.fence,
                            "note": "upstream has no record of req-1"})
     retry = agent.post(f"/agent/tools/{definition.name}/", body, format="json")
     assert attempts == [None, None]  # the retry read an empty journal
@@ -222,6 +225,7 @@ def test_mark_failed_is_what_replays_get(user_factory: Any, unknown: Operation,
                                          requester: Any, client_for: Any) -> None:
     client = staff_client(user_factory, *RECONCILER)
     client.post(OPS_LIST, {"action": "mark_failed", ACTION_CHECKBOX_NAME: [unknown.pk],
+                           f"fence-{unknown.pk}": unknown.fence,
                            "note": "bounced", "code": "payment_bounced",
                            "message": "The bank bounced it."})
     replay = client_for(requester).post(f"/agent/tools/{unknown.tool}/", unknown.input,
@@ -235,7 +239,7 @@ def test_reconcile_needs_its_permission(user_factory: Any, unknown: Operation) -
     viewer = staff_client(user_factory, "guarded_tools.view_operation")
     assert "mark_failed" not in viewer.get(OPS_LIST).content.decode()
     viewer.post(OPS_LIST, {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [unknown.pk],
-                           "note": "sneaky"})
+                           f"fence-{unknown.pk}": unknown.fence, "note": "sneaky"})
     unknown.refresh_from_db()
     assert unknown.state == "outcome_unknown" and not AuditEntry.objects.exists()
 
@@ -294,3 +298,129 @@ def test_the_tool_filter_lists_registered_tools_and_filters(
     assert [row.tool for row in listed] == [registered, registered]
     listed = client.get(page, {"tool": "retired_tool"}).context["cl"].result_list
     assert [row.tool for row in listed] == ["retired_tool"]
+
+
+# -- the approver's page is bounded ----------------------------------------------------------
+def _input_of_about(size: int, shape: str) -> dict[str, Any]:
+    """A tool input of about ``size`` bytes of JSON, shaped to amplify a naive page."""
+    if shape == "records":
+        value: Any = [{"sku": f"s{i}", "qty": i, "gift": False} for i in range(size // 40)]
+    elif shape == "numbers":
+        value = [1] * (size // 2)
+    elif shape == "markup":
+        value = "<&>" * (size // 3)
+    else:  # many small top-level fields
+        return {"operationId": "marker-once", **{f"f{i}": 1 for i in range(size // 10)}}
+    return {"operationId": "marker-once", "amount": "12.00", "items": value}
+
+
+@pytest.mark.parametrize("shape", ["records", "numbers", "markup", "fields"])
+def test_the_approvers_page_renders_a_large_input_once_and_bounded(
+        user_factory: Any, make_tool: Any, shape: str) -> None:
+    """A 120 KB input made the page 18 MB: every field highlighted, then the whole input
+    again. It is rendered once, within a bound, with the whole input as a download."""
+    definition = make_tool(confirm="always")
+    data = _input_of_about(120 * 1024, shape)
+    assert len(json.dumps(data)) > 100 * 1024
+    confirmation = Confirmation.objects.create(
+        tool=definition.name, scope="s", key="k", fingerprint=fingerprint(data), input=data)
+    client = staff_client(user_factory, *APPROVER)
+    page = client.get(f"{CONF_LIST}{confirmation.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    empty = Confirmation.objects.create(tool=definition.name, scope="s", key="k2",
+                                        fingerprint="f", input={})
+    small = client.get(f"{CONF_LIST}{empty.pk}/change/")
+    assert len(html) - len(small.content) <= 80 * 1024  # the input's share of the page
+    assert html.count("marker-once") == 1  # once, not in a table and again as JSON
+    assert "not shown" in html and 'value="approve"' in html
+    download = client.get(f"{CONF_LIST}{confirmation.pk}/input.json")
+    assert download.status_code == 200 and json.loads(download.content) == data
+    assert "attachment" in download["Content-Disposition"]
+
+
+def test_the_input_download_needs_view_permission(user_factory: Any,
+                                                  pending: Confirmation) -> None:
+    outsider = staff_client(user_factory, "guarded_tools.view_operation", name="outsider")
+    assert outsider.get(f"{CONF_LIST}{pending.pk}/input.json").status_code == 403
+    nowhere = "00000000-0000-0000-0000-000000000000"
+    assert outsider.get(f"{CONF_LIST}{nowhere}/input.json").status_code == 403  # no oracle
+    anonymous = Client().get(f"{CONF_LIST}{pending.pk}/input.json")
+    assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
+
+
+# -- changelists survive any filter or search value ------------------------------------------
+JOURNAL_LIST = "/admin/guarded_tools/journalentry/"
+AUDIT_LIST = "/admin/guarded_tools/auditentry/"
+LOOKUPS = [
+    (OPS_LIST, "state__exact"), (OPS_LIST, "tool"), (OPS_LIST, "recovered__exact"),
+    (OPS_LIST, "state"), (OPS_LIST, "state__in"), (OPS_LIST, "tool__exact"), (OPS_LIST, "q"),
+    (CONF_LIST, "status__exact"), (CONF_LIST, "waiting"), (CONF_LIST, "tool"),
+    (CONF_LIST, "q"),
+    (JOURNAL_LIST, "kind__exact"), (JOURNAL_LIST, "removed__exact"), (JOURNAL_LIST, "q"),
+    (AUDIT_LIST, "action__exact"), (AUDIT_LIST, "q"),
+]
+HOSTILE = {"nul": "\x00", "nul-inside": "succeeded\x00", "oversized": "x" * 20_000,
+           "many-words": "a " * 5_000}
+
+
+@pytest.mark.parametrize("page, param", LOOKUPS, ids=[f"{p.split('/')[-2]}-{n}"
+                                                       for p, n in LOOKUPS])
+def test_every_changelist_filter_and_search_survives_hostile_values(
+        user_factory: Any, unknown: Operation, page: str, param: str) -> None:
+    """PostgreSQL refuses a NUL in text, and an endless search is an endless query: no
+    row can match either, so the list answers with none (on every database)."""
+    unknown.journal.create(data={"upstream": "req-1"}, fence=1)
+    AuditEntry.objects.create(action="mark_failed", operation=unknown, note="n")
+    Confirmation.objects.create(tool=unknown.tool, scope="s", key="k", fingerprint="f",
+                                input={})
+    client = staff_client(user_factory, "guarded_tools.view_operation",
+                          "guarded_tools.view_confirmation", "guarded_tools.view_journalentry",
+                          "guarded_tools.view_auditentry")
+    assert client.get(page).context["cl"].result_count == 1  # the row the values miss
+    for name, value in HOSTILE.items():
+        for facets in ({}, {"_facets": "1"}):
+            response = client.get(page, {param: value, **facets})
+            if response.status_code == 302:  # Django's answer to a value of the wrong type
+                assert "e=1" in response["Location"], name
+                assert client.get(response["Location"]).status_code == 200, name
+                continue
+            assert response.status_code == 200, name
+            assert list(response.context["cl"].result_list) == [], name
+            assert "Nothing matches" in response.content.decode(), name
+
+
+def test_the_operation_page_bounds_each_value_and_offers_it_whole(user_factory: Any,
+                                                                  unknown: Operation) -> None:
+    data = _input_of_about(120 * 1024, "numbers")
+    Operation.objects.filter(pk=unknown.pk).update(input=data, output=data)
+    client = staff_client(user_factory, *RECONCILER)
+    html = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert len(html) < 3 * 80 * 1024  # input and output, each within its bound
+    assert html.count("not shown") == 2 and f"{unknown.pk}/output.json" in html
+    for part in ("input", "output"):
+        download = client.get(f"{OPS_LIST}{unknown.pk}/{part}.json")
+        assert download.status_code == 200 and json.loads(download.content) == data
+    assert client.get(f"{OPS_LIST}{unknown.pk}/fence.json").status_code == 404
+    outsider = staff_client(user_factory, *VIEW_CONF, name="outsider")
+    assert outsider.get(f"{OPS_LIST}{unknown.pk}/input.json").status_code == 403
+
+
+@pytest.mark.parametrize("page, action", [(OPS_LIST, "mark_not_executed"),
+                                          (OPS_LIST, "mark_succeeded"),
+                                          (CONF_LIST, "approve_selected"),
+                                          (CONF_LIST, "decline_selected")])
+def test_an_action_on_a_crafted_selection_does_nothing(user_factory: Any, unknown: Operation,
+                                                       pending: Confirmation, page: str,
+                                                       action: str) -> None:
+    client = staff_client(user_factory, *RECONCILER, *APPROVER)
+    for value in ("\x00", "not-a-uuid", "x" * 5000):
+        response = client.post(page, {"action": action, "note": "n", "reason": "r",
+                                      ACTION_CHECKBOX_NAME: [value, unknown.pk, pending.pk]},
+                               follow=True)
+        assert response.status_code == 200
+        assert "cannot exist: nothing was done" in response.content.decode()
+    unknown.refresh_from_db()
+    pending.refresh_from_db()
+    assert unknown.state == "outcome_unknown" and pending.status == "pending"
+    assert not AuditEntry.objects.exists()

@@ -285,6 +285,54 @@ def test_reconcile_an_unknown_outcome_in_the_admin(page: Any, staff: Any, make_t
     assert audit.note == "The bank statement shows the transfer."
 
 
+def test_a_stale_reconcile_form_is_refused_in_the_browser(
+        browser: Any, live_server: Any, staff: Any, django_user_model: Any, make_tool: Any,
+        user_factory: Any, agent_for: Any) -> None:
+    """Two operators: the first opens "mark not executed" on attempt 1, the second
+    decides it, attempt 2 runs and ends unknown; the first one's submission is refused."""
+    runs: list[int] = []
+
+    def lost_response(input: Any, ctx: Any) -> Any:
+        runs.append(1)
+        ctx.operation.write({"attempt": len(runs)})
+        raise ConnectionError("the bank hung up after the request was sent")
+
+    definition = make_tool(lost_response, journal=True)
+    django_user_model.objects.create_superuser("boss2", password="pw")
+    agent = agent_for(user_factory("requester"))
+    body = {"operationId": uuid.uuid4().hex}
+    assert agent.call(definition.name, body)[2]["error"]["code"] == "outcome_unknown"
+    operation = Operation.objects.get(tool=definition.name)
+    contexts = [browser.new_context(base_url=live_server.url,
+                                    viewport={"width": 1280, "height": 900})
+                for _ in range(2)]
+    try:
+        first, second = (context.new_page() for context in contexts)
+        for page, name in ((first, "boss"), (second, "boss2")):
+            page.set_default_timeout(10_000)
+            log_in(page, name)
+            page.goto(OPS_LIST)
+            page.check(f"input.action-select[value='{operation.pk}']")
+            choose_action(page, "mark_not_executed")
+            expect(page.locator("#content h1")).to_have_text("Mark not executed")
+        second.fill("textarea[name=note]", "The bank has no record of it.")
+        second.click("input[type=submit][value='Mark not executed']")
+        expect(second.locator(".messagelist")).to_contain_text("1 operation reconciled.")
+        assert agent.call(definition.name, body)[2]["error"]["code"] == "outcome_unknown"
+        assert runs == [1, 1]
+
+        first.fill("textarea[name=note]", "Decided on attempt 1.")
+        first.click("input[type=submit][value='Mark not executed']")
+        expect(first.locator(".messagelist")).to_contain_text("moved on")
+        operation.refresh_from_db()
+        assert operation.state == OperationState.OUTCOME_UNKNOWN and operation.fence == 2
+        assert agent.call(definition.name, body)[2]["error"]["code"] == "outcome_unknown"
+        assert runs == [1, 1]
+    finally:
+        for context in contexts:
+            context.close()
+
+
 def test_bulk_decline_with_the_reason_form(page: Any, staff: Any, make_tool: Any,
                                            user_factory: Any, agent_for: Any) -> None:
     handler = Effects()

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from guarded_tools.checks import check_databases, check_settings, check_tools
+from guarded_tools.checks import check_databases, check_isolation, check_settings, check_tools
+from tests.conftest import one_transaction
 
 
 def ids(messages: list[Any]) -> list[str]:
@@ -15,6 +16,7 @@ def ids(messages: list[Any]) -> list[str]:
 
 def test_the_demo_site_passes_every_check() -> None:
     assert check_settings() == [] and check_tools() == [] and check_databases() == []
+    assert check_isolation() == []
 
 
 def test_unknown_and_invalid_settings(settings: Any) -> None:
@@ -52,3 +54,21 @@ def test_tool_checks(make_tool: Any) -> None:
 def test_invalid_schema_is_refused_at_registration(make_tool: Any) -> None:
     with pytest.raises(ValueError, match="invalid JSON Schema"):
         make_tool(input_schema={"type": "object", "properties": {"a": {"type": "nope"}}})
+
+
+@pytest.mark.parametrize(("level", "warned"), [(None, False), (2, False), (3, True), (4, True)],
+                         ids=["default", "read-committed", "repeatable-read", "serializable"])
+def test_atomic_tools_above_read_committed_are_told_they_claim_first(
+    level: int | None, warned: bool, make_tool: Any, monkeypatch: Any, settings: Any
+) -> None:
+    from types import SimpleNamespace
+
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    options = {} if level is None else {"isolation_level": IsolationLevel(level)}
+    databases = {"default": {"ENGINE": "django.db.backends.postgresql", "OPTIONS": options}}
+    monkeypatch.setattr("guarded_tools.checks.settings", SimpleNamespace(DATABASES=databases))
+    make_tool(atomic=True)
+    assert ids(check_isolation()) == (["guarded_tools.W005"] if warned else [])
+    one_transaction(settings, False)  # atomic tools claim first anyway: nothing to say
+    assert check_isolation() == []

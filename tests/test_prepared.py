@@ -29,13 +29,14 @@ SCHEMA = {
 
 
 @pytest.fixture(autouse=True)
-def postgresql_with_psycopg3() -> None:
+def postgresql_with_psycopg3(request: pytest.FixtureRequest) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("server-side prepared statements are PostgreSQL's")
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
     if not is_psycopg3:
         pytest.skip("the store sends them with psycopg 3's client-side binding")
+    request.getfixturevalue("sessions_probed")
 
 
 def effect(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -164,6 +165,25 @@ def test_a_transaction_pooling_configuration_turns_them_off(tools: Any, post: An
     finally:
         wrapper.settings_dict["DISABLE_SERVER_SIDE_CURSORS"] = False
         wrapper.__dict__.pop(_Statements.ATTRIBUTE, None)
+
+
+def test_a_connection_to_no_server_session_never_prepares(
+    tools: Any, post: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A pooler (PgBouncer) reports a process id of its own, no server's: found by the
+    process's first probe, before anything is prepared, so nothing fails on the server."""
+    from guarded_tools import store
+
+    monkeypatch.setattr(store, "_DIRECT", set())  # this process has not probed yet...
+    monkeypatch.setattr(store, "_SWITCHED", set())
+    monkeypatch.setattr(store, "_PROBE", "SELECT pg_backend_pid() + 1")  # ...behind a pooler
+    caplog.set_level(logging.INFO, logger="guarded_tools.store")
+    for _ in range(2):
+        sent = post(tools["atomic"]) + post(tools["claimed"])
+        assert not any("PREPARE " in q or "EXECUTE " in q for q in sent), sent
+    assert not session_prepared()
+    assert "DISABLE_SERVER_SIDE_CURSORS" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
 
 
 def test_a_permission_query_is_prepared_with_the_lock(make_tool: Any, post: Any,

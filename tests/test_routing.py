@@ -73,7 +73,8 @@ def test_the_sweep_and_a_person_decide_on_the_primary(make_tool: Any,
     assert sweep().unknown == 1
     operation = primary().get()
     staff = user_factory("ops", is_staff=True, perms=("guarded_tools.reconcile_operation",))
-    reconciliation.mark_not_executed(operation, staff, "the bank has no record")
+    reconciliation.mark_not_executed(operation, staff, "the bank has no record",
+                                     fence=operation.fence)
     assert primary().get().state == OperationState.RELEASED
 
 

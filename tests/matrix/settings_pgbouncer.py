@@ -1,0 +1,8 @@
+"""Matrix row: PgBouncer in transaction mode, with DISABLE_SERVER_SIDE_CURSORS (Django's advice)."""
+
+from tests.matrix.settings_base import *  # noqa: F403
+from tests.matrix.settings_base import DATABASES, on_postgresql
+
+GT_MATRIX_ROW = "pgbouncer"
+on_postgresql(GT_MATRIX_ROW)
+DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True

@@ -1,0 +1,7 @@
+"""Matrix row: psycopg 3's server-side binding (``OPTIONS={"server_side_binding": True}``)."""
+
+from tests.matrix.settings_base import *  # noqa: F403
+from tests.matrix.settings_base import on_postgresql
+
+GT_MATRIX_ROW = "server-side-binding"
+on_postgresql(GT_MATRIX_ROW, server_side_binding=True)
