@@ -168,6 +168,26 @@ def test_a_token_for_another_audience_is_not_authenticated(
     assert scoped.handler.count == 0  # type: ignore[attr-defined]
 
 
+def test_a_token_for_another_audience_is_nobody_on_rest_too(alice: Any, issue: Any,
+                                                           scoped: Tool) -> None:
+    client = bearer(issue(alice, "orders:write", resource=["https://other.example/mcp"]))
+    response = client.post(f"/agent/tools/{scoped.name}/", data={"operationId": key()},
+                           content_type="application/json")
+    assert response.status_code == 401 and challenge(response)["error"] == "invalid_token"
+    assert response.json()["error"]["code"] == "not_authenticated"
+
+
+def test_dots_own_authentication_is_not_left_behind_ours() -> None:
+    """After ours it would accept the token ours refused for its audience."""
+    from oauth2_provider.contrib.rest_framework import OAuth2Authentication
+    from rest_framework.authentication import TokenAuthentication
+
+    from guarded_tools import oauth
+
+    chain = oauth.authenticators("mcp", [OAuth2Authentication(), TokenAuthentication()])
+    assert [type(a) for a in chain] == [oauth.ResourceServerAuthentication, TokenAuthentication]
+
+
 def test_an_expired_token_is_not_authenticated(alice: Any, issue: Any, scoped: Tool) -> None:
     response = call(bearer(issue(alice, "orders:write", expires_in=-1)), scoped.name,
                     {"operationId": key()})
