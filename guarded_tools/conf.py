@@ -44,9 +44,14 @@ DEFAULTS: dict[str, Any] = {
     # MCP
     "MCP_ALLOWED_ORIGINS": [],
     "SERVER_NAME": "guarded-tools",
+    # OAuth resource server (guarded-tools[oauth]; see guarded_tools.oauth)
+    "OAUTH_PROTECTS": [],  # "mcp" and/or "rest": where DOT bearer tokens are accepted
+    "OAUTH_RESOURCE": "",  # the MCP resource identifier; "" derives the MCP URL
+    "OAUTH_DEFAULT_SCOPES": None,  # import string: tool -> scopes, for tools without scopes=
+    "OAUTH_CHALLENGE_SCOPES": [],  # what a 401 asks a host to start with; [] leaves it to PRM
 }
 
-IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS"}
+IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS", "OAUTH_DEFAULT_SCOPES"}
 
 
 class GuardedToolsSettings:

@@ -384,7 +384,7 @@ def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
 
 def _list_tools(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "tools": [describe_tool(t, ex.modern) for t in visible_tools(ex.request.user)
+        "tools": [describe_tool(t, ex.modern) for t in visible_tools(ex.request.user, ex.request)
                   if t.reachable_over_mcp]
     }
     if ex.modern:
@@ -433,7 +433,9 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
         result = get_pipeline(definition).run(invocation)
     except Exception as exc:  # every failure becomes an error the agent can read
         error = to_guard_error(exc)
-        if isinstance(error, NotAuthenticated):
+        # A refusal that challenges the credentials (401, or an OAuth scope step-up's 403)
+        # is the transport's: the host reads its status and WWW-Authenticate.
+        if isinstance(error, NotAuthenticated) or "WWW-Authenticate" in error.headers:
             raise error from exc
         return error_result(definition, error, docs_url(ex.request))
     return success_result(definition, result, modern=ex.modern)
@@ -577,6 +579,8 @@ class McpView(GuardedAPIView):
     classes apply to every POST; their refusals are JSON-RPC errors with the HTTP
     status (401 carries ``WWW-Authenticate``). GET and DELETE answer 405.
     """
+
+    oauth_surface = "mcp"
 
     def get_exception_handler(self) -> Any:
         return transport_error

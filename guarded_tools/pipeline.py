@@ -22,6 +22,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
+from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
 from django.utils import timezone
@@ -371,13 +372,15 @@ class Pipeline:
     def check_authorization(
         self, inv: Invocation, obs: _Observer, *, defer: bool = False
     ) -> tuple[str, list[Any]] | None:
-        """Django permissions, then the object-level callable; on every call, replays too.
+        """OAuth scopes, Django permissions, then the object-level callable; on every call,
+        replays too.
 
         With ``defer`` (see ``defers_permissions``) a permission check that needs a
         query returns that query instead of running it; the caller runs it, in the
         round trip that locks the key, and passes its rows to ``check_permission_rows``
         before anything else happens.
         """
+        self.check_scopes(inv)
         if self.tool.permissions:
             user = inv.user
             if user is None or not getattr(user, "is_authenticated", False):
@@ -401,6 +404,13 @@ class Pipeline:
         if self.tool.permissions or self.tool.authorize is not None:
             obs.emit("authorized")
         return None
+
+    def check_scopes(self, inv: Invocation) -> None:
+        """The OAuth scopes the tool needs, when the call came with an OAuth token."""
+        if inv.request is not None and apps.is_installed("oauth2_provider"):
+            from guarded_tools import oauth
+
+            oauth.check_scopes(self.tool, inv.request)
 
     def check_permission_rows(self, rows: Any, obs: _Observer) -> None:
         """The deferred permission check, with its query's rows."""

@@ -35,6 +35,8 @@ class Tool:
     input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     output_schema: Mapping[str, Any] | None = None
     permissions: tuple[str, ...] = ()
+    #: OAuth scopes a bearer token must carry to call the tool (``guarded_tools.oauth``).
+    scopes: tuple[str, ...] = ()
     authorize: Callable[..., Any] | None = None
     context: Callable[..., Any] | None = None
     confirm: Callable[..., Any] | str | Mapping[str, Any] | None = None
@@ -60,6 +62,9 @@ class Tool:
         if not self.name or len(self.name) > 128:
             raise ValueError("A tool name is 1 to 128 characters.")
         object.__setattr__(self, "permissions", tuple(self.permissions))
+        if isinstance(self.scopes, str):
+            raise ValueError("scopes is a list of OAuth scope names, not one string.")
+        object.__setattr__(self, "scopes", tuple(self.scopes))
         schema = dict(self.input_schema)
         object.__setattr__(self, "validator", compile_schema(schema, name=self.name))
         object.__setattr__(self, "schema_names", schema_names(schema))

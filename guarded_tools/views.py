@@ -53,15 +53,21 @@ from guarded_tools.repair import Audience
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
 
 
-def visible_tools(user: Any) -> list[Tool]:
-    """The tools this caller may call (permissions only; object rules run per call)."""
+def visible_tools(user: Any, request: Any = None) -> list[Tool]:
+    """The tools this caller may call (permissions, and the scopes of the request's OAuth
+    token if it has one; object rules run per call)."""
     authenticated = getattr(user, "is_authenticated", False)
-    return [
+    tools = [
         t
         for t in registry
         if (authenticated or (t.allow_anonymous and t.read_only))
         and (not t.permissions or (authenticated and user.has_perms(t.permissions)))
     ]
+    if request is not None and apps.is_installed("oauth2_provider"):
+        from guarded_tools import oauth
+
+        tools = [t for t in tools if oauth.allows(t, request)]
+    return tools
 
 
 def prefer_wait(request: Request) -> float:
@@ -134,6 +140,28 @@ class GuardedAPIView(APIView):
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
     content_negotiation_class = OwnFormatNegotiation
+    #: Which ``OAUTH_PROTECTS`` entry puts OAuth bearer authentication on this view.
+    oauth_surface = "rest"
+
+    def get_authenticators(self) -> list[Any]:
+        """The site's authentication, after OAuth bearer tokens where ``OAUTH_PROTECTS``
+        names this view's surface (see :mod:`guarded_tools.oauth`)."""
+        authenticators = list(super().get_authenticators())
+        if gt_settings.OAUTH_PROTECTS and apps.is_installed("oauth2_provider"):
+            from guarded_tools import oauth
+
+            authenticators = oauth.authenticators(self.oauth_surface, authenticators)
+        return authenticators
+
+    def handle_exception(self, exc: Exception) -> Response:
+        """A 401 challenges with the first authentication's scheme when it is OAuth's
+        (``Bearer resource_metadata=…``), so that a host can start the OAuth flow."""
+        response = super().handle_exception(exc)
+        if response.status_code == 401 and getattr(self.request, "_request", None) is not None:
+            header = self.get_authenticate_header(self.request)
+            if header and header.startswith("Bearer"):
+                response["WWW-Authenticate"] = header
+        return response
 
     def get_exception_handler(self) -> Any:
         return exception_handler
@@ -172,7 +200,7 @@ class ToolListView(GuardedAPIView):
             t.allow_anonymous and t.read_only for t in registry
         ):
             raise NotAuthenticated()
-        return Response({"tools": [t.describe() for t in visible_tools(request.user)]})
+        return Response({"tools": [t.describe() for t in visible_tools(request.user, request)]})
 
 
 class ToolCallView(GuardedAPIView):

@@ -36,6 +36,11 @@ INSTALLED_APPS = [
     *(["drf_spectacular_sidecar"] if find_spec("drf_spectacular_sidecar") else []),
     "project.demo",
 ]
+# The OAuth authorization server (guarded-tools[oauth]): an app whenever it is installed,
+# so that its tables exist; the agent endpoints accept its tokens when GT_OAUTH=1 (the demo).
+OAUTH_INSTALLED = find_spec("oauth2_provider") is not None
+if OAUTH_INSTALLED:
+    INSTALLED_APPS.append("oauth2_provider")
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
@@ -92,7 +97,8 @@ TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
 STATIC_URL = "static/"
-LOGIN_URL = "admin:login"
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "home"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -131,7 +137,40 @@ METRICS_TOKEN = os.environ.get("GT_METRICS_TOKEN", "demo-metrics-token-000000000
 GUARDED_TOOLS = {
     "LEASE_SECONDS": int(os.environ.get("GT_LEASE_SECONDS", 60)),
     "EXECUTE_ON_APPROVAL": os.environ.get("GT_EXECUTE_ON_APPROVAL", "0") == "1",
+    # MCP and the REST tool routes take the authorization server's bearer tokens too;
+    # a tool needs demo:read (reads) or demo:write (changes) besides its permissions.
+    "OAUTH_PROTECTS": ["mcp", "rest"]
+    if OAUTH_INSTALLED and os.environ.get("GT_OAUTH", "0") == "1" else [],
+    "OAUTH_DEFAULT_SCOPES": "guarded_tools.oauth.scope_per_app",
     "OBSERVERS": ["guarded_tools.otel.observe"] if TELEMETRY else [],
+}
+
+# django-oauth-toolkit as the authorization server for MCP hosts: authorization code
+# with S256 PKCE only, loopback redirect URIs on any port (RFC 8252), clients registered
+# by Client ID Metadata Document or Dynamic Client Registration, RFC 8707 audiences.
+OAUTH2_PROVIDER = {
+    "SCOPES": {
+        "demo:read": "See your orders, slots and payment accounts",
+        "demo:write": "Change your orders, book slots and send payments",
+    },
+    "DEFAULT_SCOPES": ["demo:read"],
+    "PKCE_REQUIRED": True,
+    "COMPLIANT_BCP_RFC9700_PKCE_METHOD": True,
+    # OAuth 2.1: no implicit or password grant, neither accepted nor advertised.
+    "COMPLIANT_BCP_RFC9700_IMPLICIT_GRANT": True,
+    "COMPLIANT_BCP_RFC9700_PASSWORD_GRANT": True,
+    # RFC 9207: the authorization response names its issuer (MCP clients check it).
+    "COMPLIANT_BCP_RFC9700_AUTHZ_RESPONSE_ISS": True,
+    # Hosts are public clients (no secret): say so in the metadata.
+    "OAUTH2_TOKEN_ENDPOINT_AUTH_METHODS_SUPPORTED": ["none", "client_secret_basic",
+                                                     "client_secret_post"],
+    "ALLOW_LOCALHOST_LOOPBACK": True,
+    "ALLOWED_REDIRECT_URI_SCHEMES": ["http", "https"],
+    "DCR_ENABLED": True,
+    "DCR_REGISTRATION_PERMISSION_CLASSES": ("oauth2_provider.dcr.AllowAllDCRPermission",),
+    "CIMD_ENABLED": True,
+    "RESOURCE_SERVER_TOKEN_RESOURCE_VALIDATOR": "guarded_tools.oauth.validate_resource",
+    "ACCESS_TOKEN_EXPIRE_SECONDS": 3600,
 }
 
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")

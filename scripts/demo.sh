@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The demo (`make demo`): set up .venv, migrate and seed the database, then run the site and a Celery worker (beat embedded) under honcho.
-# Env: PORT (default 8000; binds 127.0.0.1 only), DATABASE_URL (default: SQLite in var/), GT_SWEEP_EVERY (sweep interval in s, default 30).
+# Env: PORT (default 8000; binds 127.0.0.1 only), DATABASE_URL (default: SQLite in var/), GT_SWEEP_EVERY (sweep interval in s, default 30), GT_OAUTH (0: static tokens only).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
@@ -11,6 +11,8 @@ if ! [[ "$port" =~ ^[0-9]+$ ]] || (( port < 1 || port > 65535 )); then
 fi
 # honcho hands each process PORT (from -p); unbuffered so log lines reach honcho as they happen.
 export PORT="$port" PYTHONUNBUFFERED=1
+# The agent endpoints take OAuth bearer tokens from the demo's authorization server too.
+export GT_OAUTH="${GT_OAUTH:-1}"
 # Every call to OpenTelemetry, metrics for Prometheus at /metrics (GT_TELEMETRY=0: off).
 export GT_TELEMETRY="${GT_TELEMETRY:-1}"
 
@@ -51,6 +53,11 @@ cat <<BANNER
   Worker:       Celery (broker: $broker); beat runs guarded_tools.tasks.sweep every ${GT_SWEEP_EVERY:-30} s
 
   Try:  curl -s $url/agent/tools/ -H 'Authorization: Token $token'
+
+  MCP hosts with OAuth (Claude, ChatGPT, Cursor, VS Code, MCP Inspector): add the server
+  URL $url/agent/mcp and nothing else; the host finds the authorization server
+  ($url/.well-known/oauth-protected-resource/agent/mcp), registers itself,
+  and sends you to log in (agent/agent) and consent. Connections: $url/o/authorized_tokens/
 
 BANNER
 

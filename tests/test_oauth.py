@@ -1,0 +1,382 @@
+"""OAuth resource server: the challenge, metadata, audience, scopes and revocation, over HTTP."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import secrets
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import pytest
+
+pytest.importorskip("oauth2_provider", reason="django-oauth-toolkit (guarded-tools[oauth])")
+
+from django.test import Client as DjangoClient
+from django.utils import timezone
+from oauth2_provider.models import (
+    get_access_token_model,
+    get_application_model,
+    get_grant_model,
+)
+from rest_framework.authtoken.models import Token
+
+from guarded_tools.registry import Tool
+from tests.conftest import Effects, key
+
+pytestmark = pytest.mark.django_db
+
+MCP = "/agent/mcp/"
+RESOURCE = "http://testserver/agent/mcp"
+PRM = "http://testserver/.well-known/oauth-protected-resource/agent/mcp"
+REDIRECT = "http://127.0.0.1:33418/callback"
+ITEM = {"type": "object", "properties": {"operationId": {"type": "string"}},
+        "required": ["operationId"]}
+
+
+@pytest.fixture(autouse=True)
+def _oauth_on(settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "OAUTH_PROTECTS": ["mcp", "rest"]}
+
+
+@pytest.fixture
+def application() -> Any:
+    return get_application_model().objects.create(
+        name="Test host", client_type="public", authorization_grant_type="authorization-code",
+        redirect_uris=REDIRECT, client_secret="",
+    )
+
+
+@pytest.fixture
+def issue(application: Any) -> Callable[..., str]:
+    """An access token as DOT issues one: ``issue(user, "a b", resource=[...])``."""
+
+    def make(user: Any, scope: str = "demo:read demo:write", *,
+             resource: list[str] | None = None, expires_in: int = 3600) -> str:
+        value = secrets.token_urlsafe(24)
+        get_access_token_model().objects.create(
+            user=user, application=application, token=value, scope=scope,
+            expires=timezone.now() + timedelta(seconds=expires_in),
+            resource=[RESOURCE] if resource is None else resource,
+        )
+        return value
+
+    return make
+
+
+def bearer(token: str, **headers: str) -> DjangoClient:
+    return DjangoClient(headers={"Authorization": f"Bearer {token}", **headers})
+
+
+def rpc(client: Any, method: str, params: dict[str, Any] | None = None) -> Any:
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
+    return client.post(MCP, data=json.dumps(body), content_type="application/json",
+                       headers={"MCP-Protocol-Version": "2025-11-25"})
+
+
+def call(client: Any, name: str, arguments: dict[str, Any]) -> Any:
+    return rpc(client, "tools/call", {"name": name, "arguments": arguments})
+
+
+def listed(client: Any) -> set[str]:
+    response = rpc(client, "tools/list")
+    assert response.status_code == 200, response.content
+    return {t["name"] for t in response.json()["result"]["tools"]}
+
+
+def challenge(response: Any) -> dict[str, str]:
+    """The ``Bearer`` challenge's parameters (DOT renders ``k="v"`` pairs, comma-separated)."""
+    header = response["WWW-Authenticate"]
+    scheme, _, params = header.partition(" ")
+    assert scheme == "Bearer", header
+    pairs = [p.split("=", 1) for p in params.split('",') if p]
+    return {k.strip(): v.strip().strip('"') for k, v in pairs}
+
+
+@pytest.fixture
+def scoped(make_tool: Callable[..., Tool]) -> Tool:
+    return make_tool(Effects(), scopes=["orders:write"], input_schema=ITEM)
+
+
+# -- discovery: the 401 challenge, then the two metadata documents ------------------------------
+def test_unauthenticated_mcp_answers_401_with_the_metadata_challenge() -> None:
+    response = rpc(DjangoClient(), "tools/list")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == f'Bearer resource_metadata="{PRM}"'
+    assert response.json()["error"]["data"]["code"] == "not_authenticated"
+
+
+def test_unauthenticated_rest_answers_the_same_challenge() -> None:
+    response = DjangoClient().get("/agent/tools/")
+    assert response.status_code == 401
+    assert challenge(response) == {"resource_metadata": PRM}
+    assert response.json()["error"]["code"] == "not_authenticated"
+
+
+def test_the_challenge_names_the_scopes_to_start_with(settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "OAUTH_CHALLENGE_SCOPES": ["demo:read"]}
+    response = rpc(DjangoClient(), "tools/list")
+    assert challenge(response) == {"scope": "demo:read", "resource_metadata": PRM}
+
+
+def test_protected_resource_metadata_names_server_scopes_and_bearer_methods() -> None:
+    document = DjangoClient().get(urlsplit(PRM).path).json()
+    assert document["resource"] == RESOURCE
+    assert document["authorization_servers"] == ["http://testserver/o"]
+    assert {"demo:read", "demo:write"} <= set(document["scopes_supported"])
+    assert document["bearer_methods_supported"] == ["header"]
+
+
+def test_authorization_server_metadata_offers_s256_only_and_both_registrations() -> None:
+    document = DjangoClient().get("/.well-known/oauth-authorization-server/o").json()
+    assert document["issuer"] == "http://testserver/o"
+    assert document["code_challenge_methods_supported"] == ["S256"]
+    assert document["registration_endpoint"] == "http://testserver/o/register/"
+    assert document["client_id_metadata_document_supported"] is True
+    assert "none" in document["token_endpoint_auth_methods_supported"]  # public clients
+    assert not {"implicit", "password"} & set(document["grant_types_supported"])
+
+
+# -- audience ------------------------------------------------------------------------------------
+def test_a_token_for_this_resource_lists_and_calls(alice: Any, issue: Any, scoped: Tool) -> None:
+    client = bearer(issue(alice, "orders:write"))
+    assert scoped.name in listed(client)
+    response = call(client, scoped.name, {"operationId": key()})
+    assert response.status_code == 200 and response.json()["result"]["isError"] is False
+
+
+def test_the_audience_matches_in_any_case_with_or_without_the_slash(
+    alice: Any, issue: Any, scoped: Tool
+) -> None:
+    for resource in ("HTTP://TestServer/agent/mcp", f"{RESOURCE}/"):
+        assert scoped.name in listed(bearer(issue(alice, "orders:write", resource=[resource])))
+
+
+@pytest.mark.parametrize("resource", [["https://other.example/mcp"], [],
+                                      ["http://testserver/agent/mcp-other"]])
+def test_a_token_for_another_audience_is_not_authenticated(
+    alice: Any, issue: Any, scoped: Tool, resource: list[str]
+) -> None:
+    client = bearer(issue(alice, "orders:write", resource=resource))
+    for response in (rpc(client, "tools/list"), call(client, scoped.name, {"operationId": key()})):
+        assert response.status_code == 401, response.content
+        assert challenge(response)["error"] == "invalid_token"
+        assert challenge(response)["resource_metadata"] == PRM
+    assert scoped.handler.count == 0  # type: ignore[attr-defined]
+
+
+def test_a_token_for_another_audience_is_nobody_on_rest_too(alice: Any, issue: Any,
+                                                           scoped: Tool) -> None:
+    client = bearer(issue(alice, "orders:write", resource=["https://other.example/mcp"]))
+    response = client.post(f"/agent/tools/{scoped.name}/", data={"operationId": key()},
+                           content_type="application/json")
+    assert response.status_code == 401 and challenge(response)["error"] == "invalid_token"
+    assert response.json()["error"]["code"] == "not_authenticated"
+
+
+def test_dots_own_authentication_is_not_left_behind_ours() -> None:
+    """After ours it would accept the token ours refused for its audience."""
+    from oauth2_provider.contrib.rest_framework import OAuth2Authentication
+    from rest_framework.authentication import TokenAuthentication
+
+    from guarded_tools import oauth
+
+    chain = oauth.authenticators("mcp", [OAuth2Authentication(), TokenAuthentication()])
+    assert [type(a) for a in chain] == [oauth.ResourceServerAuthentication, TokenAuthentication]
+
+
+def test_an_expired_token_is_not_authenticated(alice: Any, issue: Any, scoped: Tool) -> None:
+    response = call(bearer(issue(alice, "orders:write", expires_in=-1)), scoped.name,
+                    {"operationId": key()})
+    assert response.status_code == 401
+    assert challenge(response)["error"] == "invalid_token"
+
+
+# -- scopes ----------------------------------------------------------------------------------------
+def test_a_token_without_the_tools_scope_does_not_list_it(
+    alice: Any, issue: Any, scoped: Tool
+) -> None:
+    assert scoped.name not in listed(bearer(issue(alice, "demo:read")))
+    rest = bearer(issue(alice, "demo:read")).get("/agent/tools/").json()["tools"]
+    assert scoped.name not in {t["name"] for t in rest}
+
+
+def test_a_call_without_the_scope_answers_403_insufficient_scope(
+    alice: Any, issue: Any, scoped: Tool
+) -> None:
+    response = call(bearer(issue(alice, "demo:read")), scoped.name, {"operationId": key()})
+    assert response.status_code == 403
+    params = challenge(response)
+    assert params["error"] == "insufficient_scope"
+    assert set(params["scope"].split()) == {"demo:read", "orders:write"}  # keeps what it had
+    assert params["resource_metadata"] == PRM
+    error = response.json()["error"]["data"]
+    assert error["code"] == "authorization_denied"
+    assert error["repair"]["action"] == "ask_user" and "orders:write" in error["repair"][
+        "instruction"]
+    assert scoped.handler.count == 0  # type: ignore[attr-defined]
+
+
+def test_rest_call_without_the_scope_answers_403_insufficient_scope(
+    alice: Any, issue: Any, scoped: Tool
+) -> None:
+    response = bearer(issue(alice, "demo:read")).post(
+        f"/agent/tools/{scoped.name}/", data={"operationId": key()},
+        content_type="application/json",
+    )
+    assert response.status_code == 403
+    assert challenge(response)["error"] == "insufficient_scope"
+    assert response.json()["error"]["code"] == "authorization_denied"
+
+
+def test_a_replay_checks_the_scope_again(alice: Any, issue: Any, scoped: Tool) -> None:
+    operation_id = key()
+    first = call(bearer(issue(alice, "orders:write")), scoped.name, {"operationId": operation_id})
+    assert first.json()["result"]["isError"] is False
+    again = call(bearer(issue(alice, "demo:read")), scoped.name, {"operationId": operation_id})
+    assert again.status_code == 403 and challenge(again)["error"] == "insufficient_scope"
+    assert scoped.handler.count == 1  # type: ignore[attr-defined]
+
+
+def test_scope_and_permission_both_apply(alice: Any, issue: Any,
+                                         make_tool: Callable[..., Tool]) -> None:
+    guarded = make_tool(scopes=["orders:write"], permissions=["demo.change_order"])
+    client = bearer(issue(alice, "orders:write"))
+    assert guarded.name not in listed(client)
+    response = call(client, guarded.name, {"operationId": key()})
+    assert response.json()["result"]["structuredContent"]["code"] == "authorization_denied"
+
+
+def test_scope_per_app_maps_reads_and_writes(settings: Any, user_factory: Any,
+                                             issue: Any) -> None:
+    customer = user_factory("customer", perms=("demo.view_order", "demo.change_order"))
+    assert settings.GUARDED_TOOLS["OAUTH_DEFAULT_SCOPES"] == "guarded_tools.oauth.scope_per_app"
+    reader = listed(bearer(issue(customer, "demo:read")))
+    writer = listed(bearer(issue(customer, "demo:read demo:write")))
+    assert "list_orders" in reader and "cancel_order" not in reader
+    assert {"list_orders", "cancel_order"} <= writer
+
+
+def test_static_tokens_and_sessions_still_work(alice: Any, scoped: Tool) -> None:
+    token = Token.objects.create(user=alice)
+    client = DjangoClient(headers={"Authorization": f"Token {token.key}"})
+    assert scoped.name in listed(client)  # no OAuth token, no scope check
+
+
+# -- revocation ------------------------------------------------------------------------------------
+def test_a_revoked_token_stops_working_on_the_next_call_replays_included(
+    alice: Any, issue: Any, scoped: Tool, session_client_for: Any
+) -> None:
+    value = issue(alice, "orders:write")
+    client = bearer(value)
+    operation_id = key()
+    assert call(client, scoped.name, {"operationId": operation_id}).status_code == 200
+    # The user revokes the connection on DOT's authorized-tokens page, in their session.
+    browser = session_client_for(alice)
+    page = browser.get("/o/authorized_tokens/")
+    assert page.status_code == 200 and b"Test host" in page.content
+    token = get_access_token_model().objects.get(user=alice)
+    assert browser.post(f"/o/authorized_tokens/{token.pk}/delete/").status_code == 302
+    for response in (call(client, scoped.name, {"operationId": operation_id}),
+                     rpc(client, "tools/list")):
+        assert response.status_code == 401
+        assert challenge(response)["error"] == "invalid_token"
+    assert scoped.handler.count == 1  # type: ignore[attr-defined]
+
+
+def test_origin_rules_apply_to_oauth_calls(alice: Any, issue: Any, scoped: Tool) -> None:
+    client = bearer(issue(alice, "orders:write"), Origin="http://evil.example")
+    response = rpc(client, "tools/list")
+    assert response.status_code == 403
+    assert response.json()["error"]["data"]["code"] == "authorization_denied"
+
+
+def test_without_oauth_protects_a_bearer_token_is_nobody(
+    settings: Any, alice: Any, issue: Any
+) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "OAUTH_PROTECTS": []}
+    response = rpc(bearer(issue(alice)), "tools/list")
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"].startswith("Token")
+
+
+def test_scopes_must_be_a_list(make_tool: Callable[..., Tool]) -> None:
+    with pytest.raises(ValueError, match="list of OAuth scope names"):
+        make_tool(scopes="orders:write")
+
+
+# -- the authorization server refuses what it must -------------------------------------------------
+def _pkce() -> tuple[str, str]:
+    verifier = secrets.token_urlsafe(48)
+    digest = hashlib.sha256(verifier.encode()).digest()
+    return verifier, base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def _authorize(client: Any, application: Any, **params: str) -> Any:
+    query = {"response_type": "code", "client_id": application.client_id,
+             "redirect_uri": REDIRECT, "scope": "demo:read", "state": "s",
+             "resource": RESOURCE, **params}
+    return client.get("/o/authorize/", {k: v for k, v in query.items() if v is not None})
+
+
+def _consent(client: Any, application: Any, **params: str) -> Any:
+    """The authorization request, and the user's "Authorize" on the consent form if shown."""
+    form = _authorize(client, application, **params)
+    if form.status_code != 200 or not form.context or "form" not in form.context:
+        return form
+    fields = {k: v for k, v in form.context["form"].initial.items() if v is not None}
+    return client.post("/o/authorize/", {**fields, "allow": "Authorize"})
+
+
+def _error_of(response: Any) -> str:
+    """The OAuth error a refusal names: in the redirect's query, or on the error page."""
+    if response.status_code == 302:
+        return parse_qs(urlsplit(response["Location"]).query).get("error", [""])[0]
+    return response.context["error"]["error"] if response.context else ""
+
+
+@pytest.mark.parametrize("pkce", ["none", "plain"])
+def test_authorization_without_s256_pkce_is_refused(
+    alice: Any, application: Any, session_client_for: Any, pkce: str
+) -> None:
+    client = session_client_for(alice)
+    verifier, _ = _pkce()
+    params = {} if pkce == "none" else {"code_challenge": verifier,
+                                        "code_challenge_method": "plain"}
+    response = _consent(client, application, **params)
+    assert _error_of(response) == "invalid_request"
+    assert not get_grant_model().objects.exists()
+
+
+def test_an_unregistered_redirect_uri_is_refused_without_redirecting(
+    alice: Any, application: Any, session_client_for: Any
+) -> None:
+    _, challenge_value = _pkce()
+    response = _authorize(session_client_for(alice), application,
+                          redirect_uri="http://evil.example/callback",
+                          code_challenge=challenge_value, code_challenge_method="S256")
+    assert response.status_code == 400  # an error page, never a redirect to that URI
+    assert not response.has_header("Location")
+    assert type(response.context["error"]).__name__ == "MismatchingRedirectURIError"
+
+
+def test_code_exchange_binds_the_token_to_the_resource(
+    alice: Any, application: Any, session_client_for: Any
+) -> None:
+    """The whole code flow through DOT, loopback redirect on another port included."""
+    browser = session_client_for(alice)
+    verifier, challenge_value = _pkce()
+    loopback = "http://127.0.0.1:50123/callback"  # any port (RFC 8252, ALLOW_LOCALHOST_LOOPBACK)
+    answer = _consent(browser, application, redirect_uri=loopback,
+                      code_challenge=challenge_value, code_challenge_method="S256")
+    assert answer.status_code == 302 and answer["Location"].startswith(loopback)
+    code = parse_qs(urlsplit(answer["Location"]).query)["code"][0]
+    token = DjangoClient().post("/o/token/", {
+        "grant_type": "authorization_code", "code": code, "redirect_uri": loopback,
+        "client_id": application.client_id, "code_verifier": verifier, "resource": RESOURCE,
+    }).json()
+    assert token["token_type"] == "Bearer" and token["scope"] == "demo:read"
+    assert "list_orders" in listed(bearer(token["access_token"]))
