@@ -279,6 +279,9 @@ def view_handler(
 
 
 def _safe_data(response: HttpResponse) -> Any:
+    """The refusal's data; a DRF ``Response``'s as it is, its ``ErrorDetail`` codes kept."""
+    if isinstance(response, Response):
+        return response.data
     try:
         return response_data(response)
     except (ValueError, TypeError):
