@@ -41,7 +41,13 @@ def spectacular_components(
     exists): ``tests/test_serializers.py`` checks that an unmappable field is still
     reported, so a change there fails a test instead of loosening a schema.
     """
-    from drf_spectacular.drainage import GENERATOR_STATS
+    try:
+        from drf_spectacular.drainage import GENERATOR_STATS
+    except ImportError:
+        raise ImportError(
+            "A tool whose input or output is a DRF serializer needs drf-spectacular for its"
+            " schema: pip install 'guarded-tools[serializers]'."
+        ) from None
     from drf_spectacular.openapi import AutoSchema
     from drf_spectacular.plumbing import ComponentRegistry, ResolvedComponent
     from drf_spectacular.settings import patched_settings
