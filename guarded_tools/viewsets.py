@@ -26,11 +26,15 @@ from __future__ import annotations
 import io
 import json
 import logging
+from urllib.parse import urlencode
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from django.contrib import auth
+from django.contrib.auth.models import AnonymousUser
 from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpRequest, HttpResponse
+from django.utils.functional import SimpleLazyObject
 from rest_framework import viewsets
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
@@ -80,8 +84,7 @@ KEY_FIELD = {"type": "string", "minLength": 1, "maxLength": 255, "title": "Opera
              "description": "A new UUID per intended operation; reuse it on every retry."}
 #: The original request's attributes the view's authentication reads (what middleware
 #: attached, and DRF's test client's forced credentials, as a direct call would carry).
-CARRIED = ("user", "session", "auth", "_force_auth_user", "_force_auth_token",
-           "_dont_enforce_csrf_checks", "csrf_processing_done")
+CARRIED = ("session", "_force_auth_user", "_force_auth_token", "_dont_enforce_csrf_checks")
 
 
 def _lookup_schema(viewset: type[viewsets.GenericViewSet]) -> tuple[str, dict[str, Any]]:
@@ -167,8 +170,15 @@ def action_schemas(
     return inputs, response, tuple(problems)
 
 
-def view_request(ctx: Any, method: str, body: Any) -> HttpRequest:
-    """A request for the view: the agent's own headers and session, a new method and body."""
+def view_request(ctx: Any, method: str, body: Any, *, user: Any = None,
+                 query: str = "") -> HttpRequest:
+    """A request for the view: the agent's own headers and session, a new method and body.
+
+    ``request.user`` is what Django's ``AuthenticationMiddleware`` would attach (the
+    session's user), not the user DRF authenticated for the guard, so a DRF view's own
+    ``authentication_classes`` decide again; a plain Django view, which has none, is
+    given the guard's ``user``.
+    """
     original = getattr(ctx, "request", None)
     original = getattr(original, "_request", original)  # a DRF Request wraps Django's
     payload = b"" if body is None else json.dumps(body).encode("utf-8")
@@ -186,7 +196,7 @@ def view_request(ctx: Any, method: str, body: Any) -> HttpRequest:
     environ.setdefault("wsgi.url_scheme", "http")
     environ.update({
         "REQUEST_METHOD": method.upper(),
-        "QUERY_STRING": "",
+        "QUERY_STRING": query,
         "CONTENT_TYPE": "application/json",
         "CONTENT_LENGTH": str(len(payload)),
         "wsgi.input": io.BytesIO(payload),
@@ -196,8 +206,12 @@ def view_request(ctx: Any, method: str, body: Any) -> HttpRequest:
         for name in CARRIED:
             if name in original.__dict__:
                 setattr(request, name, original.__dict__[name])
-    elif getattr(ctx, "user", None) is not None:
-        request.user = ctx.user
+    if user is not None:
+        request.user = user
+    elif hasattr(request, "session"):
+        request.user = SimpleLazyObject(lambda: auth.get_user(request))
+    else:
+        request.user = AnonymousUser()
     request.guarded_operation = getattr(ctx, "operation", None)  # type: ignore[attr-defined]
     return request
 
@@ -239,29 +253,37 @@ class ViewFailed(Exception):
 
 
 def view_handler(
-    view: Callable[..., HttpResponse], *, method: str, detail: bool, lookup: str | None,
+    view: Callable[..., HttpResponse], *, method: str, url_kwargs: tuple[str, ...],
     key_field: str | None, name: str, keyed: bool, wrap_list: bool = False,
+    guard_user: bool = False,
 ) -> Callable[[Mapping[str, Any], Any], Any]:
-    """The handler that runs ``view`` once for a call, inside the guard."""
+    """The handler that runs ``view`` once for a call, inside the guard.
+
+    ``url_kwargs``: input fields passed as the view's URL keyword arguments (a detail
+    action's lookup); the rest is the JSON body, or the query string of a GET.
+    ``guard_user``: a plain Django view gets the guard's user as ``request.user``.
+    """
 
     def handler(input: Mapping[str, Any], ctx: Any) -> Any:
         fields = dict(input)
-        kwargs: dict[str, Any] = {}
-        if detail and lookup is not None:
-            kwargs[lookup] = str(fields.pop(lookup))
+        kwargs = {arg: str(fields.pop(arg)) for arg in url_kwargs if arg in fields}
         if key_field is not None:
             fields.pop(key_field, None)
         body = fields if method in ("post", "put", "patch") else None
+        query = "" if body is not None or not fields else urlencode(
+            {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
+        )
         operation = getattr(ctx, "operation", None)
         if keyed and operation is not None:  # the effect boundary: see the module's text
             operation.write({"view": name, "method": method.upper()})
-        request = view_request(ctx, method, body)
+        request = view_request(ctx, method, body, query=query,
+                               user=getattr(ctx, "user", None) if guard_user else None)
         response = view(request, **kwargs)
         status = response.status_code
         if 200 <= status < 300:
             data = response_data(response)
             if method == "delete":
-                return {"deleted": True, lookup: input[lookup]} if lookup else {"deleted": True}
+                return {"deleted": True, **{arg: input[arg] for arg in url_kwargs}}
             if wrap_list and isinstance(data, list):
                 return {"results": data}
             return data if data is not None else {}
@@ -335,7 +357,7 @@ def guarded_viewset(
             spec.setdefault("destructive", action in ("destroy", "update"))
         definition = Tool(
             name=name,
-            handler=view_handler(view, method=method, detail=detail, lookup=lookup,
+            handler=view_handler(view, method=method, url_kwargs=(lookup,) if detail else (),
                                  key_field=key_field if keyed else None, name=name,
                                  keyed=keyed, wrap_list=action == "list"),
             input_schema=inputs,
@@ -345,3 +367,43 @@ def guarded_viewset(
         object.__setattr__(definition, "schema_problems", problems)
         made[action] = target.register(definition)
     return made
+
+
+def guarded_view(
+    view: Callable[..., HttpResponse],
+    *,
+    name: str,
+    input_schema: Mapping[str, Any],
+    method: str = "post",
+    url_kwargs: tuple[str, ...] = (),
+    key_field: str = "operationId",
+    registry: ToolRegistry | None = None,
+    **options: Any,
+) -> Tool:
+    """Register a plain Django view that answers JSON (a function, or ``View.as_view()``).
+
+    The input's ``url_kwargs`` fields become the view's URL keyword arguments, the rest
+    its JSON body (its query string for ``get``). Such a view has no authentication of
+    its own: ``request.user`` is the user the guard authenticated. ``get`` views are
+    read-only unless ``read_only=False``; the others are keyed by ``key_field``, which
+    ``input_schema`` must declare. Errors and the journal are as for viewsets.
+    """
+    method = method.lower()
+    target = registry if registry is not None else default_registry
+    options.setdefault("read_only", method == "get")
+    keyed = not options["read_only"]
+    if keyed:
+        options.setdefault("idempotency_key", key_field)
+    if options.get("journal") is False:
+        raise ValueError(f"{name}: a published view's journal holds its effect boundary;"
+                         " it cannot be turned off.")
+    definition = Tool(
+        name=name,
+        handler=view_handler(view, method=method, url_kwargs=tuple(url_kwargs),
+                             key_field=key_field if keyed else None, name=name, keyed=keyed,
+                             guard_user=True),
+        input_schema=input_schema,
+        description=options.pop("description", None) or (view.__doc__ or "").strip(),
+        **options,
+    )
+    return target.register(definition)

@@ -11,15 +11,17 @@ import anyio
 import httpx2
 import pytest
 from django.db import connection
+from django.http import HttpRequest, JsonResponse
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from rest_framework.authentication import SessionAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from guarded_tools import confirmations
 from guarded_tools.models import Confirmation, Operation
 from guarded_tools.registry import registry
-from guarded_tools.viewsets import guarded_viewset
+from guarded_tools.viewsets import guarded_view, guarded_viewset
 from project.demo.api import OrderViewSet
 from project.demo.models import Order
 from tests.conftest import key
@@ -209,8 +211,8 @@ def test_a_view_that_raises_after_its_effect_ends_outcome_unknown(
 
 
 @pytest.mark.django_db(transaction=True)
-def test_official_mcp_client_calls_the_published_viewset(live_server: Any,
-                                                        user_factory: Any) -> None:
+def test_official_mcp_client_calls_the_published_viewset(live_server: Any, user_factory: Any,
+                                                        published: None) -> None:
     user = user_factory("mcp-orders", perms=PERMS)
     token = Token.objects.create(user=user)
     seen: dict[str, Any] = {}
@@ -228,6 +230,9 @@ def test_official_mcp_client_calls_the_published_viewset(live_server: Any,
             seen["listed"] = await client.call_tool("order_list", {})
             seen["invalid"] = await client.call_tool(
                 "order_create", {"operationId": key(), "number": "M-7", "total": "2.00"})
+            order_id = seen["created"].structured_content["id"]
+            seen["renamed"] = await client.call_tool(
+                "rename_order", {"operationId": key(), "pk": order_id, "number": "M-8"})
 
     anyio.run(main)
     tools = seen["tools"]
@@ -238,4 +243,84 @@ def test_official_mcp_client_calls_the_published_viewset(live_server: Any,
     assert seen["replay"].structured_content == seen["created"].structured_content
     assert [o["number"] for o in seen["listed"].structured_content["results"]] == ["M-7"]
     assert seen["invalid"].is_error is True and "invalid_input" in seen["invalid"].content[0].text
-    assert Order.objects.filter(number="M-7").count() == 1
+    assert seen["renamed"].structured_content == {"id": seen["created"].structured_content["id"],
+                                                  "number": "M-8"}
+    assert Order.objects.filter(number="M-8").count() == 1
+
+
+# -- whose authentication: the view's own classes, and plain Django views ------------------
+
+class SessionOnlyViewSet(OrderViewSet):
+    """Orders for browser sessions only."""
+
+    authentication_classes = [SessionAuthentication]
+
+
+def rename_order(request: HttpRequest, pk: str) -> JsonResponse:
+    """Rename one of your orders (a plain Django view that answers JSON)."""
+    data = json.loads(request.body)
+    order = Order.objects.filter(pk=pk, customer=request.user).first()
+    if order is None:
+        return JsonResponse({"detail": "No such order."}, status=404)
+    if Order.objects.filter(number=data["number"]).exists():
+        return JsonResponse({"number": ["That number is taken."]}, status=400)
+    order.number = data["number"]
+    order.save(update_fields=["number"])
+    return JsonResponse({"id": order.pk, "number": order.number})
+
+
+RENAME_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "operationId": {"type": "string", "minLength": 1, "description": "A new UUID."},
+        "pk": {"type": "integer", "minimum": 1, "description": "The order."},
+        "number": {"type": "string", "minLength": 1, "maxLength": 20, "description": "New."},
+    },
+    "required": ["operationId", "pk", "number"],
+    "additionalProperties": False,
+}
+
+
+@pytest.fixture
+def published() -> Iterator[None]:
+    made = list(guarded_viewset(SessionOnlyViewSet, basename="sessiononly",
+                                actions={"list": {}}).values())
+    made.append(guarded_view(rename_order, name="rename_order", input_schema=RENAME_SCHEMA,
+                             url_kwargs=("pk",)))
+    yield
+    for definition in made:
+        registry.unregister(definition.name)
+
+
+@pytest.mark.django_db
+def test_the_views_authentication_classes_still_decide(
+    published: None, carol: Any, session_client_for: Any
+) -> None:
+    Order.objects.create(number="S-1", customer=carol, total="1.00")
+    by_token = call(token_client(carol), "sessiononly_list", {})  # the guard accepts tokens
+    assert by_token.status_code in (401, 403)
+    assert by_token.json()["error"]["code"] in ("not_authenticated", "authorization_denied")
+    by_session = call(session_client_for(carol), "sessiononly_list", {})
+    assert by_session.status_code == 200, by_session.json()
+    assert [o["number"] for o in by_session.json()["output"]["results"]] == ["S-1"]
+
+
+@pytest.mark.django_db
+def test_a_plain_django_view_as_a_keyed_tool(published: None, carol: Any, bob: Any) -> None:
+    mine = Order.objects.create(number="R-1", customer=carol, total="1.00")
+    Order.objects.create(number="TAKEN", customer=bob, total="1.00")
+    client = token_client(carol)
+    body = {"operationId": key(), "pk": mine.pk, "number": "R-2"}
+    done = call(client, "rename_order", body)
+    assert done.status_code == 200, done.json()
+    assert done.json()["output"] == {"id": mine.pk, "number": "R-2"}
+    assert call(client, "rename_order", body)["Idempotent-Replayed"] == "true"
+    taken = call(client, "rename_order", {**body, "operationId": key(), "number": "TAKEN"})
+    assert taken.status_code == 422
+    assert taken.json()["error"]["issues"][0]["path"] == ["number"]
+    assert "taken" not in taken.json()["error"]["message"].lower()
+    theirs = Order.objects.get(number="TAKEN")
+    hidden = call(client, "rename_order", {"operationId": key(), "pk": theirs.pk,
+                                           "number": "MINE"})
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "object_not_found"
+    assert Order.objects.get(pk=theirs.pk).number == "TAKEN"
