@@ -26,9 +26,9 @@ from __future__ import annotations
 import io
 import json
 import logging
-from urllib.parse import urlencode
 from collections.abc import Callable, Mapping
 from typing import Any
+from urllib.parse import urlencode
 
 from django.contrib import auth
 from django.contrib.auth.models import AnonymousUser
@@ -45,7 +45,6 @@ from guarded_tools.exceptions import AuthorizationError, NotAuthenticated, RateL
 from guarded_tools.registry import Tool, ToolRegistry
 from guarded_tools.registry import registry as default_registry
 from guarded_tools.serializers import issues_from_errors, json_schema
-from guarded_tools.validation import schema_names
 
 logger = logging.getLogger("guarded_tools")
 
@@ -209,7 +208,9 @@ def view_request(ctx: Any, method: str, body: Any, *, user: Any = None,
     if user is not None:
         request.user = user
     elif hasattr(request, "session"):
-        request.user = SimpleLazyObject(lambda: auth.get_user(request))
+        request.user = SimpleLazyObject(  # type: ignore[assignment]  # as the middleware does
+            lambda: auth.get_user(request)
+        )
     else:
         request.user = AnonymousUser()
     request.guarded_operation = getattr(ctx, "operation", None)  # type: ignore[attr-defined]

@@ -20,7 +20,7 @@ from tests.conftest import key
 
 
 class Refund(BaseModel):
-    operationId: str = Field(min_length=1, description="A new UUID per refund.")  # noqa: N815
+    operationId: str = Field(min_length=1, description="A new UUID per refund.")
     amount: int = Field(gt=0, le=500, description="Euro cents.")
     reason: Literal["damaged", "late"] | None = None
 

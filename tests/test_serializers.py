@@ -17,7 +17,6 @@ from mcp.client.streamable_http import streamable_http_client
 from rest_framework import serializers
 from rest_framework.authtoken.models import Token
 
-
 from guarded_tools.checks import check_derived_schemas
 from guarded_tools.models import Operation
 from guarded_tools.serializers import spectacular_components
@@ -31,7 +30,7 @@ class Line(serializers.Serializer):
 
 
 class Shipment(serializers.Serializer):
-    operationId = serializers.CharField(max_length=64)  # noqa: N815
+    operationId = serializers.CharField(max_length=64)
     speed = serializers.ChoiceField(choices=["slow", "fast"], help_text="How fast.")
     note = serializers.CharField(allow_null=True, required=False)
     lines = Line(many=True)
@@ -44,7 +43,7 @@ class Shipment(serializers.Serializer):
 
 
 class Unmappable(serializers.Serializer):
-    operationId = serializers.CharField()  # noqa: N815
+    operationId = serializers.CharField()
     anything = serializers.Field()
 
 

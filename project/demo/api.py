@@ -32,13 +32,13 @@ class OrderViewSet(viewsets.ModelViewSet):
     permission_classes = [permissions.IsAuthenticated, permissions.DjangoModelPermissions]
 
     def get_queryset(self) -> QuerySet[Order]:
-        return Order.objects.filter(customer=self.request.user).order_by("number")
+        return Order.objects.filter(customer_id=self.request.user.pk).order_by("number")
 
 
 class OrderNoteInput(serializers.Serializer):
     """What note_order takes: the order (one of yours) and the note."""
 
-    operationId = serializers.CharField(  # noqa: N815 (the wire name agents use)
+    operationId = serializers.CharField(
         max_length=255, label="Operation id", help_text="A new UUID per intended operation."
     )
     order = serializers.PrimaryKeyRelatedField(
