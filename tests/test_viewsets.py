@@ -324,3 +324,25 @@ def test_a_plain_django_view_as_a_keyed_tool(published: None, carol: Any, bob: A
                                            "number": "MINE"})
     assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "object_not_found"
     assert Order.objects.get(pk=theirs.pk).number == "TAKEN"
+
+
+class BrokenViewSet(OrderViewSet):
+    """Orders whose listing fails."""
+
+    def list(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("postgres://secret-host/list")
+
+
+@pytest.mark.django_db
+def test_a_failing_read_is_an_internal_error_with_its_text_in_the_log(
+    carol: Any, caplog: Any
+) -> None:
+    made = guarded_viewset(BrokenViewSet, basename="broken", actions={"list": {}})
+    try:
+        response = call(token_client(carol), "broken_list", {})
+    finally:
+        registry.unregister(made["list"].name)
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "secret-host" not in response.content.decode()
+    assert "secret-host" in caplog.text
