@@ -7,13 +7,9 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-import anyio
-import httpx2
 import pytest
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
-from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
@@ -210,44 +206,6 @@ def test_a_view_that_raises_after_its_effect_ends_outcome_unknown(
     assert Operation.objects.get(key=body["operationId"]).state == "outcome_unknown"
 
 
-@pytest.mark.django_db(transaction=True)
-def test_official_mcp_client_calls_the_published_viewset(live_server: Any, user_factory: Any,
-                                                        published: None) -> None:
-    user = user_factory("mcp-orders", perms=PERMS)
-    token = Token.objects.create(user=user)
-    seen: dict[str, Any] = {}
-    k = key()
-
-    async def main() -> None:
-        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"}, timeout=30)
-        transport = streamable_http_client(f"{live_server.url}/agent/mcp/", http_client=http)
-        async with Client(transport) as client:
-            listed = {t.name: t for t in (await client.list_tools()).tools}
-            seen["tools"] = listed
-            body = {"operationId": k, "number": "M-7", "total": "2.00"}
-            seen["created"] = await client.call_tool("order_create", body)
-            seen["replay"] = await client.call_tool("order_create", body)
-            seen["listed"] = await client.call_tool("order_list", {})
-            seen["invalid"] = await client.call_tool(
-                "order_create", {"operationId": key(), "number": "M-7", "total": "2.00"})
-            order_id = seen["created"].structured_content["id"]
-            seen["renamed"] = await client.call_tool(
-                "rename_order", {"operationId": key(), "pk": order_id, "number": "M-8"})
-
-    anyio.run(main)
-    tools = seen["tools"]
-    assert tools["order_list"].annotations.read_only_hint is True
-    assert tools["order_create"].input_schema["required"] == ["number", "total", "operationId"]
-    assert seen["created"].is_error is False
-    assert seen["created"].structured_content["number"] == "M-7"
-    assert seen["replay"].structured_content == seen["created"].structured_content
-    assert [o["number"] for o in seen["listed"].structured_content["results"]] == ["M-7"]
-    assert seen["invalid"].is_error is True and "invalid_input" in seen["invalid"].content[0].text
-    assert seen["renamed"].structured_content == {"id": seen["created"].structured_content["id"],
-                                                  "number": "M-8"}
-    assert Order.objects.filter(number="M-8").count() == 1
-
-
 # -- whose authentication: the view's own classes, and plain Django views ------------------
 
 class SessionOnlyViewSet(OrderViewSet):
@@ -281,8 +239,8 @@ RENAME_SCHEMA = {
 }
 
 
-@pytest.fixture
-def published() -> Iterator[None]:
+def publish() -> Iterator[None]:
+    """A session-only viewset's list and a plain view, registered while the caller runs."""
     made = list(guarded_viewset(SessionOnlyViewSet, basename="sessiononly",
                                 actions={"list": {}}).values())
     made.append(guarded_view(rename_order, name="rename_order", input_schema=RENAME_SCHEMA,
@@ -290,6 +248,11 @@ def published() -> Iterator[None]:
     yield
     for definition in made:
         registry.unregister(definition.name)
+
+
+@pytest.fixture
+def published() -> Iterator[None]:
+    yield from publish()
 
 
 @pytest.mark.django_db

@@ -1,0 +1,129 @@
+"""The official ``mcp`` client against tools made from serializers, models, hints and views."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+if not __import__("importlib.metadata").metadata.version("mcp").startswith("2"):
+    pytest.skip("the official client's 2.x API (the 1.x line is tested in test_mcp_v1.py)",
+                allow_module_level=True)
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from rest_framework.authtoken.models import Token
+
+from project.demo.models import Order, OrderNote
+from tests.conftest import key
+from tests.test_pydantic import make_refund_tool
+from tests.test_serializers import order_of
+from tests.test_viewsets import PERMS, publish
+
+
+@pytest.fixture
+def refund_tool(make_tool: Any) -> Any:
+    return make_refund_tool(make_tool)
+
+
+@pytest.fixture
+def published() -> Iterator[None]:
+    yield from publish()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_official_mcp_client_calls_a_serializer_tool(live_server: Any, user_factory: Any) -> None:
+    user = user_factory("mcp-noter")
+    token = Token.objects.create(user=user)
+    order = order_of(user, "M-1")
+    seen: dict[str, Any] = {}
+    k = key()
+
+    async def main() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"}, timeout=30)
+        transport = streamable_http_client(f"{live_server.url}/agent/mcp/", http_client=http)
+        async with Client(transport) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            seen["schema"] = listed["note_order"].input_schema
+            seen["ok"] = await client.call_tool(
+                "note_order", {"operationId": k, "order": order.pk, "text": "hello"})
+            seen["bad"] = await client.call_tool(
+                "note_order", {"operationId": key(), "order": order.pk + 1000, "text": "x"})
+
+    anyio.run(main)
+    assert seen["schema"]["properties"]["text"]["maxLength"] == 500
+    assert seen["ok"].is_error is False
+    assert seen["ok"].structured_content["reference"] == k
+    assert seen["bad"].is_error is True
+    text = seen["bad"].content[0].text
+    assert "invalid_input" in text and str(order.pk + 1000) not in text
+    assert OrderNote.objects.filter(reference=k).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_official_mcp_client_calls_a_pydantic_tool(live_server: Any, user_factory: Any,
+                                                   refund_tool: Any) -> None:
+    definition, _ = refund_tool
+    user = user_factory("mcp-refunder")
+    Order.objects.create(number="Q-1", customer=user, total="1.00")
+    token = Token.objects.create(user=user)
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"}, timeout=30)
+        transport = streamable_http_client(f"{live_server.url}/agent/mcp/", http_client=http)
+        async with Client(transport) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            seen["schema"] = listed[definition.name].input_schema
+            seen["count"] = await client.call_tool("count_orders", {"status": "open"})
+            seen["refund"] = await client.call_tool(
+                definition.name, {"operationId": key(), "amount": 10})
+            seen["odd"] = await client.call_tool(
+                definition.name, {"operationId": key(), "amount": 11})
+
+    anyio.run(main)
+    assert seen["schema"] == definition.input_schema
+    assert seen["count"].structured_content == {"count": 1}
+    assert seen["refund"].structured_content == {"refunded": 10, "reason": None}
+    assert seen["odd"].is_error is True and "invalid_input" in seen["odd"].content[0].text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_official_mcp_client_calls_the_published_viewset(live_server: Any, user_factory: Any,
+                                                        published: None) -> None:
+    user = user_factory("mcp-orders", perms=PERMS)
+    token = Token.objects.create(user=user)
+    seen: dict[str, Any] = {}
+    k = key()
+
+    async def main() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"}, timeout=30)
+        transport = streamable_http_client(f"{live_server.url}/agent/mcp/", http_client=http)
+        async with Client(transport) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            seen["tools"] = listed
+            body = {"operationId": k, "number": "M-7", "total": "2.00"}
+            seen["created"] = await client.call_tool("order_create", body)
+            seen["replay"] = await client.call_tool("order_create", body)
+            seen["listed"] = await client.call_tool("order_list", {})
+            seen["invalid"] = await client.call_tool(
+                "order_create", {"operationId": key(), "number": "M-7", "total": "2.00"})
+            order_id = seen["created"].structured_content["id"]
+            seen["renamed"] = await client.call_tool(
+                "rename_order", {"operationId": key(), "pk": order_id, "number": "M-8"})
+
+    anyio.run(main)
+    tools = seen["tools"]
+    assert tools["order_list"].annotations.read_only_hint is True
+    assert tools["order_create"].input_schema["required"] == ["number", "total", "operationId"]
+    assert seen["created"].is_error is False
+    assert seen["created"].structured_content["number"] == "M-7"
+    assert seen["replay"].structured_content == seen["created"].structured_content
+    assert [o["number"] for o in seen["listed"].structured_content["results"]] == ["M-7"]
+    assert seen["invalid"].is_error is True and "invalid_input" in seen["invalid"].content[0].text
+    assert seen["renamed"].structured_content == {"id": seen["created"].structured_content["id"],
+                                                  "number": "M-8"}
+    assert Order.objects.filter(number="M-8").count() == 1
