@@ -79,11 +79,39 @@ def spectacular_components(
     return str(root.name), components, warnings
 
 
+def _plain_names(
+    root: str, components: dict[str, dict[str, Any]], direction: str
+) -> tuple[str, dict[str, dict[str, Any]]]:
+    """Components named after their serializers: without the ``Request`` suffix that
+    ``COMPONENT_SPLIT_REQUEST`` adds (one schema has one direction, so nothing collides)."""
+    if direction != "request":
+        return root, components
+
+    def plain(name: str) -> str:
+        return name.removesuffix("Request") or name
+
+    result = {plain(name): _rename_refs(schema, plain) for name, schema in components.items()}
+    return plain(root), result
+
+
+def _rename_refs(node: Any, plain: Callable[[str], str]) -> Any:
+    if isinstance(node, list):
+        return [_rename_refs(item, plain) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result = {key: _rename_refs(value, plain) for key, value in node.items()}
+    ref = result.get("$ref")
+    if isinstance(ref, str) and ref.startswith(_REF):
+        result["$ref"] = _REF + plain(ref[len(_REF):])
+    return result
+
+
 def json_schema(
     serializer: type[serializers.BaseSerializer], direction: str
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The serializer's JSON Schema 2020-12 and the problems found while deriving it."""
     root, components, warnings = spectacular_components(serializer, direction)
+    root, components = _plain_names(root, components, direction)
     problems = [_problem(w) for w in warnings]
     if not root:
         return {"type": "object", "properties": {}, "additionalProperties": False}, tuple(
@@ -154,6 +182,12 @@ def _clean(node: Any) -> Any:
             result[key] = {name: _clean(sub) for name, sub in value.items()}
         else:
             result[key] = _clean(value)
+    wrapped = result.get("allOf")
+    if isinstance(wrapped, list) and len(wrapped) == 1 and set(wrapped[0]) == {"$ref"}:
+        # OpenAPI 3.0 ignored a $ref's siblings (a description), so drf-spectacular wraps
+        # the $ref; JSON Schema 2020-12 applies them, and strict converters refuse allOf.
+        del result["allOf"]
+        result["$ref"] = wrapped[0]["$ref"]
     if result.get("type") == "object" and "properties" in result:
         result.setdefault("additionalProperties", False)
     return result

@@ -13,8 +13,10 @@ if not __import__("importlib.metadata").metadata.version("mcp").startswith("2"):
 
 import anyio
 import httpx2
+from jsonschema import Draft202012Validator
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from rest_framework import serializers
 from rest_framework.authtoken.models import Token
 
 from project.demo.models import Order, OrderNote
@@ -127,3 +129,56 @@ def test_official_mcp_client_calls_the_published_viewset(live_server: Any, user_
     assert seen["renamed"].structured_content == {"id": seen["created"].structured_content["id"],
                                                   "number": "M-8"}
     assert Order.objects.filter(number="M-8").count() == 1
+
+
+class Address(serializers.Serializer):
+    street = serializers.CharField(help_text="Street and number.")
+    city = serializers.CharField(help_text="City.")
+
+
+class Person(serializers.Serializer):
+    name = serializers.CharField(help_text="Full name.")
+    address = Address(help_text="Where they live.")
+
+
+#: The schema the MCP conformance suite's ``json-schema-2020-12`` scenario (SEP-1613) asks
+#: a server's ``json_schema_2020_12_tool`` to list unchanged.
+SEP_1613 = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "$defs": {"address": {"type": "object", "properties": {
+        "street": {"type": "string"}, "city": {"type": "string"}}}},
+    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
+    "additionalProperties": False,
+}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_json_schema_2020_12_keywords_survive_tools_list(
+    live_server: Any, user_factory: Any, make_tool: Any
+) -> None:
+    """The conformance scenario's three checks, here: its CLI (``npx
+    @modelcontextprotocol/conformance``) needs Node 22's ``fs.globSync``; this machine has 20."""
+    make_tool(name="json_schema_2020_12_tool", input_schema=SEP_1613, read_only=True,
+              idempotency_key=None)
+    derived = make_tool(input=Person, input_schema={"type": "object"}, read_only=True,
+                        idempotency_key=None)
+    token = Token.objects.create(user=user_factory("mcp-schemas"))
+    listed: dict[str, Any] = {}
+
+    async def main() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"}, timeout=30)
+        transport = streamable_http_client(f"{live_server.url}/agent/mcp/", http_client=http)
+        async with Client(transport) as client:
+            listed.update({t.name: t.input_schema for t in (await client.list_tools()).tools})
+
+    anyio.run(main)
+    scenario = listed["json_schema_2020_12_tool"]
+    assert scenario["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert "address" in scenario["$defs"] and scenario["additionalProperties"] is False
+    mine = listed[derived.name]
+    Draft202012Validator.check_schema(mine)
+    assert mine["properties"]["address"]["$ref"] == "#/$defs/Address"
+    assert mine["$defs"]["Address"]["additionalProperties"] is False
+    assert mine["additionalProperties"] is False
+    assert mine == derived.input_schema
