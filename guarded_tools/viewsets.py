@@ -35,7 +35,7 @@ from django.contrib.auth.models import AnonymousUser
 from django.core.handlers.wsgi import WSGIRequest
 from django.http import HttpRequest, HttpResponse
 from django.utils.functional import SimpleLazyObject
-from rest_framework import viewsets
+from rest_framework import permissions, viewsets
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
@@ -316,6 +316,25 @@ def known(ctx: Any) -> frozenset[str]:
     return definition.schema_names if definition is not None else frozenset()
 
 
+def model_permissions(viewset: type[viewsets.GenericViewSet], method: str) -> tuple[str, ...]:
+    """The Django permissions the view's ``DjangoModelPermissions`` requires for ``method``.
+
+    As the tool's own ``permissions`` they are checked on every call, replays included
+    (the view's classes run only when the view does), and ``tools/`` lists the tool only
+    to users who hold them.
+    """
+    queryset = getattr(viewset, "queryset", None)
+    if queryset is None:
+        return ()
+    required: list[str] = []
+    for cls in viewset.permission_classes:
+        if isinstance(cls, type) and issubclass(cls, permissions.DjangoModelPermissions):
+            for perm in cls().get_required_permissions(method.upper(), queryset.model):
+                if perm not in required:
+                    required.append(perm)
+    return tuple(required)
+
+
 def guarded_viewset(
     viewset: type[viewsets.GenericViewSet],
     *,
@@ -350,6 +369,8 @@ def guarded_viewset(
         spec.setdefault("description", f"{action.replace('_', ' ').capitalize()}:"
                         f" {doc[0] if doc else base}")
         spec.setdefault("read_only", not keyed)
+        if "permissions" not in spec:
+            spec["permissions"] = model_permissions(viewset, method)
         if spec.get("journal") is False:
             raise ValueError(f"{name}: a published view's journal holds its effect boundary;"
                              " it cannot be turned off.")

@@ -8,10 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.authtoken.models import Token
+from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.test import APIClient
 
 from guarded_tools import confirmations
@@ -82,16 +84,48 @@ def test_create_is_keyed_replayed_and_validated_by_the_view(carol: Any) -> None:
     assert Order.objects.filter(number="C-9").count() == 1
 
 
+class StaffCreates(BasePermission):
+    """Anyone reads; only staff create (a rule of the view's, no Django permission)."""
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return request.method in SAFE_METHODS or bool(request.user.is_staff)
+
+
+class StaffOrderViewSet(OrderViewSet):
+    """Orders only staff create."""
+
+    permission_classes = [IsAuthenticated, StaffCreates]
+
+
 @pytest.mark.django_db
-def test_the_views_permission_classes_decide(user_factory: Any) -> None:
-    viewer = user_factory("viewer")  # no demo.add_order: DjangoModelPermissions refuses
+def test_the_views_permission_classes_decide(carol: Any) -> None:
+    made = guarded_viewset(StaffOrderViewSet, basename="staff", actions={"create": {}})
     k = key()
-    response = call(token_client(viewer), "order_create",
-                    {"operationId": k, "number": "V-1", "total": "1.00"})
+    try:
+        response = call(token_client(carol), "staff_create",
+                        {"operationId": k, "number": "V-1", "total": "1.00"})
+    finally:
+        registry.unregister(made["create"].name)
     assert response.status_code == 403
     assert response.json()["error"]["code"] == "authorization_denied"
     assert not Order.objects.exists()
     assert Operation.objects.get(key=k).state == "released"  # refused: nothing ran
+
+
+@pytest.mark.django_db
+def test_model_permissions_are_checked_on_replays_too(carol: Any, user_factory: Any) -> None:
+    """The view's DjangoModelPermissions become the tool's permissions: a replay, which
+    never runs the view, is still refused once the permission is gone."""
+    client = token_client(carol)
+    body = {"operationId": key(), "number": "P-1", "total": "1.00"}
+    assert call(client, "order_create", body).status_code == 200
+    carol.user_permissions.remove(Permission.objects.get(codename="add_order"))
+    replay = call(client, "order_create", body)  # the token loads the user afresh
+    assert replay.status_code == 403
+    assert replay.json()["error"]["code"] == "authorization_denied"
+    viewer = user_factory("viewer")
+    names = {t["name"] for t in token_client(viewer).get("/agent/tools/").json()["tools"]}
+    assert "order_list" in names and "order_create" not in names
 
 
 @pytest.mark.django_db
@@ -309,3 +343,27 @@ def test_a_failing_read_is_an_internal_error_with_its_text_in_the_log(
     assert response.json()["error"]["code"] == "internal_error"
     assert "secret-host" not in response.content.decode()
     assert "secret-host" in caplog.text
+
+
+@pytest.mark.django_db
+def test_a_browser_session_creates_through_the_views_session_authentication(
+    carol: Any, session_client_for: Any
+) -> None:
+    """The view's SessionAuthentication checks CSRF again, with the agent's cookie and header."""
+    client = session_client_for(carol)
+    done = call(client, "order_create", {"operationId": key(), "number": "W-1", "total": "1.00"})
+    assert done.status_code == 200, done.json()
+    assert Order.objects.get(number="W-1").customer == carol
+    client.cookies.pop("csrftoken")  # the guard's own CSRF check refuses before any view
+    refused = client.post(URL.format("order_create"), {"operationId": key(), "number": "W-2",
+                                                       "total": "1.00"}, format="json")
+    assert refused.status_code == 403 and not Order.objects.filter(number="W-2").exists()
+
+
+@pytest.mark.django_db
+def test_the_demo_api_answers_directly_as_the_tools_do(carol: Any) -> None:
+    order = Order.objects.create(number="Z-1", customer=carol, total="4.00")
+    client = token_client(carol)
+    direct = client.get(f"/api/orders/{order.pk}/")
+    assert direct.status_code == 200
+    assert call(client, "order_retrieve", {"pk": order.pk}).json()["output"] == direct.json()
