@@ -15,7 +15,6 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from guarded_tools.exceptions import ToolError, _issue_fields
@@ -112,6 +111,38 @@ def _summary(issues: list[dict[str, Any]]) -> str:
     return f"The input is invalid: {first}{more}."
 
 
+def inline_defs(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with each ``#/$defs/...`` reference replaced by its definition.
+
+    Embedded elsewhere (a request body in ``openapi.json``), ``#/$defs`` would resolve
+    against that document's root, not this schema: inlined, the schema means the same
+    wherever it is shown. A recursive definition cannot be inlined: then the schema is
+    returned as it is.
+    """
+    defs = schema.get("$defs")
+    if not isinstance(defs, dict) or not defs:
+        return schema
+
+    def resolve(node: Any, seen: tuple[str, ...]) -> Any:
+        if isinstance(node, list):
+            return [resolve(item, seen) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            name = ref[len("#/$defs/"):]
+            if name in seen or name not in defs:
+                raise RecursionError(name)
+            siblings = {k: resolve(v, seen) for k, v in node.items() if k != "$ref"}
+            return {**resolve(defs[name], (*seen, name)), **siblings}
+        return {k: resolve(v, seen) for k, v in node.items() if k != "$defs"}
+
+    try:
+        return dict(resolve(schema, ()))
+    except RecursionError:
+        return schema
+
+
 class Binding(Protocol):
     """A serializer, a model or a signature as a tool's input (or output)."""
 
@@ -130,15 +161,6 @@ class OutputBinding(Protocol):
     problems: tuple[str, ...]
 
     def dump(self, value: Any, ctx: Any) -> Any: ...
-
-
-@dataclass
-class Bound:
-    """A tool's bindings, and the handler the pipeline calls in place of the site's."""
-
-    input: Binding | None = None
-    output: OutputBinding | None = None
-    problems: tuple[str, ...] = field(default=())
 
 
 def input_binding(spec: Any, handler: Callable[..., Any]) -> Binding:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from guarded_tools.binding import InputRejected, issue
+from guarded_tools.binding import InputRejected, inline_defs, issue
 
 
 def is_model(spec: Any) -> bool:
@@ -46,7 +46,7 @@ class ModelBinding:
     def __init__(self, model: Any) -> None:
         self.model = model
         self.problems: tuple[str, ...] = ()
-        self.schema: dict[str, Any] = closed(model.model_json_schema())
+        self.schema: dict[str, Any] = inline_defs(closed(model.model_json_schema()))
 
     def bind(self, input: Mapping[str, Any], ctx: Any, known: frozenset[str]) -> Any:
         from pydantic import ValidationError

@@ -2,9 +2,10 @@
 
 The schema comes from drf-spectacular's serializer mapping (``AutoSchema.resolve_serializer``,
 the method its serializer extensions call), read as OpenAPI 3.1, which is JSON Schema
-2020-12: nullable fields are ``"type": [..., "null"]``, nested serializers become
-``$defs`` with ``$ref``. Each object is closed (``additionalProperties: false``), as a
-serializer ignores unknown fields an agent would otherwise think were used. A field the
+2020-12: nullable fields are ``"type": [..., "null"]``; nested serializers are inlined
+(a serializer cannot nest itself), so the schema means the same inside ``openapi.json``.
+Each object is closed (``additionalProperties: false``), as a serializer ignores
+unknown fields an agent would otherwise think were used. A field the
 mapping cannot express (drf-spectacular falls back to ``string`` and warns) is recorded
 as a problem: the system check ``guarded_tools.E011`` reports it, so no tool is served
 with a silently looser schema.
@@ -19,7 +20,7 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from guarded_tools.binding import InputRejected, issue
+from guarded_tools.binding import InputRejected, inline_defs, issue
 
 _REF = "#/components/schemas/"
 
@@ -121,6 +122,7 @@ def json_schema(
     used = sorted(_refs(schema, components, root))
     if used:
         schema["$defs"] = {name: _clean(copy.deepcopy(components[name])) for name in used}
+    schema = inline_defs(schema)
     if schema.get("type") == "array":  # many=True as the whole input: agents send objects
         problems.append("A list serializer cannot be a tool's input or output: tools take"
                         " and return a JSON object.")

@@ -178,7 +178,9 @@ def test_json_schema_2020_12_keywords_survive_tools_list(
     assert "address" in scenario["$defs"] and scenario["additionalProperties"] is False
     mine = listed[derived.name]
     Draft202012Validator.check_schema(mine)
-    assert mine["properties"]["address"]["$ref"] == "#/$defs/Address"
-    assert mine["$defs"]["Address"]["additionalProperties"] is False
+    address = mine["properties"]["address"]  # a nested serializer, inlined
+    assert address["description"] == "Where they live."
+    assert address["properties"]["city"]["description"] == "City."
+    assert address["additionalProperties"] is False
     assert mine["additionalProperties"] is False
     assert mine == derived.input_schema
