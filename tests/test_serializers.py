@@ -16,6 +16,7 @@ from guarded_tools.checks import check_derived_schemas
 from guarded_tools.models import Operation
 from guarded_tools.registry import registry
 from guarded_tools.serializers import spectacular_components
+from project.demo.api import OrderNoteInput, OrderNoteSerializer
 from project.demo.models import Order, OrderNote
 from tests.conftest import key
 
@@ -282,3 +283,26 @@ def test_openapi_references_all_resolve(alice: Any, client_for: Any, shipment_to
         target: Any = document
         for part in ref.removeprefix("#/").split("/"):
             target = target[part]  # KeyError: a dangling reference
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_handler_gets_validated_data_and_its_output_serialized(
+    make_tool: Any, alice: Any, client_for: Any
+) -> None:
+    order = order_of(alice)
+
+    async def handler(data: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {"id": 1, "order": data["order"], "reference": data["operationId"],
+                "text": data["text"], "created_at": "2026-01-01T00:00:00Z"}
+
+    definition = make_tool(handler, input=OrderNoteInput, output=OrderNoteSerializer,
+                           input_schema={"type": "object"})
+    body = {"operationId": key(), "order": order.pk, "text": "async"}
+    response = client_for(alice).post(f"/agent/tools/{definition.name}/", body, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["output"]["order"] == order.pk
+    assert response.json()["output"]["text"] == "async"
+    theirs = client_for(alice).post(f"/agent/tools/{definition.name}/",
+                                    {**body, "operationId": key(), "order": order.pk + 99},
+                                    format="json")
+    assert theirs.status_code == 422

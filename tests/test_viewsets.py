@@ -11,10 +11,12 @@ import pytest
 from django.contrib.auth.models import Permission
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
+from django.test.utils import CaptureQueriesContext
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.test import APIClient
+from rest_framework.throttling import BaseThrottle
 
 from guarded_tools import confirmations
 from guarded_tools.models import Confirmation, Operation
@@ -367,3 +369,66 @@ def test_the_demo_api_answers_directly_as_the_tools_do(carol: Any) -> None:
     direct = client.get(f"/api/orders/{order.pk}/")
     assert direct.status_code == 200
     assert call(client, "order_retrieve", {"pk": order.pk}).json()["output"] == direct.json()
+
+
+class Closed(BaseThrottle):
+    def allow_request(self, request: Any, view: Any) -> bool:
+        return False
+
+    def wait(self) -> float:
+        return 30
+
+
+class ThrottledViewSet(OrderViewSet):
+    """Orders behind a throttle that is always closed."""
+
+    throttle_classes = [Closed]
+
+
+@pytest.mark.django_db
+def test_the_views_throttle_is_rate_limited_and_releases_the_key(carol: Any) -> None:
+    made = guarded_viewset(ThrottledViewSet, basename="throttled", actions={"create": {}})
+    k = key()
+    try:
+        response = call(token_client(carol), "throttled_create",
+                        {"operationId": k, "number": "L-1", "total": "1.00"})
+    finally:
+        registry.unregister(made["create"].name)
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response["Retry-After"] == "30"
+    assert Operation.objects.get(key=k).state == "released"
+
+
+@pytest.mark.django_db
+def test_partial_update_takes_the_lookup_and_only_the_fields_sent(user_factory: Any) -> None:
+    carol = user_factory("editor", perms=("demo.change_order",))
+    made = guarded_viewset(OrderViewSet, basename="patchable",
+                           actions={"partial_update": {}, "update": {}})
+    order = Order.objects.create(number="N-1", customer=carol, total="1.00")
+    client = token_client(carol)
+    try:
+        schema = made["partial_update"].input_schema
+        assert schema["required"] == ["pk", "operationId"]
+        assert sorted(made["update"].input_schema["required"]) == [
+            "number", "operationId", "pk", "total"]
+        done = call(client, "patchable_partial_update",
+                    {"operationId": key(), "pk": order.pk, "status": "shipped"})
+    finally:
+        for definition in made.values():
+            registry.unregister(definition.name)
+    assert done.status_code == 200, done.json()
+    assert done.json()["output"]["status"] == "shipped"
+    order.refresh_from_db()
+    assert order.status == "shipped" and order.number == "N-1"
+
+
+@pytest.mark.django_db
+def test_a_call_the_schema_rejects_runs_no_sql(carol: Any, client_for: Any) -> None:
+    client = client_for(carol)  # forced authentication: no token query either
+    with CaptureQueriesContext(connection) as queries:
+        response = call(client, "order_create", {"operationId": key(), "number": "X" * 21,
+                                                 "total": "1.00"})
+    assert response.status_code == 422
+    assert response.json()["error"]["issues"][0]["path"] == ["number"]
+    assert queries.captured_queries == []
