@@ -306,3 +306,24 @@ def check_celery(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             )
         )
     return messages
+
+
+@checks.register()
+def check_derived_schemas(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A serializer field the schema mapping could not express, for every tool that has one.
+
+    drf-spectacular maps such a field to a bare ``string``: served as it is, the schema
+    would be looser than the serializer, so it is an error until the field says its type.
+    """
+    from guarded_tools.registry import registry
+
+    return [
+        checks.Error(
+            f"Tool {definition.name!r}: its schema cannot express a serializer field: {problem}",
+            hint="Give the field a JSON Schema with drf_spectacular.utils.extend_schema_field"
+            " (or a return type hint on its get_<field> method), or use a field DRF maps.",
+            id="guarded_tools.E011",
+        )
+        for definition in registry
+        for problem in definition.schema_problems
+    ]

@@ -55,6 +55,14 @@ class Tool:
     lease_seconds: int | None = None
     allow_anonymous: bool = False
     confirmation_ttl: int | None = None
+    #: A DRF serializer class or a Pydantic model class: the input schema is derived
+    #: from it, its own validation runs before the handler, which gets what it returns.
+    input: Any = None
+    #: A DRF serializer class or a Pydantic model class: the output schema, and what
+    #: turns the handler's return value (a model instance, a dict) into the output.
+    output: Any = None
+    #: Fields the ``input``/``output`` mapping could not express (system check E011).
+    schema_problems: tuple[str, ...] = field(init=False, repr=False, default=())
     validator: Draft202012Validator = field(init=False, repr=False)
     schema_names: frozenset[str] = field(init=False, repr=False)
 
@@ -65,6 +73,7 @@ class Tool:
         if isinstance(self.scopes, str):
             raise ValueError("scopes is a list of OAuth scope names, not one string.")
         object.__setattr__(self, "scopes", tuple(self.scopes))
+        self._bind()
         schema = dict(self.input_schema)
         object.__setattr__(self, "validator", compile_schema(schema, name=self.name))
         object.__setattr__(self, "schema_names", schema_names(schema))
@@ -78,6 +87,37 @@ class Tool:
             raise ValueError("verify_timeout is a positive number of seconds.")
         if self.output_budget_bytes is not None and self.output_budget_bytes <= 0:
             raise ValueError("output_budget_bytes is a positive integer.")
+
+    def _bind(self) -> None:
+        """Derive the schemas from ``input``/``output`` or the handler's type hints, once."""
+        from guarded_tools import binding
+
+        hints = self.input is None and binding.wants_type_hints(self.handler)
+        if self.input is None and self.output is None and not hints:
+            return
+        inputs: binding.Binding | None = None
+        if self.input is not None or hints:
+            if dict(self.input_schema) != {"type": "object"}:
+                raise ValueError(f"Tool {self.name!r}: give input= or input_schema=, not both.")
+            if hints:
+                from guarded_tools.typehints import SignatureBinding
+
+                inputs = SignatureBinding(self.handler)
+            else:
+                inputs = binding.input_binding(self.input, self.handler)
+            object.__setattr__(self, "input_schema", inputs.schema)
+        outputs: binding.OutputBinding | None = None
+        if self.output is not None:
+            if self.output_schema is not None:
+                raise ValueError(f"Tool {self.name!r}: give output= or output_schema=, not both.")
+            outputs = binding.output_binding(self.output)
+            object.__setattr__(self, "output_schema", outputs.schema)
+        problems = tuple(p for b in (inputs, outputs) if b is not None for p in b.problems)
+        object.__setattr__(self, "schema_problems", problems)
+        known = schema_names(dict(self.input_schema))
+        object.__setattr__(
+            self, "handler", binding.bound_handler(self.handler, inputs, outputs, known)
+        )
 
     def disabled_guards(self) -> Iterator[tuple[str, str]]:
         """``(problem, hint)`` for each guard this definition declares but would never run.

@@ -1,10 +1,16 @@
-"""URLs of the demo site: the admin, the agent endpoints, /metrics and the OAuth server."""
+"""URLs of the demo site: admin, agent endpoints, the order API, /metrics and the OAuth server."""
 
 from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 from django.views.generic import TemplateView
+from rest_framework.routers import DefaultRouter
+
+from project.demo.api import OrderViewSet
+
+router = DefaultRouter()
+router.register("orders", OrderViewSet, basename="order")  # the site's API, as before agents
 
 urlpatterns = [
     path("", TemplateView.as_view(template_name="home.html"), name="home"),
@@ -12,6 +18,7 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("agent/", include("guarded_tools.urls")),
+    path("api/", include(router.urls)),
 ]
 
 if settings.OAUTH_INSTALLED:

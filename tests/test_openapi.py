@@ -12,7 +12,7 @@ from rest_framework.authtoken.models import Token
 
 from guarded_tools.registry import registry
 
-PERMS = ("demo.change_order", "demo.add_ledgerentry")
+PERMS = ("demo.change_order", "demo.add_ledgerentry", "demo.add_order", "demo.delete_order")
 
 
 @pytest.mark.django_db

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from django.db import transaction
 from django.db.models import F
+from pydantic import Field
 
 from guarded_tools import ToolError, tool
 from guarded_tools.catalog import ErrorCatalog
+from guarded_tools.viewsets import guarded_viewset
 from project.demo import effects
+from project.demo.api import OrderNoteInput, OrderNoteSerializer, OrderViewSet
 from project.demo.models import (
     Account,
     LedgerEntry,
@@ -356,3 +359,49 @@ def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
         Account.objects.filter(pk=receiver.pk).update(balance=F("balance") + amount)
     effects.after_effect(input["operationId"])
     return _payment_output(entry)
+
+
+# -- the site's own building blocks as tools ---------------------------------------------
+
+
+@tool(
+    name="note_order",
+    description="Add a note to one of your orders; the note is returned as the API shows it.",
+    input=OrderNoteInput,
+    output=OrderNoteSerializer,
+    idempotency_key="operationId",
+)
+def note_order(data: dict[str, Any], ctx: Any) -> OrderNote:
+    """The serializer form: the handler gets ``validated_data`` and returns a model."""
+    ctx.operation.write({"phase": "noting"})
+    return OrderNote.objects.create(
+        order=data["order"], reference=data["operationId"], text=data["text"]
+    )
+
+
+@tool(name="count_orders", read_only=True)
+def count_orders(
+    status: Annotated[
+        Literal["open", "shipped", "cancelled"] | None,
+        Field(description="Count only orders with this status; all orders when null."),
+    ] = None,
+    *,
+    ctx: Any,
+) -> dict[str, Any]:
+    """Count your orders, optionally only those with one status."""
+    orders = Order.objects.filter(customer=ctx.user)
+    if status is not None:
+        orders = orders.filter(status=status)
+    return {"count": orders.count()}
+
+
+ORDER_TOOLS = guarded_viewset(
+    OrderViewSet,
+    basename="order",
+    actions={
+        "list": {},
+        "retrieve": {},
+        "create": {},
+        "destroy": {"confirm": "effect-only"},  # a person approves it in the admin
+    },
+)

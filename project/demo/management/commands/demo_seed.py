@@ -29,7 +29,9 @@ class Command(BaseCommand):
         agent.save()
         agent.user_permissions.add(
             *Permission.objects.filter(
-                codename__in=["change_order", "add_ledgerentry"], content_type__app_label="demo"
+                # add/delete_order: the order API's model permissions (order_create, _destroy)
+                codename__in=["change_order", "add_ledgerentry", "add_order", "delete_order"],
+                content_type__app_label="demo",
             )
         )
         Token.objects.filter(user=agent).exclude(key=AGENT_TOKEN).delete()

@@ -1,0 +1,308 @@
+"""DRF serializers as a tool's input and output: derived schema, validation, errors, MCP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.core import checks
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from jsonschema import Draft202012Validator
+from rest_framework import serializers
+
+from guarded_tools.checks import check_derived_schemas
+from guarded_tools.models import Operation
+from guarded_tools.registry import registry
+from guarded_tools.serializers import spectacular_components
+from project.demo.api import OrderNoteInput, OrderNoteSerializer
+from project.demo.models import Order, OrderNote
+from tests.conftest import key
+
+
+class Line(serializers.Serializer):
+    sku = serializers.CharField(max_length=8, label="SKU", help_text="The article number.")
+    qty = serializers.IntegerField(min_value=1, max_value=9)
+
+
+class Shipment(serializers.Serializer):
+    operationId = serializers.CharField(max_length=64)
+    speed = serializers.ChoiceField(choices=["slow", "fast"], help_text="How fast.")
+    note = serializers.CharField(allow_null=True, required=False)
+    lines = Line(many=True)
+    order = serializers.PrimaryKeyRelatedField(queryset=Order.objects.all())
+
+    def validate(self, data: dict[str, Any]) -> dict[str, Any]:
+        if data["speed"] == "fast" and len(data["lines"]) > 1:
+            raise serializers.ValidationError("secret-object-text", code="too_many_for_fast")
+        return data
+
+
+class Unmappable(serializers.Serializer):
+    operationId = serializers.CharField()
+    anything = serializers.Field()
+
+
+def order_of(user: Any, number: str = "A-1") -> Order:
+    return Order.objects.create(number=number, customer=user, total="10.00")
+
+
+@pytest.fixture
+def shipment_tool(make_tool: Any) -> Any:
+    runs: list[dict[str, Any]] = []
+
+    def handler(data: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        runs.append(dict(data))
+        return {"order": data["order"].pk, "lines": len(data["lines"])}
+
+    definition = make_tool(handler, input=Shipment, input_schema={"type": "object"})
+    return definition, runs
+
+
+def test_schema_is_derived_from_the_serializer(shipment_tool: Any) -> None:
+    definition, _ = shipment_tool
+    schema = definition.input_schema
+    Draft202012Validator.check_schema(schema)
+    props = schema["properties"]
+    assert props["speed"]["enum"] == ["slow", "fast"]
+    assert props["speed"]["description"].startswith("How fast.")
+    assert props["note"]["type"] == ["string", "null"]  # 2020-12, not OpenAPI's nullable
+    assert props["order"]["type"] == "integer"  # a related field as its key's type
+    assert props["lines"]["type"] == "array" and props["lines"]["title"] == "Lines"
+    line = props["lines"]["items"]  # inlined: the schema means the same inside openapi.json
+    assert "$defs" not in schema
+    assert line["properties"]["sku"]["title"] == "SKU"
+    assert line["properties"]["sku"]["maxLength"] == 8
+    assert line["properties"]["qty"]["minimum"] == 1 and line["properties"]["qty"]["maximum"] == 9
+    assert sorted(schema["required"]) == ["lines", "operationId", "order", "speed"]
+    assert schema["additionalProperties"] is False and line["additionalProperties"] is False
+
+
+@pytest.mark.django_db
+def test_call_gets_validated_data_and_a_replay_skips_validation(
+    shipment_tool: Any, alice: Any, client_for: Any
+) -> None:
+    definition, runs = shipment_tool
+    order = order_of(alice)
+    body = {"operationId": key(), "speed": "slow", "order": order.pk,
+            "lines": [{"sku": "X1", "qty": 2}]}
+    first = client_for(alice).post(f"/agent/tools/{definition.name}/", body, format="json")
+    assert first.status_code == 200, first.json()
+    assert first.json()["output"] == {"order": order.pk, "lines": 1}
+    assert runs[0]["order"] == order and runs[0]["lines"] == [{"sku": "X1", "qty": 2}]
+    order.delete()  # the related object is gone: a replay must not re-validate
+    again = client_for(alice).post(f"/agent/tools/{definition.name}/", body, format="json")
+    assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
+    assert len(runs) == 1
+
+
+@pytest.mark.django_db
+def test_schema_rejection_issues_no_sql(shipment_tool: Any, alice: Any, client_for: Any) -> None:
+    definition, runs = shipment_tool
+    client = client_for(alice)
+    body = {"operationId": key(), "speed": "warp", "order": 1, "lines": []}
+    with CaptureQueriesContext(connection) as queries:
+        response = client.post(f"/agent/tools/{definition.name}/", body, format="json")
+    assert response.status_code == 422
+    assert response.json()["error"]["issues"][0]["path"] == ["speed"]
+    assert queries.captured_queries == []
+    assert runs == []
+
+
+@pytest.mark.django_db
+def test_serializer_errors_become_issues_without_values_and_release_the_key(
+    shipment_tool: Any, alice: Any, client_for: Any
+) -> None:
+    definition, runs = shipment_tool
+    client = client_for(alice)
+    k = key()
+    bad = {"operationId": k, "speed": "fast", "order": 987654,
+           "lines": [{"sku": "A", "qty": 1}, {"sku": "B", "qty": 1}]}
+    response = client.post(f"/agent/tools/{definition.name}/", bad, format="json")
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == "invalid_input"
+    assert error["issues"] == [{"path": ["order"], "keyword": "does_not_exist",
+                                "message": "names an object that does not exist or that you"
+                                " cannot use"}]
+    assert error["repair"]["action"] == "change_input"
+    assert error["repair"]["fields"] == ["order"]
+    assert "987654" not in json.dumps(error)
+    order = order_of(alice)
+    both = client.post(f"/agent/tools/{definition.name}/", {**bad, "order": order.pk},
+                       format="json")  # object-level validator: the root's path
+    assert both.status_code == 422
+    assert both.json()["error"]["issues"][0]["path"] == []
+    assert both.json()["error"]["issues"][0]["keyword"] == "too_many_for_fast"
+    assert "secret-object-text" not in json.dumps(both.json())
+    fixed = client.post(f"/agent/tools/{definition.name}/",
+                        {**bad, "order": order.pk, "speed": "slow"}, format="json")
+    assert fixed.status_code == 200, fixed.json()  # the same key, repaired: it runs
+    assert len(runs) == 1
+    assert Operation.objects.get(key=k).state == "succeeded"
+
+
+@pytest.mark.django_db
+def test_output_serializer_shapes_the_answer(alice: Any, client_for: Any) -> None:
+    order = order_of(alice)
+    k = key()
+    response = client_for(alice).post(
+        "/agent/tools/note_order/", {"operationId": k, "order": order.pk, "text": "ring twice"},
+        format="json",
+    )
+    assert response.status_code == 200, response.json()
+    note = OrderNote.objects.get(reference=k)
+    output = response.json()["output"]
+    assert output["id"] == note.pk and output["order"] == order.pk
+    assert output["text"] == "ring twice" and output["reference"] == k
+    Draft202012Validator(
+        client_for(alice).get("/agent/tools/").json()["tools"][
+            [t["name"] for t in client_for(alice).get("/agent/tools/").json()["tools"]].index(
+                "note_order")]["outputSchema"]
+    ).validate(output)
+
+
+@pytest.mark.django_db
+def test_the_serializers_own_validator_hides_other_users_orders(
+    alice: Any, bob: Any, client_for: Any
+) -> None:
+    theirs = order_of(bob, "B-1")
+    response = client_for(alice).post(
+        "/agent/tools/note_order/", {"operationId": key(), "order": theirs.pk, "text": "hi"},
+        format="json",
+    )
+    assert response.status_code == 422
+    assert response.json()["error"]["issues"][0]["keyword"] == "does_not_exist"
+    assert not OrderNote.objects.exists()
+
+
+def test_an_unmappable_field_is_a_check_error(make_tool: Any) -> None:
+    definition = make_tool(input=Unmappable, input_schema={"type": "object"})
+    errors = [m for m in check_derived_schemas() if definition.name in m.msg]
+    assert [m.id for m in errors] == ["guarded_tools.E011"]
+    assert errors[0].level == checks.ERROR and "Field()" in errors[0].msg
+    assert "extend_schema_field" in (errors[0].hint or "")
+
+
+def test_drf_spectacular_warnings_are_still_readable() -> None:
+    """The one use of drf-spectacular internals (its warning counters): if they change,
+    unmappable fields would stop being reported; this fails first."""
+    root, components, warnings = spectacular_components(Unmappable, "request")
+    assert root == "UnmappableRequest"
+    assert components[root]["properties"]["anything"]["type"] == "string"  # the fallback
+    assert any("could not resolve serializer field" in w for w in warnings)
+    again = spectacular_components(Unmappable, "request")[2]
+    assert again == warnings  # reported on every derivation, not only the first
+
+
+@pytest.mark.django_db
+def test_openapi_and_tools_list_show_the_same_schema(alice: Any, client_for: Any) -> None:
+    client = client_for(alice)
+    listed = {t["name"]: t for t in client.get("/agent/tools/").json()["tools"]}
+    document = client.get("/agent/openapi.json").json()
+    body = document["paths"]["/agent/tools/note_order/"]["post"]["requestBody"]
+    schema = body["content"]["application/json"]["schema"]
+    assert schema == listed["note_order"]["inputSchema"]
+    mcp = client.post("/agent/mcp/", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                      format="json", HTTP_MCP_PROTOCOL_VERSION="2025-06-18",
+                      HTTP_ACCEPT="application/json, text/event-stream")
+    tools = {t["name"]: t for t in mcp.json()["result"]["tools"]}
+    assert tools["note_order"]["inputSchema"] == listed["note_order"]["inputSchema"]
+
+
+DEMO_DERIVED = ("note_order", "count_orders", "order_list", "order_retrieve", "order_create",
+                "order_destroy")
+
+
+#: Composition keywords OpenAI's strict mode documents as unsupported.
+UNSUPPORTED = ("allOf", "not", "if", "then", "else", "dependentRequired", "dependentSchemas",
+               "patternProperties")
+
+
+def strict_problems(schema: Any, path: str = "") -> list[str]:
+    """OpenAI's strict function-calling rules that LangChain's strict conversion passes on
+    (written from their documentation: no converter is installed here): every object
+    closed, every property described by a title or a description, no unsupported
+    composition keyword."""
+    found: list[str] = []
+    if isinstance(schema, dict):
+        found += [f"{path}: {word} is not supported" for word in UNSUPPORTED if word in schema]
+        if schema.get("type") == "object" and "properties" in schema:
+            if schema.get("additionalProperties") is not False:
+                found.append(f"{path}: additionalProperties is not false")
+            for name, sub in schema["properties"].items():
+                if isinstance(sub, dict) and not (sub.get("title") or sub.get("description")):
+                    found.append(f"{path}/{name}: not described")
+        for name, sub in schema.items():
+            found += strict_problems(sub, f"{path}/{name}")
+    elif isinstance(schema, list):
+        for index, sub in enumerate(schema):
+            found += strict_problems(sub, f"{path}/{index}")
+    return found
+
+
+@pytest.mark.django_db
+def test_every_demo_tool_schema_is_2020_12_and_strict_convertible(
+    alice: Any, client_for: Any
+) -> None:
+    tools = {t["name"]: t for t in client_for(alice).get("/agent/tools/").json()["tools"]}
+    assert set(DEMO_DERIVED) <= {definition.name for definition in registry}
+    for name, entry in tools.items():
+        Draft202012Validator.check_schema(entry["inputSchema"])
+        assert entry["inputSchema"]["type"] == "object", name
+        if "outputSchema" in entry:
+            Draft202012Validator.check_schema(entry["outputSchema"])
+    for definition in registry:  # the demo's tools, hand-written and derived alike
+        assert strict_problems(definition.input_schema) == [], definition.name
+
+
+def test_input_and_input_schema_together_are_refused(make_tool: Any) -> None:
+    with pytest.raises(ValueError, match="not both"):
+        make_tool(input=Shipment, input_schema={"type": "object", "properties": {}})
+
+
+
+
+@pytest.mark.django_db
+def test_openapi_references_all_resolve(alice: Any, client_for: Any, shipment_tool: Any) -> None:
+    """A schema shown inside openapi.json refers to nothing that only exists in the tool's."""
+    document = client_for(alice).get("/agent/openapi.json").json()
+    refs: list[str] = []
+    stack: list[Any] = [document]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            if isinstance(node.get("$ref"), str):
+                refs.append(node["$ref"])
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    assert refs
+    for ref in refs:
+        target: Any = document
+        for part in ref.removeprefix("#/").split("/"):
+            target = target[part]  # KeyError: a dangling reference
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_async_handler_gets_validated_data_and_its_output_serialized(
+    make_tool: Any, alice: Any, client_for: Any
+) -> None:
+    order = order_of(alice)
+
+    async def handler(data: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return {"id": 1, "order": data["order"], "reference": data["operationId"],
+                "text": data["text"], "created_at": "2026-01-01T00:00:00Z"}
+
+    definition = make_tool(handler, input=OrderNoteInput, output=OrderNoteSerializer,
+                           input_schema={"type": "object"})
+    body = {"operationId": key(), "order": order.pk, "text": "async"}
+    response = client_for(alice).post(f"/agent/tools/{definition.name}/", body, format="json")
+    assert response.status_code == 200, response.json()
+    assert response.json()["output"]["order"] == order.pk
+    assert response.json()["output"]["text"] == "async"
+    theirs = client_for(alice).post(f"/agent/tools/{definition.name}/",
+                                    {**body, "operationId": key(), "order": order.pk + 99},
+                                    format="json")
+    assert theirs.status_code == 422

@@ -1,0 +1,434 @@
+"""An existing DRF ModelViewSet published as guarded tools: the real view, the guard around it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authentication import SessionAuthentication
+from rest_framework.authtoken.models import Token
+from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
+from rest_framework.test import APIClient
+from rest_framework.throttling import BaseThrottle
+
+from guarded_tools import confirmations
+from guarded_tools.models import Confirmation, Operation
+from guarded_tools.registry import registry
+from guarded_tools.viewsets import guarded_view, guarded_viewset
+from project.demo.api import OrderViewSet
+from project.demo.models import Order
+from tests.conftest import key
+
+URL = "/agent/tools/{}/"
+PERMS = ("demo.add_order", "demo.delete_order")
+
+
+def token_client(user: Any) -> APIClient:
+    """Token authentication, as an agent's: the view's own classes read the header again."""
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def call(client: APIClient, name: str, body: dict[str, Any]) -> Any:
+    return client.post(URL.format(name), body, format="json")
+
+
+@pytest.fixture
+def carol(user_factory: Any) -> Any:
+    return user_factory("carol", perms=PERMS)
+
+
+@pytest.mark.django_db
+def test_list_and_retrieve_run_the_views_queryset(carol: Any, bob: Any) -> None:
+    mine = Order.objects.create(number="C-1", customer=carol, total="3.50")
+    theirs = Order.objects.create(number="B-1", customer=bob, total="9.00")
+    client = token_client(carol)
+    listed = call(client, "order_list", {})
+    assert listed.status_code == 200, listed.json()
+    assert listed.json()["output"] == {"results": [
+        {"id": mine.pk, "number": "C-1", "status": "open", "total": "3.50"}]}
+    got = call(client, "order_retrieve", {"pk": mine.pk})
+    assert got.status_code == 200 and got.json()["output"]["number"] == "C-1"
+    hidden = call(client, "order_retrieve", {"pk": theirs.pk})  # get_queryset() scoping
+    assert hidden.status_code == 404
+    assert hidden.json()["error"]["code"] == "object_not_found"
+
+
+@pytest.mark.django_db
+def test_create_is_keyed_replayed_and_validated_by_the_view(carol: Any) -> None:
+    client = token_client(carol)
+    k = key()
+    body = {"operationId": k, "number": "C-9", "total": "12.00"}
+    first = call(client, "order_create", body)
+    assert first.status_code == 200, first.json()
+    output = first.json()["output"]
+    assert output["number"] == "C-9" and output["total"] == "12.00"
+    order = Order.objects.get(number="C-9")
+    assert order.customer == carol  # the view's HiddenField(CurrentUserDefault())
+    again = call(client, "order_create", body)  # the view would now refuse: unique number
+    assert again.status_code == 200 and again["Idempotent-Replayed"] == "true"
+    assert again.json()["output"] == output
+    duplicate = call(client, "order_create", {**body, "operationId": key()})
+    assert duplicate.status_code == 422
+    error = duplicate.json()["error"]
+    assert error["code"] == "invalid_input"
+    assert error["issues"] == [{"path": ["number"], "keyword": "unique", "message":
+                                "must be unique: an object with this value already exists"}]
+    assert "C-9" not in json.dumps(error)
+    assert Order.objects.filter(number="C-9").count() == 1
+
+
+class StaffCreates(BasePermission):
+    """Anyone reads; only staff create (a rule of the view's, no Django permission)."""
+
+    def has_permission(self, request: Any, view: Any) -> bool:
+        return request.method in SAFE_METHODS or bool(request.user.is_staff)
+
+
+class StaffOrderViewSet(OrderViewSet):
+    """Orders only staff create."""
+
+    permission_classes = [IsAuthenticated, StaffCreates]
+
+
+@pytest.mark.django_db
+def test_the_views_permission_classes_decide(carol: Any) -> None:
+    made = guarded_viewset(StaffOrderViewSet, basename="staff", actions={"create": {}})
+    k = key()
+    try:
+        response = call(token_client(carol), "staff_create",
+                        {"operationId": k, "number": "V-1", "total": "1.00"})
+    finally:
+        registry.unregister(made["create"].name)
+    assert response.status_code == 403
+    assert response.json()["error"]["code"] == "authorization_denied"
+    assert not Order.objects.exists()
+    assert Operation.objects.get(key=k).state == "released"  # refused: nothing ran
+
+
+@pytest.mark.django_db
+def test_model_permissions_are_checked_on_replays_too(carol: Any, user_factory: Any) -> None:
+    """The view's DjangoModelPermissions become the tool's permissions: a replay, which
+    never runs the view, is still refused once the permission is gone."""
+    client = token_client(carol)
+    body = {"operationId": key(), "number": "P-1", "total": "1.00"}
+    assert call(client, "order_create", body).status_code == 200
+    carol.user_permissions.remove(Permission.objects.get(codename="add_order"))
+    replay = call(client, "order_create", body)  # the token loads the user afresh
+    assert replay.status_code == 403
+    assert replay.json()["error"]["code"] == "authorization_denied"
+    viewer = user_factory("viewer")
+    names = {t["name"] for t in token_client(viewer).get("/agent/tools/").json()["tools"]}
+    assert "order_list" in names and "order_create" not in names
+
+
+@pytest.mark.django_db
+def test_destroy_waits_for_a_person(carol: Any, django_user_model: Any) -> None:
+    order = Order.objects.create(number="D-1", customer=carol, total="1.00")
+    client = token_client(carol)
+    body = {"operationId": key(), "pk": order.pk}
+    pending = call(client, "order_destroy", body)
+    assert pending.status_code == 202
+    assert pending.json()["error"]["code"] == "confirmation_required"
+    assert Order.objects.filter(pk=order.pk).exists()
+    boss = django_user_model.objects.create_superuser("boss", password="pw")
+    confirmations.approve(Confirmation.objects.get(), boss)
+    done = call(client, "order_destroy", body)
+    assert done.status_code == 200, done.json()
+    assert done.json()["output"] == {"deleted": True, "pk": order.pk}
+    assert not Order.objects.filter(pk=order.pk).exists()
+    replay = call(client, "order_destroy", body)
+    assert replay.status_code == 200 and replay["Idempotent-Replayed"] == "true"
+
+
+# -- the guarantees, with a view of the test's own --------------------------------------
+
+class Gate:
+    """Counts the view's runs; holds the first one until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.lock = threading.Lock()
+        self.entered = threading.Event()
+        self.open = threading.Event()
+        self.fail_after_effect = False
+
+
+GATE = Gate()
+
+
+class GatedOrderViewSet(OrderViewSet):
+    """Orders whose creation counts its runs (and can fail after its effect)."""
+
+    def perform_create(self, serializer: Any) -> None:
+        with GATE.lock:
+            GATE.runs += 1
+        super().perform_create(serializer)
+        GATE.entered.set()
+        assert GATE.open.wait(30), "the test never opened the gate"
+        if GATE.fail_after_effect:
+            raise RuntimeError("postgres://secret-host/after-the-effect")
+
+
+@pytest.fixture
+def gated() -> Iterator[Gate]:
+    global GATE
+    GATE = Gate()
+    made = guarded_viewset(GatedOrderViewSet, basename="gated", actions={"create": {}})
+    yield GATE
+    for definition in made.values():
+        registry.unregister(definition.name)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_sixteen_threads_with_one_key_run_the_view_once(gated: Gate, carol: Any) -> None:
+    token = Token.objects.create(user=carol).key
+    body = {"operationId": key(), "number": "T-1", "total": "5.00"}
+    answers: list[int] = []
+    done = threading.Semaphore(0)
+
+    def worker() -> None:
+        try:
+            client = APIClient()
+            client.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+            answers.append(call(client, "gated_create", body).status_code)
+        finally:
+            connection.close()
+            done.release()
+
+    first = threading.Thread(target=worker, daemon=True)
+    first.start()
+    assert gated.entered.wait(30)  # the first call is inside the view, its claim committed
+    others = [threading.Thread(target=worker, daemon=True) for _ in range(15)]
+    for thread in others:
+        thread.start()
+    for _ in range(15):  # every other caller has its answer while the view still runs
+        assert done.acquire(timeout=60)
+    assert sorted(answers) == [409] * 15  # operation_in_flight
+    gated.open.set()
+    assert done.acquire(timeout=60)
+    assert sorted(answers) == [200] + [409] * 15
+    assert gated.runs == 1 and Order.objects.filter(number="T-1").count() == 1
+    replay = APIClient()
+    replay.credentials(HTTP_AUTHORIZATION=f"Token {token}")
+    assert call(replay, "gated_create", body)["Idempotent-Replayed"] == "true"
+    assert gated.runs == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_view_that_raises_after_its_effect_ends_outcome_unknown(
+    gated: Gate, carol: Any, caplog: Any
+) -> None:
+    gated.fail_after_effect = True
+    gated.open.set()
+    client = token_client(carol)
+    body = {"operationId": key(), "number": "U-1", "total": "5.00"}
+    first = call(client, "gated_create", body)
+    assert first.status_code >= 500
+    assert first.json()["error"]["code"] == "outcome_unknown"
+    assert "secret-host" not in json.dumps(first.json())
+    again = call(client, "gated_create", body)
+    assert again.json()["error"]["code"] == "outcome_unknown"
+    assert gated.runs == 1 and Order.objects.filter(number="U-1").count() == 1
+    assert Operation.objects.get(key=body["operationId"]).state == "outcome_unknown"
+
+
+# -- whose authentication: the view's own classes, and plain Django views ------------------
+
+class SessionOnlyViewSet(OrderViewSet):
+    """Orders for browser sessions only."""
+
+    authentication_classes = [SessionAuthentication]
+
+
+def rename_order(request: HttpRequest, pk: str) -> JsonResponse:
+    """Rename one of your orders (a plain Django view that answers JSON)."""
+    data = json.loads(request.body)
+    order = Order.objects.filter(pk=pk, customer=request.user).first()
+    if order is None:
+        return JsonResponse({"detail": "No such order."}, status=404)
+    if Order.objects.filter(number=data["number"]).exists():
+        return JsonResponse({"number": ["That number is taken."]}, status=400)
+    order.number = data["number"]
+    order.save(update_fields=["number"])
+    return JsonResponse({"id": order.pk, "number": order.number})
+
+
+RENAME_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "operationId": {"type": "string", "minLength": 1, "description": "A new UUID."},
+        "pk": {"type": "integer", "minimum": 1, "description": "The order."},
+        "number": {"type": "string", "minLength": 1, "maxLength": 20, "description": "New."},
+    },
+    "required": ["operationId", "pk", "number"],
+    "additionalProperties": False,
+}
+
+
+def publish() -> Iterator[None]:
+    """A session-only viewset's list and a plain view, registered while the caller runs."""
+    made = list(guarded_viewset(SessionOnlyViewSet, basename="sessiononly",
+                                actions={"list": {}}).values())
+    made.append(guarded_view(rename_order, name="rename_order", input_schema=RENAME_SCHEMA,
+                             url_kwargs=("pk",)))
+    yield
+    for definition in made:
+        registry.unregister(definition.name)
+
+
+@pytest.fixture
+def published() -> Iterator[None]:
+    yield from publish()
+
+
+@pytest.mark.django_db
+def test_the_views_authentication_classes_still_decide(
+    published: None, carol: Any, session_client_for: Any
+) -> None:
+    Order.objects.create(number="S-1", customer=carol, total="1.00")
+    by_token = call(token_client(carol), "sessiononly_list", {})  # the guard accepts tokens
+    assert by_token.status_code in (401, 403)
+    assert by_token.json()["error"]["code"] in ("not_authenticated", "authorization_denied")
+    by_session = call(session_client_for(carol), "sessiononly_list", {})
+    assert by_session.status_code == 200, by_session.json()
+    assert [o["number"] for o in by_session.json()["output"]["results"]] == ["S-1"]
+
+
+@pytest.mark.django_db
+def test_a_plain_django_view_as_a_keyed_tool(published: None, carol: Any, bob: Any) -> None:
+    mine = Order.objects.create(number="R-1", customer=carol, total="1.00")
+    Order.objects.create(number="TAKEN", customer=bob, total="1.00")
+    client = token_client(carol)
+    body = {"operationId": key(), "pk": mine.pk, "number": "R-2"}
+    done = call(client, "rename_order", body)
+    assert done.status_code == 200, done.json()
+    assert done.json()["output"] == {"id": mine.pk, "number": "R-2"}
+    assert call(client, "rename_order", body)["Idempotent-Replayed"] == "true"
+    taken = call(client, "rename_order", {**body, "operationId": key(), "number": "TAKEN"})
+    assert taken.status_code == 422
+    assert taken.json()["error"]["issues"][0]["path"] == ["number"]
+    assert "taken" not in taken.json()["error"]["message"].lower()
+    theirs = Order.objects.get(number="TAKEN")
+    hidden = call(client, "rename_order", {"operationId": key(), "pk": theirs.pk,
+                                           "number": "MINE"})
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "object_not_found"
+    assert Order.objects.get(pk=theirs.pk).number == "TAKEN"
+
+
+class BrokenViewSet(OrderViewSet):
+    """Orders whose listing fails."""
+
+    def list(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("postgres://secret-host/list")
+
+
+@pytest.mark.django_db
+def test_a_failing_read_is_an_internal_error_with_its_text_in_the_log(
+    carol: Any, caplog: Any
+) -> None:
+    made = guarded_viewset(BrokenViewSet, basename="broken", actions={"list": {}})
+    try:
+        response = call(token_client(carol), "broken_list", {})
+    finally:
+        registry.unregister(made["list"].name)
+    assert response.status_code == 500
+    assert response.json()["error"]["code"] == "internal_error"
+    assert "secret-host" not in response.content.decode()
+    assert "secret-host" in caplog.text
+
+
+@pytest.mark.django_db
+def test_a_browser_session_creates_through_the_views_session_authentication(
+    carol: Any, session_client_for: Any
+) -> None:
+    """The view's SessionAuthentication checks CSRF again, with the agent's cookie and header."""
+    client = session_client_for(carol)
+    done = call(client, "order_create", {"operationId": key(), "number": "W-1", "total": "1.00"})
+    assert done.status_code == 200, done.json()
+    assert Order.objects.get(number="W-1").customer == carol
+    client.cookies.pop("csrftoken")  # the guard's own CSRF check refuses before any view
+    refused = client.post(URL.format("order_create"), {"operationId": key(), "number": "W-2",
+                                                       "total": "1.00"}, format="json")
+    assert refused.status_code == 403 and not Order.objects.filter(number="W-2").exists()
+
+
+@pytest.mark.django_db
+def test_the_demo_api_answers_directly_as_the_tools_do(carol: Any) -> None:
+    order = Order.objects.create(number="Z-1", customer=carol, total="4.00")
+    client = token_client(carol)
+    direct = client.get(f"/api/orders/{order.pk}/")
+    assert direct.status_code == 200
+    assert call(client, "order_retrieve", {"pk": order.pk}).json()["output"] == direct.json()
+
+
+class Closed(BaseThrottle):
+    def allow_request(self, request: Any, view: Any) -> bool:
+        return False
+
+    def wait(self) -> float:
+        return 30
+
+
+class ThrottledViewSet(OrderViewSet):
+    """Orders behind a throttle that is always closed."""
+
+    throttle_classes = [Closed]
+
+
+@pytest.mark.django_db
+def test_the_views_throttle_is_rate_limited_and_releases_the_key(carol: Any) -> None:
+    made = guarded_viewset(ThrottledViewSet, basename="throttled", actions={"create": {}})
+    k = key()
+    try:
+        response = call(token_client(carol), "throttled_create",
+                        {"operationId": k, "number": "L-1", "total": "1.00"})
+    finally:
+        registry.unregister(made["create"].name)
+    assert response.status_code == 429
+    assert response.json()["error"]["code"] == "rate_limited"
+    assert response["Retry-After"] == "30"
+    assert Operation.objects.get(key=k).state == "released"
+
+
+@pytest.mark.django_db
+def test_partial_update_takes_the_lookup_and_only_the_fields_sent(user_factory: Any) -> None:
+    carol = user_factory("editor", perms=("demo.change_order",))
+    made = guarded_viewset(OrderViewSet, basename="patchable",
+                           actions={"partial_update": {}, "update": {}})
+    order = Order.objects.create(number="N-1", customer=carol, total="1.00")
+    client = token_client(carol)
+    try:
+        schema = made["partial_update"].input_schema
+        assert schema["required"] == ["pk", "operationId"]
+        assert sorted(made["update"].input_schema["required"]) == [
+            "number", "operationId", "pk", "total"]
+        done = call(client, "patchable_partial_update",
+                    {"operationId": key(), "pk": order.pk, "status": "shipped"})
+    finally:
+        for definition in made.values():
+            registry.unregister(definition.name)
+    assert done.status_code == 200, done.json()
+    assert done.json()["output"]["status"] == "shipped"
+    order.refresh_from_db()
+    assert order.status == "shipped" and order.number == "N-1"
+
+
+@pytest.mark.django_db
+def test_a_call_the_schema_rejects_runs_no_sql(carol: Any, client_for: Any) -> None:
+    client = client_for(carol)  # forced authentication: no token query either
+    with CaptureQueriesContext(connection) as queries:
+        response = call(client, "order_create", {"operationId": key(), "number": "X" * 21,
+                                                 "total": "1.00"})
+    assert response.status_code == 422
+    assert response.json()["error"]["issues"][0]["path"] == ["number"]
+    assert queries.captured_queries == []
