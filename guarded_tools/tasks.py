@@ -53,15 +53,26 @@ def execute_approved(confirmation_id: str) -> None:
     """
     from guarded_tools import confirmations
     from guarded_tools.exceptions import GuardError
-    from guarded_tools.models import Confirmation
+    from guarded_tools.models import Confirmation, ConfirmationStatus
 
     close_old_connections()
     confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
-    if confirmation is None or not confirmations.runs_on_approval(confirmation.tool):
+    if confirmation is None or not confirmations.runs_when_approved(confirmation):
         return  # gone, or its tool now asks for every invocation: the agent's retry runs it
+    if confirmation.task and confirmation.status != ConfirmationStatus.APPROVED:
+        return  # used by the agent's own call already, or withdrawn: nothing to run
     try:
         confirmations.execute(confirmation)
-    except GuardError:
-        pass  # stored on the operation (or nothing ran); the agent's retry reports it
+    except GuardError as exc:
+        # Stored on the operation (or nothing ran); the agent's retry reports it. A task's
+        # client does not retry: its poll reads what this run answered.
+        if confirmation.task:
+            from guarded_tools.registry import registry
+            from guarded_tools.repair import Audience
+
+            definition = registry.find(confirmation.tool)
+            audience = Audience(transport="mcp", keyed=bool(definition and definition.idempotent))
+            Confirmation.objects.filter(pk=confirmation.pk).update(
+                task_error=exc.as_dict("", audience))
     finally:
         close_old_connections()
