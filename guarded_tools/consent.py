@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
@@ -82,7 +83,7 @@ class ConsentView(View):
             raise Http404("No such request.")
         return confirmation
 
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not request.user.is_authenticated:
             return redirect_to_login(request.get_full_path())
         return super().dispatch(request, *args, **kwargs)

@@ -384,3 +384,211 @@ def test_owner_consent_url_over_rest_and_older_mcp(agent: APIClient, make_tool: 
     old = agent.post(URL, data=json.dumps(body), content_type="application/json",
                      headers={"MCP-Protocol-Version": "2025-11-25"}).json()["result"]
     assert old["isError"] is True and "/consent/" in old["content"][0]["text"]
+
+
+# -- exactly once, however many clients poll and retry (PostgreSQL, one connection each) --------
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_sixteen_clients_polling_and_retrying_run_the_effect_once(
+        alice: Any, approver: Any, client_for: Any, make_tool: Any) -> None:
+    import threading
+    import time
+
+    from django.db import connection
+
+    from project.celery import app
+    from tests.test_concurrency import in_threads
+
+    lock = threading.Lock()
+    runs: list[int] = []
+
+    def handler(input: Any, ctx: Any) -> Any:
+        with lock:
+            runs.append(1)
+        return {"ordered": input["qty"]}
+
+    definition = make_tool(handler, confirm="effect-only", input_schema=ITEM)
+    arguments = {"operationId": key(), "qty": 5}
+    task_id = call(client_for(alice), definition.name, arguments)["taskId"]
+    polled = threading.Semaphore(0)
+    app.conf.task_always_eager = True
+
+    def client(i: int) -> dict[str, Any]:
+        agent = client_for(alice)
+        first = True
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if i % 2:  # half retry the call itself, half poll the task
+                answer = call(agent, definition.name, arguments)
+                error = answer.get("_meta", {}).get(gt_mcp.ERROR_META, {})
+                if answer.get("resultType") != "task" and error.get("retry") != "as_is":
+                    assert answer["isError"] is False, answer
+                    return dict(answer["structuredContent"])
+                # A task, or another client's retry holds the key a moment: again, later.
+            else:
+                state = get_task(agent, task_id)
+                if state["status"] == "completed":
+                    return dict(state["result"]["structuredContent"])
+                assert state["status"] == "working", state
+            if first:
+                first = False
+                polled.release()
+            time.sleep(0.02)  # a client's poll cadence, not a wait for an outcome
+        raise AssertionError("no result in time")
+
+    def approve_when_all_polled() -> None:
+        try:
+            for _ in range(16):
+                assert polled.acquire(timeout=30)
+            confirmations.approve(Confirmation.objects.get(), approver)
+        finally:
+            connection.close()
+
+    approver_thread = threading.Thread(target=approve_when_all_polled, daemon=True)
+    approver_thread.start()
+    try:
+        answers = in_threads(16, client)
+    finally:
+        app.conf.task_always_eager = False
+        approver_thread.join(30)
+    assert answers == [{"ordered": 5}] * 16
+    assert len(runs) == 1 and Operation.objects.get().state == "succeeded"
+
+
+# -- end to end: the official client's URL elicitation, the page in the user's session ----------
+@pytest.mark.django_db(transaction=True)
+def test_official_client_owner_consent_through_the_page(live_server: Any, alice: Any,
+                                                        make_tool: Any) -> None:
+    import re
+
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp_types import ElicitRequestURLParams, ElicitResult
+    from rest_framework.authtoken.models import Token
+
+    handler = Effects()
+    definition = make_tool(handler, confirm="owner", input_schema=ITEM,
+                           description="Orders the items for you.")
+    token = Token.objects.create(user=alice).key
+    browser = DjangoClient()
+    browser.force_login(alice)  # the user's own session on the site, as their browser has it
+    cookies = {"sessionid": browser.cookies["sessionid"].value}
+    seen: dict[str, Any] = {}
+
+    async def consent(context: Any, params: Any) -> ElicitResult:
+        """The host shows the URL; the user opens it, signed in, and approves."""
+        assert isinstance(params, ElicitRequestURLParams)
+        seen["url"] = params.url
+        async with httpx2.AsyncClient(cookies=cookies, timeout=10, follow_redirects=True) as user:
+            page = await user.get(params.url)
+            assert page.status_code == 200 and "Orders the items for you." in page.text
+            csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+            assert csrf is not None
+            decided = await user.post(params.url, data={
+                "decision": "approve", "csrfmiddlewaretoken": csrf.group(1)},
+                headers={"Referer": params.url})
+            assert decided.status_code == 200, decided.text  # followed to the done page
+        return ElicitResult(action="accept")
+
+    async def main() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token}"}, timeout=30)
+        transport = streamable_http_client(f"{live_server.url}{URL}", http_client=http)
+        async with Client(transport, elicitation_callback=consent) as client:
+            seen["version"] = client.protocol_version
+            seen["result"] = await client.call_tool(definition.name,
+                                                    {"operationId": key(), "qty": 2})
+
+    anyio.run(main)
+    assert seen["version"] == MODERN
+    assert seen["url"].startswith(live_server.url) and seen["url"].endswith("/consent/")
+    assert seen["result"].is_error is False and seen["result"].structured_content == {"done": 1}
+    assert handler.count == 1
+    audit = AuditEntry.objects.get()
+    assert audit.action == AuditEntry.Action.APPROVE and audit.actor == alice
+
+
+# -- a restart of the web process between creation and polling -------------------------------
+def _start_web(tmp_path: Any, test_database_url: str) -> tuple[Any, int]:
+    """The demo under uvicorn (with ``tests.asgi_app``'s tools), on the test database."""
+    import os
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import REPO_ROOT
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    env = {**os.environ, "DATABASE_URL": test_database_url, "GT_TEST_MARKERS": str(tmp_path),
+           "GT_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "project.settings"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "tests.asgi_app:application", "--host", "127.0.0.1",
+         "--port", str(port), "--lifespan", "off", "--log-level", "warning"],
+        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return process, port
+        except OSError:
+            assert process.poll() is None and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.1)
+
+
+def _post(port: int, token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+    import urllib.request
+
+    params = {**params, "_meta": meta()}
+    headers = {"Authorization": f"Token {token}", "Content-Type": "application/json",
+               "MCP-Protocol-Version": MODERN, "Mcp-Method": method,
+               "Mcp-Name": params.get("name") or params.get("taskId")}
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{URL}", data=body.encode(),
+                                     headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=15) as response:
+        reply = json.load(response)
+    assert "error" not in reply, reply
+    return dict(reply["result"])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_task_survives_a_restart_of_the_web_process(
+        tmp_path: Any, test_database_url: str, alice: Any, approver: Any,
+        make_tool: Any) -> None:
+    from rest_framework.authtoken.models import Token
+
+    from project.celery import app
+
+    token = Token.objects.create(user=alice).key
+    name, arguments = "tasks_after_restart", {"operationId": key()}
+    first, port = _start_web(tmp_path, test_database_url)
+    try:
+        created = _post(port, token, "tools/call", {"name": name, "arguments": arguments})
+        ext.CreateTaskResult.model_validate(created)
+    finally:
+        first.terminate()
+        first.wait(10)
+    # Nothing of the task was in that process: this one approves (running the call as a
+    # worker would, with the same tool), and a new web process answers the poll.
+    make_tool(lambda input, ctx: {"ran": input["operationId"]}, name=name,
+              input_schema={"type": "object", "properties": {"operationId": {"type": "string"}},
+                            "required": ["operationId"]}, confirm="effect-only")
+    app.conf.task_always_eager = True
+    try:
+        confirmations.approve(Confirmation.objects.get(), approver)
+    finally:
+        app.conf.task_always_eager = False
+    second, port = _start_web(tmp_path, test_database_url)
+    try:
+        done = _post(port, token, "tasks/get", {"taskId": created["taskId"]})
+    finally:
+        second.terminate()
+        second.wait(10)
+    ext.GetTaskResult.model_validate(done)
+    assert done["status"] == "completed" and done["createdAt"] == created["createdAt"]
+    assert done["result"]["structuredContent"] == {"ran": arguments["operationId"]}
+    assert Operation.objects.get().state == "succeeded"
