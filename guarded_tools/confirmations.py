@@ -270,6 +270,14 @@ def runs_on_approval(tool_name: str) -> bool:
     return definition is not None and definition.confirm_mode == "effect-only"
 
 
+def asks_in_the_pipeline(tool_name: str) -> bool:
+    """Whether the tool's pipeline itself asks for (and consumes) a queued approval."""
+    from guarded_tools.registry import registry
+
+    definition = registry.find(tool_name)
+    return definition is not None and definition.queued_confirmation
+
+
 def runs_when_approved(confirmation: Confirmation) -> bool:
     """Whether approving ``confirmation`` runs its call at once, on Celery.
 

@@ -407,8 +407,11 @@ def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
 
 
 def answers_with_task(definition: Tool) -> bool:
-    """Whether a call may answer a task: it waits for a staff approval (queued modes)."""
-    return definition.queued_confirmation and not definition.owner_consent
+    """Whether a call may answer a task: it waits for a staff approval, or is long-running."""
+    if definition.owner_consent:
+        return False  # the user's consent is asked in the call itself (input_required)
+    return definition.queued_confirmation or (definition.long_running
+                                              and definition.confirm_mode is None)
 
 
 def _list_tools(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
@@ -459,7 +462,16 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
         wait=ex.wait_left(),
     )
     try:
-        result = get_pipeline(definition).run(invocation)
+        if definition.long_running and answers_with_task(definition) and declares_tasks(
+                ex, params):
+            started = tasks_ext.start(definition, invocation)
+            if isinstance(started, tasks_ext.TaskRef):
+                return {"resultType": "task", **_task_fields(started.task_id, started,
+                        tasks_ext.TaskState(tasks_ext.WORKING, "Queued; the call runs soon.",
+                                            started.created_at))}
+            result = started
+        else:
+            result = get_pipeline(definition).run(invocation)
     except Exception as exc:  # every failure becomes an error the agent can read
         error = to_guard_error(exc)
         if isinstance(error, NotAuthenticated):

@@ -56,6 +56,9 @@ class Tool:
     lease_seconds: int | None = None
     allow_anonymous: bool = False
     confirmation_ttl: int | None = None
+    #: Over MCP, for a client with the Tasks extension, a call answers a task at once and
+    #: runs on Celery (as an approved call does); every other caller waits as before.
+    long_running: bool = False
     validator: Draft202012Validator = field(init=False, repr=False)
     schema_names: frozenset[str] = field(init=False, repr=False)
 

@@ -51,6 +51,8 @@ def execute_approved(confirmation_id: str) -> None:
     Safe to deliver twice: the approval is consumed once, and the operation's key
     makes a second run a replay.
     """
+    from django.db.models.functions import Now
+
     from guarded_tools import confirmations
     from guarded_tools.exceptions import GuardError
     from guarded_tools.models import Confirmation, ConfirmationStatus
@@ -61,6 +63,14 @@ def execute_approved(confirmation_id: str) -> None:
         return  # gone, or its tool now asks for every invocation: the agent's retry runs it
     if confirmation.task and confirmation.status != ConfirmationStatus.APPROVED:
         return  # used by the agent's own call already, or withdrawn: nothing to run
+    if confirmation.task and not confirmations.asks_in_the_pipeline(confirmation.tool):
+        # A long-running tool's call: nothing in its pipeline consumes the request, so
+        # this does, against a withdrawal (tasks/cancel) racing for the same row.
+        taken = Confirmation.objects.filter(
+            pk=confirmation.pk, status=ConfirmationStatus.APPROVED, expires_at__gt=Now()
+        ).update(status=ConfirmationStatus.CONSUMED)
+        if not taken:
+            return
     try:
         confirmations.execute(confirmation)
     except GuardError as exc:

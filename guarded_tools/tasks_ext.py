@@ -205,3 +205,64 @@ def cancel(ref: TaskRef, user: Any) -> None:
     raise CancelRefused("The call has started, and a call that has started is never"
                         " interrupted (its effect may be under way): poll tasks/get for its"
                         " result.")
+
+
+# -- long-running tools: a call handed to Celery as it arrives ------------------------------
+class _Ready(Exception):
+    """Every stage before the claim passed: the call may be handed over."""
+
+
+def start(definition: Tool, inv: Any) -> TaskRef | Any:
+    """Hand a long-running tool's call to Celery as a task, or answer it as usual.
+
+    Validation, authorization and the key are checked here first (so a refused call is
+    refused now, not in the task); a key that already has an operation answers as it
+    always does (a replay, in flight, recovery), as a result. Otherwise the request is
+    stored as an approved confirmation that a task waits on, and Celery runs it: the
+    row is the task's durable state, ``tasks/cancel`` withdraws it until the worker
+    takes it (a compare-and-set either way), and the claim is taken only when it runs.
+    """
+    from django.db import transaction
+
+    from guarded_tools.conf import gt_settings
+    from guarded_tools.pipeline import _Observer, get_pipeline
+    from guarded_tools.store import db_now_plus, user_row
+
+    base = type(get_pipeline(definition))
+
+    class Checked(base):  # type: ignore[valid-type,misc]
+        def claimed(self, inv: Any, obs: Any, permissions: Any = None) -> Any:
+            if permissions is not None:
+                self.check_authorization(inv, obs)  # the deferred query, run now
+            if _operation_of(definition.name, inv):
+                return super().claimed(inv, obs, None)
+            raise _Ready()
+
+    try:
+        # The stages themselves (not run(): its lifecycle events belong to the call that
+        # executes, on the worker), up to the claim.
+        return Checked(definition).guarded(inv, _Observer(definition, inv))
+    except _Ready:
+        pass
+    using = router.db_for_write(Confirmation)
+    with transaction.atomic(using=using):
+        confirmation = Confirmation.objects.using(using).create(
+            tool=definition.name, scope=inv.scope, key=inv.key or "",
+            fingerprint=inv.fingerprint, input=dict(inv.input),
+            requested_by=user_row(inv.user), status=ConfirmationStatus.APPROVED, task=True,
+            reason="Runs as an MCP task (a long-running tool); nobody needs to approve it.",
+            expires_at=db_now_plus(gt_settings.CONFIRMATION_APPROVAL_TTL_SECONDS),
+        )
+        from guarded_tools.tasks import execute_approved
+
+        pk = str(confirmation.pk)
+        transaction.on_commit(lambda: execute_approved.delay(pk), using=using)
+    confirmation.refresh_from_db(using=using)
+    return new_ref(definition, inv.scope, inv.key or "", inv.fingerprint, confirmation)
+
+
+def _operation_of(tool: str, inv: Any) -> bool:
+    return Operation.objects.using(router.db_for_write(Operation)).filter(
+        tool=tool, scope=inv.scope, key=inv.key or "").exclude(
+        state=OperationState.RELEASED).exists()
+

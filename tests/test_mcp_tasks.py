@@ -592,3 +592,48 @@ def test_a_task_survives_a_restart_of_the_web_process(
     assert done["status"] == "completed" and done["createdAt"] == created["createdAt"]
     assert done["result"]["structuredContent"] == {"ran": arguments["operationId"]}
     assert Operation.objects.get().state == "succeeded"
+
+
+# -- long-running tools ---------------------------------------------------------------------
+def test_a_long_running_tool_answers_a_task_and_runs_on_celery(
+        agent: APIClient, make_tool: Any, django_capture_on_commit_callbacks: Any) -> None:
+    from project.celery import app
+
+    handler = Effects()
+    definition = make_tool(handler, long_running=True, input_schema=ITEM)
+    listed = result(send(agent, "tools/list", {}))
+    assert [t["_meta"].get(gt_mcp.TASK_META) for t in listed["tools"]
+            if t["name"] == definition.name] == [True]
+    arguments = {"operationId": key(), "qty": 2}
+    app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            created = call(agent, definition.name, arguments)
+    finally:
+        app.conf.task_always_eager = False
+    ext.CreateTaskResult.model_validate(created)
+    assert created["resultType"] == "task" and handler.count == 1
+    done = get_task(agent, created["taskId"])
+    assert done["status"] == "completed" and done["result"]["structuredContent"] == {"done": 1}
+    # The same call again is a replay, answered at once; without the extension, as always.
+    assert call(agent, definition.name, arguments)["structuredContent"] == {"done": 1}
+    plain = call(agent, definition.name, {"operationId": key(), "qty": 1}, tasks=False)
+    assert plain["structuredContent"] == {"done": 2} and handler.count == 2
+    # A refused call is refused now, not in a task.
+    invalid = call(agent, definition.name, {"operationId": key(), "qty": 0})
+    assert invalid["isError"] is True and invalid.get("resultType") == "complete"
+    assert Confirmation.objects.count() == 1
+
+
+def test_a_long_running_call_cancelled_before_the_worker_takes_it_never_runs(
+        agent: APIClient, make_tool: Any) -> None:
+    from guarded_tools.tasks import execute_approved
+
+    handler = Effects()
+    definition = make_tool(handler, long_running=True, input_schema=ITEM)
+    created = call(agent, definition.name, {"operationId": key(), "qty": 2})
+    assert get_task(agent, created["taskId"])["status"] == "working"
+    result(send(agent, "tasks/cancel", {"taskId": created["taskId"]}))
+    execute_approved(str(Confirmation.objects.get().pk))  # the worker's delivery, late
+    assert handler.count == 0 and not Operation.objects.exists()
+    assert get_task(agent, created["taskId"])["status"] == "cancelled"
