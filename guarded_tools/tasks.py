@@ -73,16 +73,25 @@ def execute_approved(confirmation_id: str) -> None:
             return
     try:
         confirmations.execute(confirmation)
-    except GuardError as exc:
+    except Exception as exc:
         # Stored on the operation (or nothing ran); the agent's retry reports it. A task's
-        # client does not retry: its poll reads what this run answered.
+        # client does not retry: its poll reads what this run answered (an exception the
+        # guard does not own as internal_error, its text only in the log).
+        if not confirmation.task and not isinstance(exc, GuardError):
+            raise
         if confirmation.task:
-            from guarded_tools.registry import registry
-            from guarded_tools.repair import Audience
-
-            definition = registry.find(confirmation.tool)
-            audience = Audience(transport="mcp", keyed=bool(definition and definition.idempotent))
-            Confirmation.objects.filter(pk=confirmation.pk).update(
-                task_error=exc.as_dict("", audience))
+            _keep_for_the_task(confirmation, exc)
     finally:
         close_old_connections()
+
+
+def _keep_for_the_task(confirmation: Any, exc: Exception) -> None:
+    from guarded_tools.handlers import to_guard_error
+    from guarded_tools.models import Confirmation
+    from guarded_tools.registry import registry
+    from guarded_tools.repair import Audience
+
+    definition = registry.find(confirmation.tool)
+    audience = Audience(transport="mcp", keyed=bool(definition and definition.idempotent))
+    Confirmation.objects.filter(pk=confirmation.pk).update(
+        task_error=to_guard_error(exc).as_dict("", audience))

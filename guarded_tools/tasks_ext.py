@@ -37,6 +37,10 @@ MAX_TASK_ID = 2048
 WORKING, COMPLETED, FAILED, CANCELLED = "working", "completed", "failed", "cancelled"
 #: What a person (or the expiry) decided: the call never ran.
 _DECIDED = (ConfirmationStatus.DECLINED, ConfirmationStatus.EXPIRED)
+#: Errors that end a task ``failed`` (a JSON-RPC error): decisions the guard owns, and an
+#: internal error. Any other error is the tool's own answer: ``completed`` with ``isError``.
+FAILING_CODES = frozenset({"confirmation_declined", "confirmation_expired", "outcome_unknown",
+                           "verification_failed", "internal_error"})
 _TERMINAL_OPERATION = (OperationState.SUCCEEDED, OperationState.FAILED,
                        OperationState.OUTCOME_UNKNOWN)
 
@@ -170,8 +174,11 @@ def state(ref: TaskRef, definition: Tool) -> TaskState | None:
             operation = _operation(ref)
             if operation is not None and operation.state in _TERMINAL_OPERATION:
                 return _from_operation(operation, get_pipeline(definition))
+            error = dict(confirmation.task_error)
+            if error.get("code") in FAILING_CODES:
+                return TaskState(FAILED, "The call failed.", changed, error=error)
             return TaskState(COMPLETED, "The call was refused or failed; nothing ran.",
-                             changed, error=dict(confirmation.task_error))
+                             changed, error=error)
         if status == ConfirmationStatus.APPROVED:
             return TaskState(WORKING, "Approved; the call is about to run.", changed)
     operation = _operation(ref)

@@ -201,6 +201,20 @@ def test_outcome_unknown_fails_the_task(agent: APIClient, make_tool: Any, approv
     assert "10.0.0.7" not in json.dumps(failed)
 
 
+def test_an_exception_before_the_effect_fails_the_task_without_its_text(
+        agent: APIClient, make_tool: Any, approver: Any, eager: Any) -> None:
+    def handler(input: Any, ctx: Any) -> Any:
+        raise RuntimeError("password=hunter2 at db.internal")
+
+    definition = make_tool(handler, confirm="effect-only", input_schema=ITEM)
+    task_id = call(agent, definition.name, {"operationId": key(), "qty": 1})["taskId"]
+    eager(confirmations.approve, Confirmation.objects.get(), approver)
+    failed = get_task(agent, task_id)
+    assert failed["status"] == "failed" and failed["error"]["data"]["code"] == "internal_error"
+    assert "hunter2" not in json.dumps(failed) and "db.internal" not in json.dumps(failed)
+    assert Operation.objects.get().state == "released"
+
+
 def test_a_tool_error_completes_the_task_with_an_error_result(
         agent: APIClient, make_tool: Any, approver: Any, eager: Any) -> None:
     from guarded_tools import ToolError
