@@ -60,7 +60,8 @@ class TaskRef:
     def task_id(self) -> str:
         payload = [self.tool, self.scope, self.key, self.fingerprint,
                    self.created_at.isoformat(), self.confirmation_id]
-        return signing.dumps(payload, salt=SALT, compress=True)
+        # A plain Signer, not dumps()'s timestamped one: the same call is the same id.
+        return signing.Signer(salt=SALT).sign_object(payload, compress=True)
 
 
 @dataclass
@@ -96,7 +97,8 @@ def resolve(task_id: Any, user: Any) -> tuple[TaskRef, Tool] | None:
     if not isinstance(task_id, str) or not task_id or len(task_id) > MAX_TASK_ID:
         return None
     try:
-        tool, owner, key, fp, created, confirmation_id = signing.loads(task_id, salt=SALT)
+        tool, owner, key, fp, created, confirmation_id = signing.Signer(salt=SALT).unsign_object(
+            task_id)
         created_at = dt.datetime.fromisoformat(created)
     except (signing.BadSignature, ValueError, TypeError):
         return None

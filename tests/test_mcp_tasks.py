@@ -132,7 +132,8 @@ def test_discover_and_tools_list_advertise_the_extension(agent: APIClient,
 # -- a staff approval as a task --------------------------------------------------------------
 @pytest.mark.parametrize("mode", ["effect-only", "always"])
 def test_approval_completes_the_task_with_the_calls_result(
-        mode: str, agent: APIClient, make_tool: Any, approver: Any, eager: Any) -> None:
+        mode: str, agent: APIClient, make_tool: Any, approver: Any, eager: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     handler = Effects()
     definition = make_tool(handler, confirm=mode, input_schema=ITEM)
     arguments = {"operationId": key(), "qty": 2}
@@ -141,7 +142,12 @@ def test_approval_completes_the_task_with_the_calls_result(
     assert created["resultType"] == "task" and created["status"] == "working"
     assert created["pollIntervalMs"] >= 1000 and created["ttlMs"] is None
     task_id = created["taskId"]
-    # The same call again is the same task; nothing ran, one request waits.
+    # The same call again, later (a signer's clock moved on), is the same task; nothing
+    # ran, one request waits.
+    from django.core import signing
+
+    later = signing.b62_encode(int(__import__("time").time()) + 7)
+    monkeypatch.setattr(signing.TimestampSigner, "timestamp", lambda self: later)
     assert call(agent, definition.name, arguments)["taskId"] == task_id
     assert get_task(agent, task_id)["status"] == "working" and handler.count == 0
     assert Confirmation.objects.get().task is True
