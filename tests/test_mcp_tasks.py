@@ -11,12 +11,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-
-if not __import__("importlib.metadata").metadata.version("mcp").startswith("2"):
-    pytest.skip("the 2026-07-28 client is in the mcp 2.x line", allow_module_level=True)
-
 from django.test import Client as DjangoClient
-from mcp_types import methods
 from rest_framework.test import APIClient
 
 from guarded_tools import confirmations
@@ -26,6 +21,18 @@ from tests import mcp_tasks_schema as ext
 from tests.conftest import Effects, key
 
 pytestmark = pytest.mark.django_db
+#: The official SDK's 2026-07-28 models and client are in the mcp 2.x line; with 1.x (the
+#: Django 5.2 environment) the tasks replies are still parsed by the extension's models.
+SDK_2026 = __import__("importlib.metadata").metadata.version("mcp").startswith("2")
+needs_sdk_2026 = pytest.mark.skipif(not SDK_2026, reason="needs the mcp 2.x client")
+
+
+def validate_call_result(method: str, data: dict[str, Any]) -> None:
+    """Parse a 2026-07-28 result with the official SDK's models, where it has them."""
+    if SDK_2026:
+        from mcp_types import methods
+
+        methods.validate_server_result(method, MODERN, data)
 
 URL = "/agent/mcp/"
 MODERN = "2026-07-28"
@@ -120,10 +127,10 @@ def test_discover_and_tools_list_advertise_the_extension(agent: APIClient,
     owner = make_tool(confirm="owner", input_schema=ITEM)
     plain = make_tool(input_schema=ITEM)
     discovered = result(send(agent, "server/discover", {}))
-    methods.validate_server_result("server/discover", MODERN, discovered)
+    validate_call_result("server/discover", discovered)
     assert discovered["capabilities"]["extensions"] == {TASKS: {}}
     listed = result(send(agent, "tools/list", {}))
-    methods.validate_server_result("tools/list", MODERN, listed)
+    validate_call_result("tools/list", listed)
     flags = {t["name"]: t["_meta"].get(gt_mcp.TASK_META) for t in listed["tools"]}
     assert flags[queued.name] is True
     assert flags[owner.name] is None and flags[plain.name] is None
@@ -155,8 +162,7 @@ def test_approval_completes_the_task_with_the_calls_result(
     assert handler.count == 1
     done = get_task(agent, task_id)
     assert done["status"] == "completed" and done["taskId"] == task_id
-    methods.validate_server_result("tools/call", MODERN, {**done["result"],
-                                                          "resultType": "complete"})
+    validate_call_result("tools/call", {**done["result"], "resultType": "complete"})
     assert done["result"]["isError"] is False
     assert done["result"]["structuredContent"] == {"done": 1}
     operation = Operation.objects.get()
@@ -168,7 +174,7 @@ def test_without_the_extension_a_pending_call_is_unchanged(agent: APIClient,
                                                            make_tool: Any) -> None:
     definition = make_tool(confirm="effect-only", input_schema=ITEM)
     answer = call(agent, definition.name, {"operationId": key(), "qty": 1}, tasks=False)
-    methods.validate_server_result("tools/call", MODERN, answer)
+    validate_call_result("tools/call", answer)
     assert answer["isError"] is True and answer["resultType"] == "complete"
     assert answer["_meta"][gt_mcp.ERROR_META]["code"] == "confirmation_required"
     assert Confirmation.objects.get().task is False
@@ -334,7 +340,7 @@ def test_owner_consent_over_mrtr_page_and_retry(
                            description="Orders the items for you.")
     arguments = {"operationId": key(), "qty": 3}
     asked = call(agent, definition.name, arguments, url_elicitation=True)
-    methods.validate_server_result("tools/call", MODERN, asked)
+    validate_call_result("tools/call", asked)
     assert asked["resultType"] == "input_required"
     request = asked["inputRequests"][gt_mcp.CONSENT_REQUEST]
     assert request["method"] == "elicitation/create" and request["params"]["mode"] == "url"
@@ -367,7 +373,7 @@ def test_owner_consent_over_mrtr_page_and_retry(
         "name": definition.name, "arguments": arguments,
         "inputResponses": {gt_mcp.CONSENT_REQUEST: {"action": "accept"}}},
         rid=2, url_elicitation=True))
-    methods.validate_server_result("tools/call", MODERN, retry)
+    validate_call_result("tools/call", retry)
     assert retry["isError"] is False and retry["structuredContent"] == {"done": 1}
     replay = call(agent, definition.name, arguments, url_elicitation=True)
     assert replay["isError"] is False and handler.count == 1
@@ -476,6 +482,7 @@ def test_sixteen_clients_polling_and_retrying_run_the_effect_once(
 
 
 # -- end to end: the official client's URL elicitation, the page in the user's session ----------
+@needs_sdk_2026
 @pytest.mark.django_db(transaction=True)
 def test_official_client_owner_consent_through_the_page(live_server: Any, alice: Any,
                                                         make_tool: Any) -> None:
