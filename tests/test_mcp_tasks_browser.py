@@ -91,3 +91,43 @@ def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
     else:
         assert done["status"] == "failed" and handler.count == 0
         assert done["error"]["data"]["code"] == "confirmation_declined"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_user_approves_their_own_request_on_the_consent_page(
+        scheme: str, page: Any, live_server: Any, user_factory: Any,  # noqa: F811
+        make_tool: Any) -> None:
+    from django.test import Client
+
+    from guarded_tools.models import AuditEntry
+    from tests.test_browser import screenshot
+
+    handler = Effects()
+    definition = make_tool(handler, confirm="owner", input_schema=ITEM,
+                           description="Orders stock from the supplier.")
+    buyer = user_factory("buyer")
+    agent = McpAgent(live_server.url, buyer)
+    arguments = {"operationId": uuid.uuid4().hex, "qty": 4}
+    asked = agent.send("tools/call", {"name": definition.name, "arguments": arguments})
+    assert "/consent/" in asked["content"][0]["text"]  # no URL elicitation declared: the text
+    url = asked["_meta"]["io.github.guarded-tools/error"]["confirmation"]["url"]
+
+    # The user's own session, as their browser holds it after they signed in.
+    session = Client()
+    session.force_login(buyer)
+    page.context.add_cookies([{"name": "sessionid", "value": session.cookies["sessionid"].value,
+                               "url": live_server.url}])
+    page.emulate_media(color_scheme=scheme)
+    page.goto(url)
+    expect(page.get_by_test_id("subject")).to_contain_text(definition.annotations["title"])
+    expect(page.locator("body")).to_contain_text("Orders stock from the supplier.")
+    expect(page.locator("th", has_text="Quantity")).to_be_visible()
+    screenshot(page, f"consent_{scheme}.png")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
+    screenshot(page, f"consent_done_{scheme}.png")
+
+    done = agent.send("tools/call", {"name": definition.name, "arguments": arguments})
+    assert done["isError"] is False and done["structuredContent"] == {"done": 1}
+    assert handler.count == 1
+    assert AuditEntry.objects.get().actor == buyer
