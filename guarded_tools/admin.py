@@ -398,7 +398,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         try:
             if decision == "approve":
                 confirmations.approve(confirmation, request.user, request.POST.get("reason", ""))
-                if confirmations.runs_on_approval(confirmation.tool):
+                if confirmations.runs_when_approved(confirmation):
                     done = _("Approved. It runs now; the agent's retry gets its result.")
                 else:
                     done = _("Approved. The agent's retry will run it once.")

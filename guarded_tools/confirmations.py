@@ -21,7 +21,12 @@ from django.utils import timezone
 
 from guarded_tools import signals
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import ConfirmationError, ConfirmationExpired, ConfirmationRequired
+from guarded_tools.exceptions import (
+    ConfirmationError,
+    ConfirmationExpired,
+    ConfirmationRequired,
+    GuardError,
+)
 from guarded_tools.handlers import timestamp
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
 from guarded_tools.repair import normalize
@@ -64,7 +69,7 @@ def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
         if confirmation.status == ConfirmationStatus.CONSUMED:
             return confirmation
         if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
-            raise _error_for(confirmation)
+            raise error_for(confirmation, inv.request)
         time.sleep(min(gt_settings.CONFIRMATION_POLL_INTERVAL, max(deadline - time.monotonic(), 0)))
 
 
@@ -88,8 +93,9 @@ def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
         # Used by another call, or its time ran out since the update above.
         confirmations.filter(pk=latest.pk).overdue().update(status=ConfirmationStatus.EXPIRED)
         latest.refresh_from_db(using=router.db_for_write(Confirmation))
-    if latest is None or latest.status in _USED:
-        return _request(definition, inv)  # none yet, or its approval used by another call
+    if latest is None or latest.status in (*_USED, ConfirmationStatus.WITHDRAWN):
+        # None yet, its approval used by another call, or withdrawn (its key released).
+        return _request(definition, inv)
     if latest.status == ConfirmationStatus.PENDING or latest.key:
         return latest  # with a key, the agent asks again with a new one
     if latest.reported_at is None:  # declined or expired, not yet told
@@ -128,13 +134,31 @@ def retry_after() -> int:
     return max(math.ceil(gt_settings.CONFIRMATION_POLL_INTERVAL), 1)
 
 
-def _error_for(confirmation: Confirmation) -> Exception:
+def _owner_consent(confirmation: Confirmation) -> bool:
+    from guarded_tools.registry import registry
+
+    definition = registry.find(confirmation.tool)
+    return definition is not None and definition.owner_consent
+
+
+def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
+    """What the agent is told about ``confirmation``: pending, declined or expired.
+
+    A pending ``confirm="owner"`` request carries ``confirmation.url``, the page where the
+    user approves it, in the error and in its message (some hosts show only the message).
+    """
     summary = {"confirmation": describe(confirmation)}
     if confirmation.status == ConfirmationStatus.PENDING:
+        message = "A person must approve this call before it runs; nothing has run yet."
+        if _owner_consent(confirmation):
+            from guarded_tools.consent import consent_url
+
+            url = consent_url(request, confirmation)
+            summary["confirmation"]["url"] = url
+            message = (f"The user must approve this call themself, signed in to the site at"
+                       f" {url} ; nothing has run yet.")
         return ConfirmationRequired(
-            "A person must approve this call before it runs; nothing has run yet.",
-            extra=summary,
-            headers={"Retry-After": str(retry_after())},
+            message, extra=summary, headers={"Retry-After": str(retry_after())}
         )
     if confirmation.status == ConfirmationStatus.DECLINED:
         message = "A person declined this call; nothing ran."
@@ -145,6 +169,13 @@ def _error_for(confirmation: Confirmation) -> Exception:
             message,
             repair={"action": "ask_user", "instruction": "Tell the user it was declined and ask"
                     " what they want instead."},
+            extra=summary,
+        )
+    if confirmation.status == ConfirmationStatus.WITHDRAWN:
+        return ConfirmationError(
+            "The agent withdrew this call before it ran; nothing ran.",
+            repair={"action": "ask_user", "instruction": "Ask the user whether the operation"
+                    " is still wanted before calling again."},
             extra=summary,
         )
     again = "with a new key" if confirmation.key else "(that asks a person again)"
@@ -160,7 +191,17 @@ def _error_for(confirmation: Confirmation) -> Exception:
 
 # -- decisions by people -------------------------------------------------------------------
 def can_decide(user: Any, confirmation: Confirmation) -> str | None:
-    """Why ``user`` may not decide ``confirmation``, or None when they may."""
+    """Why ``user`` may not decide ``confirmation``, or None when they may.
+
+    A ``confirm="owner"`` request is decided by the user it was made for alone, in their
+    own session on the consent page: no staff member, and no client, can stand in.
+    """
+    if _owner_consent(confirmation):
+        if (not getattr(user, "is_authenticated", False)
+                or confirmation.requested_by_id is None
+                or confirmation.requested_by_id != user.pk):
+            return "Only the user this call acts for may approve or decline it, on its page."
+        return None
     if not getattr(user, "is_authenticated", False) or not user.has_perm(APPROVE_PERMISSION):
         return "You do not have permission to approve or decline confirmations."
     if (
@@ -197,7 +238,11 @@ def _decide(
             note=reason,
             data={"tool": confirmation.tool, "key": confirmation.key},
         )
-        if approved and runs_on_approval(confirmation.tool):
+        # The flag as committed now (this row is locked by the update above): a task that
+        # began to wait since the page was read is run too (see hold_for_task).
+        confirmation.task = Confirmation.objects.filter(pk=confirmation.pk).values_list(
+            "task", flat=True).get()
+        if approved and runs_when_approved(confirmation):
             from guarded_tools.tasks import enqueue_execute_approved
 
             pk = str(confirmation.pk)
@@ -223,6 +268,67 @@ def runs_on_approval(tool_name: str) -> bool:
         return False
     definition = registry.find(tool_name)
     return definition is not None and definition.confirm_mode == "effect-only"
+
+
+def asks_in_the_pipeline(tool_name: str) -> bool:
+    """Whether the tool's pipeline itself asks for (and consumes) a queued approval."""
+    from guarded_tools.registry import registry
+
+    definition = registry.find(tool_name)
+    return definition is not None and definition.queued_confirmation
+
+
+def runs_when_approved(confirmation: Confirmation) -> bool:
+    """Whether approving ``confirmation`` runs its call at once, on Celery.
+
+    Yes for ``EXECUTE_ON_APPROVAL`` (:func:`runs_on_approval`), and for every call an
+    MCP task waits on: its client polls ``tasks/get`` instead of calling again, so
+    nothing else would run it.
+    """
+    return confirmation.task or runs_on_approval(confirmation.tool)
+
+
+def hold_for_task(confirmation_id: Any) -> Confirmation | None:
+    """Mark a pending confirmation as awaited by an MCP task (its approval runs the call).
+
+    An approval that came first, while no task waited on it, is run now instead.
+    """
+    using = router.db_for_write(Confirmation)
+    Confirmation.objects.using(using).filter(pk=confirmation_id, task=False).update(task=True)
+    current = Confirmation.objects.using(using).filter(pk=confirmation_id).first()
+    if current is not None and current.status == ConfirmationStatus.APPROVED and not (
+        runs_on_approval(current.tool)
+    ):
+        from guarded_tools.tasks import enqueue_execute_approved
+
+        enqueue_execute_approved(str(current.pk))
+    return current
+
+
+def withdraw(confirmation: Confirmation, user: Any, note: str) -> bool:
+    """Withdraw a request whose call has not started (pending, or approved and unused).
+
+    Compare-and-set: a decision or an execution that wins the race makes this False.
+    The agent's own act, recorded in the audit trail as a person's decisions are; the
+    key is free again (a later call with it asks anew).
+    """
+    using = router.db_for_write(Confirmation)
+    with transaction.atomic(using=using):
+        withdrawn = Confirmation.objects.using(using).filter(
+            pk=confirmation.pk,
+            status__in=[ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED],
+        ).update(status=ConfirmationStatus.WITHDRAWN, reason=note)
+        if withdrawn:
+            AuditEntry.objects.using(using).create(
+                actor=user_row(user),
+                action=AuditEntry.Action.WITHDRAW,
+                confirmation_id=confirmation.pk,
+                note=note,
+                data={"tool": confirmation.tool, "key": confirmation.key},
+            )
+    if withdrawn:
+        confirmation.status = ConfirmationStatus.WITHDRAWN
+    return bool(withdrawn)
 
 
 def approve(confirmation: Confirmation, user: Any, note: str = "") -> Confirmation:

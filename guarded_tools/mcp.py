@@ -19,10 +19,16 @@ from django.urls import NoReverseMatch, reverse
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
-from guarded_tools import hosts
+from guarded_tools import confirmations, hosts, tasks_ext
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import AuthorizationError, GuardError, NotAuthenticated, ToolNotFound
-from guarded_tools.handlers import docs_url, log_once, to_guard_error
+from guarded_tools.exceptions import (
+    AuthorizationError,
+    ConfirmationRequired,
+    GuardError,
+    NotAuthenticated,
+    ToolNotFound,
+)
+from guarded_tools.handlers import docs_url, log_once, timestamp, to_guard_error
 from guarded_tools.pipeline import GuardResult, get_pipeline, trace_carrier
 from guarded_tools.registry import Tool, registry
 from guarded_tools.repair import Audience
@@ -44,11 +50,17 @@ METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020
+MISSING_CAPABILITY = -32021
 UNSUPPORTED_VERSION = -32022
 # Application-defined (outside the JSON-RPC reserved range): the site refused the
 # request before any method ran — authentication, permission, origin, throttle.
 # ``error.data.code`` names which.
 REQUEST_REFUSED = -31000
+# A task's call ended in a decision the guard owns (declined, expired, outcome unknown):
+# the task is ``failed`` with this error; ``error.data`` is the structured error.
+TASK_CALL_FAILED = -31001
+# ``tasks/cancel`` after the call started, or after the task ended; the message says which.
+TASK_NOT_CANCELLABLE = -31002
 
 VERSION_META = "io.modelcontextprotocol/protocolVersion"
 CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
@@ -57,9 +69,17 @@ META_PREFIX = "io.github.guarded-tools"
 OPERATION_META = f"{META_PREFIX}/operation"
 ERROR_META = f"{META_PREFIX}/error"
 
+TASK_META = f"{META_PREFIX}/mayAnswerWithTask"
+
 CAPABILITIES: dict[str, Any] = {"tools": {"listChanged": False}}
+#: 2026-07-28 adds the Tasks extension (``server/discover`` only: it is not defined before).
+MODERN_CAPABILITIES: dict[str, Any] = {**CAPABILITIES,
+                                       "extensions": {tasks_ext.EXTENSION: {}}}
 DISCOVER_TTL_MS = 3_600_000
-NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_PARAMS = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri",
+               "tasks/get": "taskId", "tasks/update": "taskId", "tasks/cancel": "taskId"}
+#: The key of the URL elicitation that asks the user to approve on the consent page.
+CONSENT_REQUEST = "consent"
 
 _MODERN_STATUS = {
     PARSE_ERROR: 400,
@@ -361,7 +381,7 @@ def _ping(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
 def _discover(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "supportedVersions": list(MODERN_VERSIONS),
-        "capabilities": CAPABILITIES,
+        "capabilities": MODERN_CAPABILITIES,
         "instructions": instructions(ex.request),
         "ttlMs": DISCOVER_TTL_MS,
         "cacheScope": "public",
@@ -379,7 +399,19 @@ def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
         f"{META_PREFIX}/confirmation": info["confirmation"],
         f"{META_PREFIX}/idempotencyKey": info["idempotencyKey"],
     }
+    if modern and answers_with_task(definition):
+        # The extension declares nothing per tool (the server decides per call); this
+        # says which calls may come back as a task, for clients that plan for it.
+        entry["_meta"][TASK_META] = True
     return entry
+
+
+def answers_with_task(definition: Tool) -> bool:
+    """Whether a call may answer a task: it waits for a staff approval, or is long-running."""
+    if definition.owner_consent:
+        return False  # the user's consent is asked in the call itself (input_required)
+    return definition.queued_confirmation or (definition.long_running
+                                              and definition.confirm_mode is None)
 
 
 def _list_tools(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
@@ -430,15 +462,179 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
         wait=ex.wait_left(),
     )
     try:
-        result = get_pipeline(definition).run(invocation)
+        if definition.long_running and answers_with_task(definition) and declares_tasks(
+                ex, params):
+            started = tasks_ext.start(definition, invocation)
+            if isinstance(started, tasks_ext.TaskRef):
+                return {"resultType": "task", **_task_fields(started.task_id, started,
+                        tasks_ext.TaskState(tasks_ext.WORKING, "Queued; the call runs soon.",
+                                            started.created_at))}
+            result = started
+        else:
+            result = get_pipeline(definition).run(invocation)
     except Exception as exc:  # every failure becomes an error the agent can read
         error = to_guard_error(exc)
         # A refusal that challenges the credentials (401, or an OAuth scope step-up's 403)
         # is the transport's: the host reads its status and WWW-Authenticate.
         if isinstance(error, NotAuthenticated) or "WWW-Authenticate" in error.headers:
             raise error from exc
+        if isinstance(error, ConfirmationRequired):
+            waiting = _awaiting(ex, params, definition, invocation, error)
+            if waiting is not None:
+                return waiting
         return error_result(definition, error, docs_url(ex.request))
     return success_result(definition, result, modern=ex.modern)
+
+
+# -- approvals native to MCP: tasks (SEP-2663) and multi round-trip requests (SEP-2322) ------
+def _client_capabilities(params: dict[str, Any]) -> dict[str, Any]:
+    meta = params.get("_meta")
+    caps = meta.get(CAPABILITIES_META) if isinstance(meta, dict) else None
+    return caps if isinstance(caps, dict) else {}
+
+
+def declares_tasks(ex: Exchange, params: dict[str, Any]) -> bool:
+    """The request declares the Tasks extension (only 2026-07-28 defines it)."""
+    extensions = _client_capabilities(params).get("extensions")
+    return ex.modern and isinstance(extensions, dict) and isinstance(
+        extensions.get(tasks_ext.EXTENSION), dict)
+
+
+def accepts_url_elicitation(ex: Exchange, params: dict[str, Any]) -> bool:
+    """The request declares URL-mode elicitation, which an ``inputRequests`` may then use."""
+    elicitation = _client_capabilities(params).get("elicitation")
+    return ex.modern and isinstance(elicitation, dict) and isinstance(elicitation.get("url"),
+                                                                      dict)
+
+
+def _awaiting(ex: Exchange, params: dict[str, Any], definition: Tool, inv: Any,
+              error: ConfirmationRequired) -> dict[str, Any] | None:
+    """A pending confirmation the MCP way, when the client supports it; else None.
+
+    ``confirm="owner"``: an ``input_required`` result whose URL elicitation opens the
+    consent page; the client's retry of the same call runs it once the user approved
+    (or withdraws it when the user declined in the client). A staff approval, for a
+    client with the Tasks extension: a task bound to the call.
+    """
+    pending = error.extra.get("confirmation") or {}
+    if definition.owner_consent:
+        responses = params.get("inputResponses")
+        answer = responses.get(CONSENT_REQUEST) if isinstance(responses, dict) else None
+        if isinstance(answer, dict) and answer.get("action") in ("decline", "cancel"):
+            return _withdrawn(ex, definition, inv, str(pending.get("id")))
+        if not accepts_url_elicitation(ex, params) or not pending.get("url"):
+            return None
+        return {
+            "resultType": "input_required",
+            "inputRequests": {CONSENT_REQUEST: {
+                "method": "elicitation/create",
+                "params": {
+                    "mode": "url",
+                    "message": f"Approve “{definition.annotations['title']}” yourself, signed"
+                               " in to the site; then come back here.",
+                    "url": pending["url"],
+                },
+            }},
+        }
+    if not answers_with_task(definition) or not declares_tasks(ex, params):
+        return None
+    confirmation = confirmations.hold_for_task(pending.get("id"))
+    if confirmation is None:
+        return None
+    ref = tasks_ext.new_ref(definition, inv.scope, inv.key or "", inv.fingerprint, confirmation)
+    return {
+        "resultType": "task",
+        **_task_fields(ref.task_id, ref, tasks_ext.TaskState(
+            tasks_ext.WORKING, "Waiting for a person to approve the call; nothing has run yet.",
+            confirmation.created_at)),
+    }
+
+
+def _withdrawn(ex: Exchange, definition: Tool, inv: Any, confirmation_id: str) -> dict[str, Any]:
+    from guarded_tools.models import Confirmation
+
+    confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
+    if confirmation is not None:
+        confirmations.withdraw(confirmation, inv.user, "The user declined in their client.")
+        return error_result(definition, confirmations.error_for(confirmation, ex.request),
+                            docs_url(ex.request))
+    return error_result(definition, ToolNotFound(), docs_url(ex.request))
+
+
+def _poll_interval_ms() -> int:
+    return confirmations.retry_after() * 1000
+
+
+def _task_fields(task_id: str, ref: tasks_ext.TaskRef, st: tasks_ext.TaskState) -> dict[str, Any]:
+    return {
+        "taskId": task_id,
+        "status": st.status,
+        "statusMessage": st.message,
+        "createdAt": timestamp(ref.created_at),
+        "lastUpdatedAt": timestamp(max(st.updated_at, ref.created_at)),
+        "ttlMs": None,  # kept as long as the call's own rows are
+        "pollIntervalMs": _poll_interval_ms(),
+    }
+
+
+def _require_tasks(ex: Exchange, params: dict[str, Any]) -> tuple[str, tasks_ext.TaskRef, Tool]:
+    if not declares_tasks(ex, params):
+        raise RpcError(MISSING_CAPABILITY, "Missing required client capability: declare the"
+                       f" {tasks_ext.EXTENSION} extension.",
+                       {"requiredCapabilities": {"extensions": {tasks_ext.EXTENSION: {}}}})
+    task_id = params.get("taskId")
+    found = tasks_ext.resolve(task_id, ex.request.user)
+    if found is None:
+        # An unknown, forged or expired id, or another principal's: the same answer.
+        raise RpcError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
+    ref, definition = found
+    return str(task_id), ref, definition
+
+
+def _structured(ex: Exchange, definition: Tool,
+                error: GuardError | dict[str, Any]) -> dict[str, Any]:
+    if isinstance(error, dict):
+        return error
+    return error.as_dict(docs_url(ex.request), Audience(transport="mcp",
+                                                        keyed=definition.idempotent))
+
+
+def _get_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+    task_id, ref, definition = _require_tasks(ex, params)
+    st = tasks_ext.state(ref, definition)
+    if st is None:
+        raise RpcError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
+    data = _task_fields(task_id, ref, st)
+    if st.status == tasks_ext.COMPLETED:
+        if st.error is not None:
+            data["result"] = error_result_from(definition, _structured(ex, definition, st.error))
+        else:
+            data["result"] = success_result(definition, GuardResult(
+                output=st.output, operation=st.operation, replayed=True,
+                recovered=st.recovered), modern=True)
+    elif st.status == tasks_ext.FAILED:
+        structured = _structured(ex, definition, st.error or {})
+        data["error"] = {"code": TASK_CALL_FAILED, "message": structured.get("message", ""),
+                         "data": structured}
+    return data
+
+
+def _update_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+    # No task of this server asks its client for input (a person approves in the admin):
+    # any inputResponses answer no outstanding request, and are ignored, as the
+    # extension says.
+    _require_tasks(ex, params)
+    return {}
+
+
+def _cancel_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+    _, ref, _definition = _require_tasks(ex, params)
+    try:
+        tasks_ext.cancel(ref, ex.request.user)
+    except tasks_ext.CancelRefused as exc:
+        raise RpcError(TASK_NOT_CANCELLABLE, str(exc),
+                       {"code": "task_not_cancellable"}) from exc
+    return {}
 
 
 def _text(text: str) -> dict[str, str]:
@@ -472,6 +668,11 @@ def error_result(definition: Tool, error: GuardError, docs: str = "") -> dict[st
     retry_after = error.headers.get("Retry-After", "")
     if retry_after.isdigit():
         structured["retry_after"] = int(retry_after)
+    return error_result_from(definition, structured)
+
+
+def error_result_from(definition: Tool, structured: dict[str, Any]) -> dict[str, Any]:
+    """The tool result of a structured error (:func:`error_result`)."""
     data: dict[str, Any] = {
         "content": [_text(structured["message"])],
         "isError": True,
@@ -496,6 +697,10 @@ _MODERN_METHODS: dict[str, Method] = {
     "server/discover": _discover,
     "tools/list": _list_tools,
     "tools/call": _call_tool,
+    # The Tasks extension (io.modelcontextprotocol/tasks), for clients that declare it.
+    "tasks/get": _get_task,
+    "tasks/update": _update_task,
+    "tasks/cancel": _cancel_task,
 }
 
 

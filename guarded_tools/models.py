@@ -218,6 +218,8 @@ class ConfirmationStatus(models.TextChoices):
     """Nobody decided before the time to live ran out, or nobody used the approval."""
     CONSUMED = "consumed", _("consumed")
     """The approved execution has started; the approval cannot be used again."""
+    WITHDRAWN = "withdrawn", _("withdrawn")
+    """The agent cancelled its MCP task before the call ran; nothing ran."""
 
 
 #: The states ``expires_at`` ends: a request nobody decided, an approval nobody used.
@@ -293,6 +295,24 @@ class Confirmation(models.Model):
         on_delete=models.SET_NULL,
         related_name="confirmations",
     )
+    task = models.BooleanField(
+        _("awaited by a task"),
+        default=False,
+        help_text=_(
+            "An MCP client holds a task for this call (the Tasks extension): it polls"
+            " instead of retrying, so an approval runs the call at once."
+        ),
+    )
+    task_error = models.JSONField(
+        _("task error"),
+        encoder=DjangoJSONEncoder,
+        null=True,
+        blank=True,
+        help_text=_(
+            "What the approved run answered when it refused or failed without storing an"
+            " outcome on its operation (the agent-facing error), for the task's poll."
+        ),
+    )
     created_at = models.DateTimeField(_("requested at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"), default=_default_expiry)
 
@@ -336,6 +356,7 @@ class AuditEntry(models.Model):
     class Action(models.TextChoices):
         APPROVE = "approve", _("approved confirmation")
         DECLINE = "decline", _("declined confirmation")
+        WITHDRAW = "withdraw", _("withdrew confirmation")
         MARK_SUCCEEDED = "mark_succeeded", _("marked operation succeeded")
         MARK_NOT_EXECUTED = "mark_not_executed", _("marked operation not executed")
         MARK_FAILED = "mark_failed", _("marked operation failed")

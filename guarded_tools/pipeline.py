@@ -528,7 +528,7 @@ class Pipeline:
         return (
             self.tool.atomic
             and gt_settings.ATOMIC_SINGLE_TRANSACTION
-            and self.tool.confirm_mode != "effect-only"
+            and not self.tool.confirms_after_claim
             and not inspect.iscoroutinefunction(self.tool.handler)
             and self.store.can_lock()
         )
@@ -603,7 +603,7 @@ class Pipeline:
         return result
 
     def execute_fresh(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
-        if self.tool.confirm_mode == "effect-only":
+        if self.tool.confirms_after_claim:
             try:
                 self.confirm(inv, obs, claim)
             except BaseException:

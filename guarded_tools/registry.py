@@ -17,7 +17,10 @@ if TYPE_CHECKING:
     from guarded_tools.pipeline import GuardResult
 
 Handler = Callable[..., Any]
-CONFIRM_MODES = ("always", "effect-only")
+CONFIRM_MODES = ("always", "effect-only", "owner")
+#: Modes whose confirmation is asked after the claim, for fresh claims only: a replay
+#: answers what ran without asking again.
+AFTER_CLAIM_MODES = ("effect-only", "owner")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -63,6 +66,9 @@ class Tool:
     output: Any = None
     #: Fields the ``input``/``output`` mapping could not express (system check E011).
     schema_problems: tuple[str, ...] = field(init=False, repr=False, default=())
+    #: Over MCP, for a client with the Tasks extension, a call answers a task at once and
+    #: runs on Celery (as an approved call does); every other caller waits as before.
+    long_running: bool = False
     validator: Draft202012Validator = field(init=False, repr=False)
     schema_names: frozenset[str] = field(init=False, repr=False)
 
@@ -144,9 +150,9 @@ class Tool:
         elif not callable(confirm):
             yield (f"confirm={confirm!r} is not a callable, a mapping or a mode.",
                    f"Use one of {CONFIRM_MODES}, a callable or a mapping.")
-        if self.read_only and self.confirm_mode == "effect-only":
-            yield ("read_only=True with an 'effect-only' confirmation: a read-only tool takes"
-                   " no claim, so it would run unconfirmed while tools/ advertises the"
+        if self.read_only and self.confirm_mode in AFTER_CLAIM_MODES:
+            yield (f"read_only=True with an {self.confirm_mode!r} confirmation: a read-only"
+                   " tool takes no claim, so it would run unconfirmed while tools/ advertises the"
                    " confirmation.", "Use confirm='always' to confirm every call of a read"
                    " (or drop read_only if the tool has an effect).")
 
@@ -166,6 +172,16 @@ class Tool:
         if isinstance(self.confirm, Mapping):
             return str(self.confirm.get("mode", "always"))
         return "always"
+
+    @property
+    def confirms_after_claim(self) -> bool:
+        """Whether the confirmation is asked after the claim (``effect-only``, ``owner``)."""
+        return self.confirm_mode in AFTER_CLAIM_MODES
+
+    @property
+    def owner_consent(self) -> bool:
+        """``confirm="owner"``: the user the agent acts for approves, on the site's page."""
+        return self.confirm_mode == "owner"
 
     @property
     def queued_confirmation(self) -> bool:

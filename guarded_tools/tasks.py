@@ -55,18 +55,36 @@ def execute_approved(confirmation_id: str) -> None:
     Safe to deliver twice: the approval is consumed once, and the operation's key
     makes a second run a replay.
     """
+    from django.db.models.functions import Now
+
     from guarded_tools import confirmations
     from guarded_tools.exceptions import GuardError
-    from guarded_tools.models import Confirmation
+    from guarded_tools.models import Confirmation, ConfirmationStatus
 
     close_old_connections()
     confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
-    if confirmation is None or not confirmations.runs_on_approval(confirmation.tool):
+    if confirmation is None or not confirmations.runs_when_approved(confirmation):
         return  # gone, or its tool now asks for every invocation: the agent's retry runs it
+    if confirmation.task and confirmation.status != ConfirmationStatus.APPROVED:
+        return  # used by the agent's own call already, or withdrawn: nothing to run
+    if confirmation.task and not confirmations.asks_in_the_pipeline(confirmation.tool):
+        # A long-running tool's call: nothing in its pipeline consumes the request, so
+        # this does, against a withdrawal (tasks/cancel) racing for the same row.
+        taken = Confirmation.objects.filter(
+            pk=confirmation.pk, status=ConfirmationStatus.APPROVED, expires_at__gt=Now()
+        ).update(status=ConfirmationStatus.CONSUMED)
+        if not taken:
+            return
     try:
         confirmations.execute(confirmation)
-    except GuardError:
-        pass  # stored on the operation (or nothing ran); the agent's retry reports it
+    except Exception as exc:
+        # Stored on the operation (or nothing ran); the agent's retry reports it. A task's
+        # client does not retry: its poll reads what this run answered (an exception the
+        # guard does not own as internal_error, its text only in the log).
+        if not confirmation.task and not isinstance(exc, GuardError):
+            raise
+        if confirmation.task:
+            _keep_for_the_task(confirmation, exc)
     finally:
         close_old_connections()
 
@@ -85,3 +103,15 @@ def enqueue_execute_approved(confirmation_id: str) -> bool:
                        " (%s): the agent's retry runs it.", confirmation_id, exc)
         return False
     return True
+
+
+def _keep_for_the_task(confirmation: Any, exc: Exception) -> None:
+    from guarded_tools.handlers import to_guard_error
+    from guarded_tools.models import Confirmation
+    from guarded_tools.registry import registry
+    from guarded_tools.repair import Audience
+
+    definition = registry.find(confirmation.tool)
+    audience = Audience(transport="mcp", keyed=bool(definition and definition.idempotent))
+    Confirmation.objects.filter(pk=confirmation.pk).update(
+        task_error=to_guard_error(exc).as_dict("", audience))

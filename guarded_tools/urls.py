@@ -2,7 +2,7 @@
 
 from django.urls import URLPattern, path, re_path
 
-from guarded_tools import mcp, views
+from guarded_tools import consent, mcp, views
 
 app_name = "guarded_tools"
 
@@ -24,6 +24,9 @@ urlpatterns = [
     # The Location of a confirmation_required answer: what the caller polls.
     path("confirmations/<uuid:pk>/", views.ConfirmationDetailView.as_view(),
          name="confirmation-detail"),
+    # Where the user approves a confirm="owner" call themself, in their own session.
+    path("confirmations/<uuid:pk>/consent/", consent.ConsentView.as_view(),
+         name="confirmation-consent"),
     path("confirmations/<str:pk>/", views.ConfirmationDetailView.as_view()),
     # Any other id answers the JSON not-found error, not Django's HTML 404 (kept out of
     # ``rest_urlpatterns`` so that the OpenAPI document still says the id is a UUID).

@@ -64,3 +64,10 @@ def watching_sync(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
         time.sleep(0.05)
     mark("sync-finished")
     return {"aborted": False}
+
+
+@tool(name="tasks_after_restart", input_schema=SCHEMA, idempotency_key="operationId",
+      confirm="effect-only")
+def tasks_after_restart(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """A call a person approves; its MCP task is polled from another process."""
+    return {"ran": input["operationId"]}

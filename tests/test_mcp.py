@@ -525,7 +525,8 @@ def test_discover(agent: APIClient) -> None:
     result = result_of(response)
     methods.validate_server_result("server/discover", MODERN, result)
     assert result["supportedVersions"] == [MODERN] and result["resultType"] == "complete"
-    assert result["capabilities"] == {"tools": {"listChanged": False}}
+    assert result["capabilities"] == {"tools": {"listChanged": False},
+                                      "extensions": {"io.modelcontextprotocol/tasks": {}}}
     assert "errors.json" in result["instructions"] and "llms.txt" in result["instructions"]
     assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "guarded-tools"
     assert "Mcp-Session-Id" not in response

@@ -1,0 +1,122 @@
+"""Provides consent by the user themself (``confirm="owner"``): the page where they decide.
+
+Like 3-D Secure: the agent's call names a page of the site; the person whose account the
+agent acts for opens it in their own signed-in session and approves or declines. No
+client can decide for them (the page needs their login and Django's CSRF token), and no
+staff member either (:func:`guarded_tools.confirmations.can_decide`). Decisions go
+through :func:`guarded_tools.confirmations.approve` / ``decline``, so they write the same
+audit rows as a staff member's in the admin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http.response import HttpResponseBase
+from django.shortcuts import render
+from django.urls import NoReverseMatch, reverse
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.csrf import csrf_protect
+from django.views.decorators.debug import sensitive_post_parameters
+
+from guarded_tools import confirmations, hosts
+from guarded_tools.models import Confirmation, ConfirmationStatus
+from guarded_tools.registry import registry
+
+URL_NAME = "confirmation-consent"
+REASON_MAX_CHARS = 2000
+
+
+def consent_url(request: Any, confirmation: Confirmation) -> str:
+    """The consent page of ``confirmation``: absolute on a host the site owns."""
+    match = getattr(request, "resolver_match", None)
+    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
+    try:
+        path = reverse(f"{namespace}:{URL_NAME}", args=[confirmation.pk])
+    except NoReverseMatch:
+        path = reverse(f"guarded_tools:{URL_NAME}", args=[confirmation.pk])
+    return hosts.absolute_url(request, path) if request is not None else path
+
+
+def present_request(confirmation: Confirmation) -> dict[str, Any]:
+    """How a request is shown to a person: the tool, what it does, and its input.
+
+    The one place that decides it for the consent page (the admin's confirmation page
+    shows the same parts): the tool's title and description, and a row per input field
+    under its schema title. Objects the input names are not resolved yet.
+    """
+    from guarded_tools.admin import input_rows
+
+    definition = registry.find(confirmation.tool)
+    rows, not_shown = input_rows(confirmation.tool, confirmation.input)
+    return {
+        "title": definition.annotations["title"] if definition else confirmation.tool,
+        "tool": confirmation.tool,
+        "description": definition.description if definition else "",
+        "rows": rows,  # bounded, as on the approver's page: the input is shown once
+        "not_shown": not_shown,
+    }
+
+
+@method_decorator(csrf_protect, name="dispatch")
+@method_decorator(sensitive_post_parameters("reason"), name="post")
+class ConsentView(View):
+    """``GET/POST confirmations/<id>/consent/``: the requester's own approval page.
+
+    Anyone else, signed in or not (once signed in), gets a 404: the page does not say
+    whether another user's request exists.
+    """
+
+    template_name = "guarded_tools/consent.html"
+
+    def _confirmation(self, request: HttpRequest, pk: Any) -> Confirmation:
+        confirmation = Confirmation.objects.filter(pk=pk).select_related("requested_by").first()
+        definition = registry.find(confirmation.tool) if confirmation is not None else None
+        if (
+            confirmation is None
+            or definition is None
+            or not definition.owner_consent
+            or confirmation.requested_by_id != request.user.pk
+        ):
+            raise Http404("No such request.")
+        return confirmation
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        if not request.user.is_authenticated:
+            return redirect_to_login(request.get_full_path())
+        return super().dispatch(request, *args, **kwargs)
+
+    def get(self, request: HttpRequest, pk: Any) -> HttpResponse:
+        confirmation = self._confirmation(request, pk)
+        open_ = (confirmation.status == ConfirmationStatus.PENDING
+                 and Confirmation.objects.pending().filter(pk=confirmation.pk).exists())
+        return render(request, self.template_name, {
+            "confirmation": confirmation,
+            "request_shown": present_request(confirmation),
+            "open": open_,
+            "done": request.GET.get("done") == "1",
+        })
+
+    def post(self, request: HttpRequest, pk: Any) -> HttpResponse:
+        confirmation = self._confirmation(request, pk)
+        decision = request.POST.get("decision")
+        reason = request.POST.get("reason", "")[:REASON_MAX_CHARS]
+        try:
+            if decision == "approve":
+                confirmations.approve(confirmation, request.user, reason)
+            elif decision == "decline":
+                confirmations.decline(confirmation, request.user,
+                                      reason.strip() or "Declined by the user.")
+            else:
+                raise confirmations.DecisionRefused("Choose approve or decline.")
+        except confirmations.DecisionRefused as exc:
+            return render(request, self.template_name, {
+                "confirmation": confirmation,
+                "request_shown": present_request(confirmation),
+                "open": False,
+                "refusal": str(exc),
+            }, status=409)
+        return HttpResponseRedirect(f"{request.path}?done=1")

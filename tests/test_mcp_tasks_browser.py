@@ -1,0 +1,133 @@
+"""End to end: an MCP task over real HTTP, decided by a person in the admin (headless Chromium)."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from tests import mcp_tasks_schema as ext
+from tests.conftest import Effects
+from tests.test_browser import CONF_LIST, browser, expect, label, log_in, page, staff  # noqa: F401
+from tests.test_mcp_tasks import ITEM, MODERN, URL, meta
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+class McpAgent:
+    """A 2026-07-28 client that declares the Tasks extension, with a DRF token."""
+
+    def __init__(self, base_url: str, user: Any) -> None:
+        self.url = f"{base_url}{URL}"
+        self.token = Token.objects.create(user=user).key
+
+    def send(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        params = {**params, "_meta": meta()}
+        headers = {"Authorization": f"Token {self.token}", "Content-Type": "application/json",
+                   "MCP-Protocol-Version": MODERN, "Mcp-Method": method,
+                   "Mcp-Name": params.get("name") or params.get("taskId")}
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        request = urllib.request.Request(self.url, data=body.encode(), headers=headers,
+                                         method="POST")
+        with urllib.request.urlopen(request, timeout=15) as response:
+            reply = json.load(response)
+        assert "error" not in reply, reply
+        return dict(reply["result"])
+
+    def get_task(self, task_id: str) -> dict[str, Any]:
+        reply = self.send("tasks/get", {"taskId": task_id})
+        ext.GetTaskResult.model_validate(reply)
+        return reply
+
+
+@pytest.fixture
+def eager_celery() -> Iterator[None]:
+    """The live server's approval runs its Celery task there, as a worker would."""
+    from project.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
+@pytest.mark.parametrize("decision", ["approve", "decline"])
+def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
+        decision: str, page: Any, staff: Any, live_server: Any, user_factory: Any,  # noqa: F811
+        make_tool: Any, eager_celery: None) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm="effect-only", input_schema=ITEM,
+                           description="Orders stock from the supplier.")
+    agent = McpAgent(live_server.url, user_factory("buyer"))
+    arguments = {"operationId": uuid.uuid4().hex, "qty": 4}
+    created = agent.send("tools/call", {"name": definition.name, "arguments": arguments})
+    ext.CreateTaskResult.model_validate(created)
+    assert created["resultType"] == "task"
+    assert agent.get_task(created["taskId"])["status"] == "working"
+
+    log_in(page)
+    page.goto(CONF_LIST)
+    page.locator("#result_list tbody tr", has_text="buyer").get_by_role(
+        "link", name=definition.name).click()
+    expect(page.locator(".gt-detail")).to_contain_text("Orders stock from the supplier.")
+    expect(page.locator(".gt-detail th", has_text="Quantity")).to_be_visible()
+    if decision == "approve":
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
+    else:
+        page.fill("#gt-reason", "Over budget.")
+        page.get_by_role("button", name="Decline").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+
+    done = agent.get_task(created["taskId"])
+    if decision == "approve":
+        assert done["status"] == "completed" and handler.count == 1
+        assert done["result"]["isError"] is False
+        assert done["result"]["structuredContent"] == {"done": 1}
+    else:
+        assert done["status"] == "failed" and handler.count == 0
+        assert done["error"]["data"]["code"] == "confirmation_declined"
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_user_approves_their_own_request_on_the_consent_page(
+        scheme: str, page: Any, live_server: Any, user_factory: Any,  # noqa: F811
+        make_tool: Any) -> None:
+    from django.test import Client
+
+    from guarded_tools.models import AuditEntry
+    from tests.test_browser import screenshot
+
+    handler = Effects()
+    definition = make_tool(handler, confirm="owner", input_schema=ITEM,
+                           description="Orders stock from the supplier.")
+    buyer = user_factory("buyer")
+    agent = McpAgent(live_server.url, buyer)
+    arguments = {"operationId": uuid.uuid4().hex, "qty": 4}
+    asked = agent.send("tools/call", {"name": definition.name, "arguments": arguments})
+    assert "/consent/" in asked["content"][0]["text"]  # no URL elicitation declared: the text
+    url = asked["_meta"]["io.github.guarded-tools/error"]["confirmation"]["url"]
+
+    # The user's own session, as their browser holds it after they signed in.
+    session = Client()
+    session.force_login(buyer)
+    page.context.add_cookies([{"name": "sessionid", "value": session.cookies["sessionid"].value,
+                               "url": live_server.url}])
+    page.emulate_media(color_scheme=scheme)
+    page.goto(url)
+    expect(page.get_by_test_id("subject")).to_contain_text(definition.annotations["title"])
+    expect(page.locator("body")).to_contain_text("Orders stock from the supplier.")
+    expect(page.locator("th", has_text="Quantity")).to_be_visible()
+    screenshot(page, f"consent_{scheme}.png")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
+    screenshot(page, f"consent_done_{scheme}.png")
+
+    done = agent.send("tools/call", {"name": definition.name, "arguments": arguments})
+    assert done["isError"] is False and done["structuredContent"] == {"done": 1}
+    assert handler.count == 1
+    assert AuditEntry.objects.get().actor == buyer
