@@ -441,6 +441,39 @@ def test_verify_receives_replay_and_recovery_flags() -> None:
     assert flags == [(False, False), (True, False)]
 
 
+def test_recover_and_verify_are_told_whose_operation_it_is() -> None:
+    """``user`` and ``scope`` reach the hooks that take them; older signatures still work."""
+    seen: list[tuple[str, Any, Any]] = []
+
+    def recover(*, operation: Any, scope: str, user: Any, **kw: Any) -> Any:
+        seen.append(("recover", scope, user))
+        assert operation.scope == scope
+        return {"recovered": True, "output": {"from": "ledger"}}
+
+    def verify(*, scope: str, **kw: Any) -> bool:
+        seen.append(("verify", scope, kw["user"]))
+        return True
+
+    handler = Counter(fail=TimeoutError("response lost"), journal={"sent": True})
+    run = guarded(handler, recover=recover, verify=verify)
+    k = key()
+    assert run({"operationId": k}, principal="svc").recovered
+    run({"operationId": k}, principal="svc")
+    assert seen == [("recover", "principal:svc", None), ("verify", "principal:svc", None),
+                    ("verify", "principal:svc", None)]
+
+    def old_recover(input: Any, context: Any, error: Any, operation: Any, signal: Any) -> Any:
+        return {"recovered": True, "output": {"old": True}}
+
+    def old_verify(input: Any, output: Any, context: Any, replayed: Any, recovered: Any,
+                   signal: Any) -> bool:
+        return output == {"old": True}
+
+    handler = Counter(fail=TimeoutError("response lost"), journal={"sent": True})
+    old = guarded(handler, recover=old_recover, verify=old_verify)
+    assert old({"operationId": key()}, principal="svc").output == {"old": True}
+
+
 def test_verify_timeout_aborts_the_verifier_signal() -> None:
     signals: list[Any] = []
     released = threading.Event()
