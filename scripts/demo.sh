@@ -12,7 +12,9 @@ fi
 # honcho hands each process PORT (from -p); unbuffered so log lines reach honcho as they happen.
 export PORT="$port" PYTHONUNBUFFERED=1
 
-scripts/venv.sh main
+# Ctrl-C before the site runs (installing, migrating): stop here, without a second error.
+trap 'echo "demo.sh: interrupted" >&2; exit 130' INT
+scripts/venv.sh demo   # the runtime only: no test or lint tools
 py=.venv/bin/python
 
 if ! "$py" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.close()' "$port" 2>/dev/null; then
@@ -51,4 +53,10 @@ cat <<BANNER
 BANNER
 
 # -e /dev/null: no .env file, so the processes see the same environment as migrate/seed above.
-exec .venv/bin/honcho start -f Procfile -e /dev/null -p "$port"
+# Ctrl-C reaches honcho (its processes run in sessions of their own): it stops both and exits
+# 130. That is the way to stop the demo, so it ends here quietly, with status 0.
+trap : INT   # a handler, not SIG_IGN: children must not inherit an ignored SIGINT
+rc=0
+.venv/bin/honcho start -f Procfile -e /dev/null -p "$port" || rc=$?
+if [[ $rc -eq 130 ]]; then echo "demo.sh: stopped (Ctrl-C)" >&2; exit 0; fi
+exit "$rc"
