@@ -282,13 +282,11 @@ def recover_payment(*, operation: Any, scope: str, **_: Any) -> dict[str, Any]:
     return {"recovered": False}
 
 
-def verify_payment(
-    *, input: dict[str, Any], output: dict[str, Any], scope: str, **_: Any
-) -> bool:
+def verify_payment(*, input: dict[str, Any], output: Any, scope: str, **_: Any) -> bool:
     """The payment answered is this principal's, for this operation, of this amount."""
-    return LedgerEntry.objects.filter(
-        pk=output.get("paymentId"), scope=scope, reference=input["operationId"],
-        amount=Decimal(input["amount"]),
+    payment = output.get("paymentId") if isinstance(output, dict) else None
+    return isinstance(payment, int) and LedgerEntry.objects.filter(
+        pk=payment, scope=scope, reference=input["operationId"], amount=Decimal(input["amount"])
     ).exists()
 
 
