@@ -12,20 +12,27 @@ fi
 # honcho hands each process PORT (from -p); unbuffered so log lines reach honcho as they happen.
 export PORT="$port" PYTHONUNBUFFERED=1
 
-# Ctrl-C before the site runs (installing, migrating): stop here, without a second error.
-trap 'echo "demo.sh: interrupted" >&2; exit 130' INT
+# Ctrl-C while setting up: stop, and die of SIGINT as the convention is (make says "Interrupt").
+trap 'echo "demo.sh: interrupted" >&2; trap - INT; kill -INT $$' INT
 scripts/venv.sh demo   # the runtime only: no test or lint tools
 py=.venv/bin/python
+# Django's commands; Ctrl-C ends them with status 130 instead of a KeyboardInterrupt traceback.
+manage() {
+  "$py" -c 'import runpy, signal, sys
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+sys.argv[0] = "manage.py"
+runpy.run_path("manage.py", run_name="__main__")' "$@"
+}
 
 if ! "$py" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.close()' "$port" 2>/dev/null; then
   echo "demo.sh: 127.0.0.1:$port is in use (another demo running?); stop it or set PORT=..." >&2; exit 1
 fi
 
-"$py" manage.py migrate --noinput
-"$py" manage.py demo_seed
+manage migrate --noinput
+manage demo_seed
 
 # The token, database and broker as the site sees them (env may change the settings).
-info="$("$py" manage.py shell -v 0 -c '
+info="$(manage shell -v 0 -c '
 from django.conf import settings
 from django.db import connection
 from project.demo.management.commands.demo_seed import AGENT_TOKEN
@@ -54,7 +61,8 @@ BANNER
 
 # -e /dev/null: no .env file, so the processes see the same environment as migrate/seed above.
 # Ctrl-C reaches honcho (its processes run in sessions of their own): it stops both and exits
-# 130. That is the way to stop the demo, so it ends here quietly, with status 0.
+# 130. That is the way to stop the demo, so the script ends quietly, with status 0 (make,
+# which got the Ctrl-C too, then exits 130 without a message).
 trap : INT   # a handler, not SIG_IGN: children must not inherit an ignored SIGINT
 rc=0
 .venv/bin/honcho start -f Procfile -e /dev/null -p "$port" || rc=$?
