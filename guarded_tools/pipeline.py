@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import inspect
 import json
 import logging
@@ -225,6 +226,35 @@ def principal_scope(user: Any, principal: str | None) -> str | None:
         label = meta.label_lower if meta is not None else f"{cls.__module__}.{cls.__qualname__}"
         return f"{label}:{user.pk}"
     return None
+
+
+@functools.lru_cache(maxsize=512)
+def _takes(hook: Callable[..., Any], name: str) -> bool:
+    """Whether ``hook`` accepts the keyword argument ``name`` (by name or ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(hook).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: pass only what it always got
+        return False
+    return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind is not p.POSITIONAL_ONLY)
+               for p in parameters)
+
+
+def principal_kwargs(hook: Callable[..., Any], inv: Invocation) -> dict[str, Any]:
+    """Whose operation it is, ``user`` and ``scope``, for a hook that takes them.
+
+    ``recover`` and ``verify`` read state by the operation's key, which the agent chose:
+    they must scope what they read by its principal too. These arguments came after
+    the hooks' first signatures, so a hook that does not name them (or take
+    ``**kwargs``) is called as before.
+    """
+    def takes(name: str) -> bool:
+        try:
+            return _takes(hook, name)
+        except TypeError:  # an unhashable callable object: read its signature each time
+            return _takes.__wrapped__(hook, name)
+
+    return {name: value for name, value in (("user", inv.user), ("scope", inv.scope))
+            if takes(name)}
 
 
 def _decision(value: Any, yes: str) -> tuple[bool, str]:
@@ -776,6 +806,7 @@ class Pipeline:
                 error=exc,
                 operation=handle,
                 signal=CancelSignal(),
+                **principal_kwargs(self.tool.recover, inv),
             )
         except Exception as recovery_error:
             self.store.mark_unknown(claim, {"code": "outcome_unknown"})
@@ -917,6 +948,7 @@ class Pipeline:
             "replayed": result.replayed,
             "recovered": result.recovered,
             "signal": signal,
+            **principal_kwargs(verifier, inv),
         }
         timeout = self.tool.verify_timeout
         if timeout is None:

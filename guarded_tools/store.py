@@ -1218,6 +1218,11 @@ class OperationHandle:
         return str(self._claim.operation.pk)
 
     @property
+    def scope(self) -> str:
+        """Whose operation this is: the principal scope its key is unique in."""
+        return self._claim.operation.scope
+
+    @property
     def fence(self) -> int:
         return self._claim.fence
 

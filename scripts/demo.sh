@@ -16,18 +16,27 @@ export GT_OAUTH="${GT_OAUTH:-1}"
 # Every call to OpenTelemetry, metrics for Prometheus at /metrics (GT_TELEMETRY=0: off).
 export GT_TELEMETRY="${GT_TELEMETRY:-1}"
 
-scripts/venv.sh main
+# Ctrl-C while setting up: stop, and die of SIGINT as the convention is (make says "Interrupt").
+trap 'echo "demo.sh: interrupted" >&2; trap - INT; kill -INT $$' INT
+scripts/venv.sh demo   # the runtime only: no test or lint tools
 py=.venv/bin/python
+# Django's commands; Ctrl-C ends them with status 130 instead of a KeyboardInterrupt traceback.
+manage() {
+  "$py" -c 'import runpy, signal, sys
+signal.signal(signal.SIGINT, lambda *_: sys.exit(130))
+sys.argv[0] = "manage.py"
+runpy.run_path("manage.py", run_name="__main__")' "$@"
+}
 
 if ! "$py" -c 'import socket, sys; s = socket.socket(); s.bind(("127.0.0.1", int(sys.argv[1]))); s.close()' "$port" 2>/dev/null; then
   echo "demo.sh: 127.0.0.1:$port is in use (another demo running?); stop it or set PORT=..." >&2; exit 1
 fi
 
-"$py" manage.py migrate --noinput
-"$py" manage.py demo_seed
+manage migrate --noinput
+manage demo_seed
 
 # The token, database and broker as the site sees them (env may change the settings).
-info="$("$py" manage.py shell -v 0 -c '
+info="$(manage shell -v 0 -c '
 from django.conf import settings
 from django.db import connection
 from project.demo.management.commands.demo_seed import AGENT_TOKEN
@@ -62,4 +71,11 @@ cat <<BANNER
 BANNER
 
 # -e /dev/null: no .env file, so the processes see the same environment as migrate/seed above.
-exec .venv/bin/honcho start -f Procfile -e /dev/null -p "$port"
+# Ctrl-C reaches honcho (its processes run in sessions of their own): it stops both and exits
+# 130. That is the way to stop the demo, so the script ends quietly, with status 0 (make,
+# which got the Ctrl-C too, then exits 130 without a message).
+trap : INT   # a handler, not SIG_IGN: children must not inherit an ignored SIGINT
+rc=0
+.venv/bin/honcho start -f Procfile -e /dev/null -p "$port" || rc=$?
+if [[ $rc -eq 130 ]]; then echo "demo.sh: stopped (Ctrl-C)" >&2; exit 0; fi
+exit "$rc"

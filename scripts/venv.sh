@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Create/update a virtualenv: `scripts/venv.sh main` (.venv, Py3.12, Django 6), `dj52` (.venv-dj52, Py3.11, Django 5.2) or `pg2` (.venv-pg2: psycopg2).
+# Create/update a virtualenv: `scripts/venv.sh main` (.venv, Py3.12, Django 6: runtime + test + lint),
+# `demo` (.venv with the demo's runtime only), `dj52` (.venv-dj52, Py3.11, Django 5.2) or `pg2` (.venv-pg2: psycopg2).
+# A .venv made by `demo` is completed by `main` later (`make test`); one made by `main` serves `demo` as is.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
@@ -12,11 +14,24 @@ find_python() {  # $1 = minor version, e.g. 3.12; prints a working interpreter p
   echo "venv.sh: no working python$v found (PATH or pyenv)" >&2; return 1
 }
 
+digest() {  # $1 = requirements file: one hash over it and every file it includes with -r
+  local file="$1" dir included
+  dir="$(dirname "$file")"
+  {
+    cat "$file"
+    sed -n 's/^[[:space:]]*-r[[:space:]]*\([^[:space:]#]*\).*/\1/p' "$file" | while read -r included; do
+      cat "$dir/$included"
+    done
+  } | sha256sum | cut -d' ' -f1
+}
+
+main_req="$root/requirements.txt"; main_marker="$root/.venv/.requirements.sha256"
 case "${1:-}" in
-  main) venv="$root/.venv";      req="$root/requirements.txt";      py=3.12 ;;
-  dj52) venv="$root/.venv-dj52"; req="$root/requirements-dj52.txt"; py=3.11 ;;
-  pg2)  venv="$root/.venv-pg2";  req="$root/requirements-pg2.txt";  py=3.12 ;;  # the matrix's psycopg2 row
-  *) echo "usage: $0 main|dj52|pg2" >&2; exit 2 ;;
+  main) venv="$root/.venv";      req="$main_req";                   py=3.12; marker="$main_marker" ;;
+  demo) venv="$root/.venv";      req="$root/requirements-demo.txt"; py=3.12; marker="$venv/.requirements-demo.sha256" ;;
+  dj52) venv="$root/.venv-dj52"; req="$root/requirements-dj52.txt"; py=3.11; marker="$venv/.requirements.sha256" ;;
+  pg2)  venv="$root/.venv-pg2";  req="$root/requirements-pg2.txt";  py=3.12; marker="$venv/.requirements.sha256" ;;  # the matrix's psycopg2 row
+  *) echo "usage: $0 main|demo|dj52|pg2" >&2; exit 2 ;;
 esac
 
 # (re)create when missing, broken, or built on the wrong Python minor version
@@ -26,15 +41,16 @@ if [[ "$have" != "$py" ]]; then
   "$(find_python "$py")" -m venv "$venv"
 fi
 
-marker="$venv/.requirements.sha256"
-want="$(sha256sum "$req" | cut -d' ' -f1)"
-if [[ "$(cat "$marker" 2>/dev/null)" != "$want" ]]; then
-  echo "venv.sh: installing $(basename "$req") into $(basename "$venv") ..." >&2
-  log="$venv/pip-install.log"
-  if ! "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >"$log" 2>&1; then
-    grep -v 'is ignored: it is neither a file nor a directory' "$log" >&2 || true
-    echo "venv.sh: pip install failed (full log: $log)" >&2
-    exit 1
-  fi
-  echo "$want" >"$marker"
+want="$(digest "$req")"
+[[ "$(cat "$marker" 2>/dev/null)" == "$want" ]] && exit 0
+# The main environment includes the demo's requirements: up to date for main is up to date for demo.
+if [[ "$1" == demo && "$(cat "$main_marker" 2>/dev/null)" == "$(digest "$main_req")" ]]; then exit 0; fi
+
+echo "venv.sh: installing $(basename "$req") into $(basename "$venv") ..." >&2
+trap 'echo "venv.sh: interrupted; the next run installs again" >&2; exit 130' INT
+# pip's own progress on the terminal: a first install downloads for a while.
+if ! "$venv/bin/python" -m pip install --disable-pip-version-check -r "$req"; then
+  echo "venv.sh: pip install -r $(basename "$req") failed (see pip's output above)" >&2
+  exit 1
 fi
+echo "$want" >"$marker"

@@ -25,7 +25,7 @@ def mark(name: str) -> None:
 async def slow_async(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     mark("async-started")
     try:
-        for _ in range(100):
+        for _ in range(300):  # 30 s: far longer than the test takes to go away
             await asyncio.sleep(0.1)
     except asyncio.CancelledError:
         mark("async-cancelled")
@@ -34,9 +34,18 @@ async def slow_async(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return {"done": True}
 
 
-def slow_verify(**kw: Any) -> bool:
+#: The caller's signal of each slow_finalization call, by operationId, for its verify.
+CALLER_SIGNALS: dict[str, Any] = {}
+
+
+def slow_verify(*, input: dict[str, Any], **kw: Any) -> bool:
+    """Finalization that lasts until the server has seen its client go away (30 s at most)."""
+    caller = CALLER_SIGNALS.pop(input["operationId"], None)
+    if caller is None:  # a replay: nothing is finalizing
+        return True
     mark("verify-started")
-    time.sleep(1.5)
+    if caller.wait(30):
+        mark("verify-saw-disconnect")
     mark("verify-finished")
     return True
 
@@ -45,6 +54,7 @@ def slow_verify(**kw: Any) -> bool:
       verify=slow_verify)
 def slow_finalization(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     ctx.operation.write({"effect": "done"})
+    CALLER_SIGNALS[input["operationId"]] = ctx.signal
     return {"effect": "done", "aborted_during_handler": ctx.signal.aborted}
 
 
@@ -57,7 +67,7 @@ def sync_under_asgi(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 def watching_sync(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """A sync handler that stops when its caller's signal says the client went away."""
     mark("sync-started")
-    for _ in range(100):
+    for _ in range(600):  # 30 s: far longer than the test takes to go away
         if ctx.signal.aborted:
             mark("sync-aborted")
             return {"aborted": True}

@@ -158,6 +158,26 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10, step: float =
         time.sleep(step)
 
 
+def key_lock_free(tool: str, scope: str, key: str) -> bool:
+    """Whether the atomic path's lock on a key is free now (PostgreSQL): taken, let go.
+
+    A session's locks outlive its client for a moment: the server ends the session
+    when it notices the closed socket or the killed process, on its own time. Wait for
+    this with ``wait_until``; never assume it right after ``close()`` or a kill.
+    """
+    from django.db import connection
+
+    from guarded_tools.store import LOCK_CLASS, _key_hash
+
+    lock = [LOCK_CLASS, _key_hash(tool, scope, key)]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", lock)
+        free = bool(cursor.fetchone()[0])
+        if free:
+            cursor.execute("SELECT pg_advisory_unlock(%s, %s)", lock)
+    return free
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

@@ -8,7 +8,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -74,8 +74,13 @@ def token(django_user_model: Any) -> str:
 
 
 def raw_call(port: int, token: str, name: str, body: dict[str, Any], *,
-             disconnect_after: float | None = None, transport: str = "rest") -> bytes:
-    """POST a call to ``name`` over REST (its tool URL) or MCP (``tools/call``)."""
+             disconnect_when: Callable[[], bool] | None = None,
+             transport: str = "rest") -> bytes:
+    """POST a call to ``name`` over REST (its tool URL) or MCP (``tools/call``).
+
+    ``disconnect_when``: go away (close the socket) once it holds, e.g. once the handler
+    has started, never after a guessed delay that a busy machine can outlast.
+    """
     path, extra = f"/agent/tools/{name}/", ""
     if transport == "mcp":
         path, extra = "/agent/mcp/", "MCP-Protocol-Version: 2025-11-25\r\n"
@@ -87,8 +92,8 @@ def raw_call(port: int, token: str, name: str, body: dict[str, Any], *,
                f"Content-Length: {len(payload)}\r\nConnection: close\r\n\r\n").encode() + payload
     with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
         sock.sendall(request)
-        if disconnect_after is not None:
-            time.sleep(disconnect_after)
+        if disconnect_when is not None:
+            assert wait_for(disconnect_when, timeout=30), "the call never got that far"
             return b""
         chunks = []
         while chunk := sock.recv(65536):
@@ -117,9 +122,9 @@ def test_sync_and_async_handlers_answer_under_uvicorn(server: dict[str, Any], to
 def test_disconnect_cancels_an_async_handler_and_releases_the_claim(
         server: dict[str, Any], token: str, transport: str) -> None:
     k = key()
-    raw_call(server["port"], token, "slow_async", {"operationId": k}, disconnect_after=0.6,
-             transport=transport)
     markers: Path = server["markers"]
+    raw_call(server["port"], token, "slow_async", {"operationId": k},
+             disconnect_when=(markers / "async-started").exists, transport=transport)
     assert wait_for(lambda: (markers / "async-cancelled").exists())
     assert not (markers / "async-finished").exists()
     # Nothing was journaled, so the cancelled claim is released: the key is fresh.
@@ -131,20 +136,21 @@ def test_disconnect_aborts_a_sync_handlers_signal(
         server: dict[str, Any], token: str, transport: str) -> None:
     """Over either transport a sync handler sees ``ctx.signal.aborted`` when the client
     goes away, and can stop early."""
-    raw_call(server["port"], token, "watching_sync", {"operationId": key()},
-             disconnect_after=0.6, transport=transport)
     markers: Path = server["markers"]
-    assert wait_for(lambda: (markers / "sync-started").exists())
-    assert wait_for(lambda: (markers / "sync-aborted").exists(), timeout=4)
+    raw_call(server["port"], token, "watching_sync", {"operationId": key()},
+             disconnect_when=(markers / "sync-started").exists, transport=transport)
+    assert wait_for(lambda: (markers / "sync-aborted").exists(), timeout=20)
     assert not (markers / "sync-finished").exists()
 
 
 def test_finalization_survives_a_disconnect(server: dict[str, Any], token: str) -> None:
     k = key()
-    raw_call(server["port"], token, "slow_finalization", {"operationId": k},
-             disconnect_after=0.5)
     markers: Path = server["markers"]
-    assert wait_for(lambda: (markers / "verify-finished").exists())
+    raw_call(server["port"], token, "slow_finalization", {"operationId": k},
+             disconnect_when=(markers / "verify-started").exists)
+    assert wait_for(lambda: (markers / "verify-finished").exists(), timeout=40)
+    # The server saw the client go away while verify ran, and finalization went on.
+    assert (markers / "verify-saw-disconnect").exists()
     assert wait_for(lambda: Operation.objects.filter(key=k, state="succeeded").exists())
     # The agent's retry replays the completed result.
     response = raw_call(server["port"], token, "slow_finalization", {"operationId": k})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,30 +14,43 @@ from bench.cpu import CpuMeter
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc")
 
 # A parent that spends no CPU itself and starts a child that spins for a while: the
-# tree's CPU is the child's, which the meter must find through the parent.
-SPIN = "import time\nend = time.process_time() + {seconds}\nwhile time.process_time() < end: pass"
+# tree's CPU is the child's, which the meter must find through the parent. The child
+# spins only when the test says go (a line on the stdin it shares with its parent), and
+# the parent says when it has waited for it: both snapshots bracket the spin whatever
+# the machine's load, instead of a sleep the spin must fit in.
+SPIN = ("import sys, time\nsys.stdin.readline()\n"
+        "end = time.process_time() + {seconds}\nwhile time.process_time() < end: pass")
+IDLE = "import time; print('ready', flush=True); time.sleep(30)"
 PARENT = ("import subprocess, sys; subprocess.run([sys.executable, '-c', sys.argv[1]]);"
-          " import time; time.sleep(30)")
+          " print('spun', flush=True); import time; time.sleep(30)")
 
 
 def test_a_tree_counts_its_childrens_cpu_and_nothing_else() -> None:
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, SPIN.format(seconds=0.4)])
-    idle = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    parent = subprocess.Popen([sys.executable, "-c", PARENT, SPIN.format(seconds=0.4)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    idle = subprocess.Popen([sys.executable, "-c", IDLE], stdout=subprocess.PIPE, text=True)
+    watchdog = threading.Timer(60, lambda: (parent.kill(), idle.kill()))  # bounds the reads
+    watchdog.start()
     try:
+        assert idle.stdout is not None
+        assert idle.stdout.readline().strip() == "ready"  # its start-up is not in the figure
         meter = CpuMeter({"busy": parent.pid, "idle": idle.pid, "gone": None})
         before = meter.snapshot()
         assert set(before) == {"busy", "idle", "machine"}  # no root, no figure
-        time.sleep(1.5)  # the child spins 0.4 s of CPU, then exits (its parent waits)
+        assert parent.stdin is not None and parent.stdout is not None
+        parent.stdin.write("go\n")
+        parent.stdin.flush()
+        assert parent.stdout.readline().strip() == "spun"  # the child spun, and was waited for
         after = meter.snapshot()
     finally:
+        watchdog.cancel()
         parent.kill()
         idle.kill()
-        parent.wait()
-        idle.wait()
+        parent.communicate()
+        idle.communicate()
     per = CpuMeter.per_request(before, after, requests=4)
-    # The child's 0.4 s, counted in its parent once it exited and was waited for
-    # (less what it spun before the first snapshot, plus interpreter start-up);
-    # a sleeping process costs almost nothing.
+    # The child's 0.4 s (plus, at most, its interpreter's start-up), counted in its parent
+    # once it exited and was waited for; a sleeping process costs almost nothing.
     assert 0.2e6 / 4 <= per["busy"] <= 0.7e6 / 4
     assert per["idle"] < 0.02e6 / 4
     assert per["machine"] >= per["busy"]

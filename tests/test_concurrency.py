@@ -38,7 +38,7 @@ from guarded_tools.models import (
 )
 from guarded_tools.recovery import sweep
 from guarded_tools.store import OperationStore, fingerprint
-from tests.conftest import REPO_ROOT, key, one_transaction, wait_until
+from tests.conftest import REPO_ROOT, key, key_lock_free, one_transaction, wait_until
 from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, effect_rows
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -276,6 +276,8 @@ def test_atomic_call_killed_after_its_effect_leaves_nothing(subprocess_env: dict
         victim.kill()
         victim.wait(20)
     assert victim.returncode == -signal.SIGKILL
+    # Its session (and the key's lock) ends when the server notices the process is gone.
+    wait_until(lambda: key_lock_free(ATOMIC_TOOL, "principal:svc", k), timeout=30)
     assert effect_rows(k).count() == 0 and not Operation.objects.filter(key=k).exists()
     assert sweep().taken == 0  # nothing was abandoned: there is nothing to decide
     assert call_in_child(subprocess_env, {"operationId": k})["kind"] == "executed"
@@ -613,7 +615,8 @@ def test_a_held_key_lock_refuses_fresh_calls_but_never_replays(make_tool: Any) -
         with pytest.raises(OperationInFlight):
             definition(fresh, principal="svc")
     finally:
-        other.close()  # the session's locks go with it
+        other.close()  # the session's locks go with it, once the server has ended it
+    wait_until(lambda: key_lock_free(definition.name, "principal:svc", fresh["operationId"]))
     assert not definition(fresh, principal="svc").replayed
     assert len(handler.keys) == 2
 

@@ -65,8 +65,17 @@ def terminate_own_backend() -> None:
     try:
         with other.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        # The server only signals the session: wait until it has ended, so this thread's
+        # next statement meets a dead session, never one that still runs it.
+        wait_until(lambda: not session_alive(other, pid), timeout=30)
     finally:
         other.close()
+
+
+def session_alive(conn: Any, pid: int) -> bool:
+    with conn.cursor() as cursor:
+        cursor.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", [pid])
+        return cursor.fetchone() is not None
 
 
 class Effect:

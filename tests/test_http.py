@@ -391,3 +391,94 @@ def test_the_sites_throttles_apply_and_answer_rate_limited(make_tool: Any, alice
     error = limited.json()["error"]
     assert error["code"] == "rate_limited" and error["retry"] == "as_is"
     assert Operation.objects.count() == 1
+
+
+# -- the demo's recover and verify are scoped to the caller's own operation ------------------
+def _approved_call(client: APIClient, name: str, body: dict[str, Any]) -> Any:
+    """The call, its confirmation approved by a person, then the same call again."""
+    from guarded_tools.confirmations import approve
+    from guarded_tools.models import Confirmation
+
+    if post(client, name, body).status_code != 202:
+        return post(client, name, body)
+    from django.contrib.auth import get_user_model
+
+    approver, _ = get_user_model().objects.get_or_create(
+        username="approver-x", defaults={"is_staff": True, "is_superuser": True})
+    approve(Confirmation.objects.get(status="pending"), approver)
+    return post(client, name, body)
+
+
+def test_send_payment_with_another_users_operation_id_is_its_own_payment(
+        agent: Any, user_factory: Any, client_for: Any) -> None:
+    """The operationId is the agent's choice: two users may pick the same one."""
+    other = user_factory("agent-2", perms=("demo.add_ledgerentry",))
+    mine, theirs = _accounts(agent), _accounts(other)
+    k = key()
+    paid = []
+    for payer, (source, receiver), amount in ((agent, mine, "5.00"), (other, theirs, "5.00")):
+        auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
+        response = _approved_call(client_for(payer), "send_payment", {
+            "operationId": k, "sourceId": source.pk, "receiverId": receiver.pk,
+            "amount": amount, "authorizationId": auth.pk})
+        assert response.status_code == 200, response.json()
+        paid.append(response.json())
+    first, second = (p["output"] for p in paid)
+    assert second["paymentId"] != first["paymentId"]
+    assert second["receiverId"] == theirs[1].pk and paid[1]["operation"]["recovered"] is False
+    entry = LedgerEntry.objects.get(pk=second["paymentId"])
+    assert entry.source_id == theirs[0].pk
+    assert Account.objects.get(pk=theirs[1].pk).balance == Decimal("5.00")
+
+
+def test_a_failed_payment_is_never_recovered_as_another_users(
+        agent: Any, user_factory: Any, client_for: Any, monkeypatch: Any) -> None:
+    """The handler dies at its effect boundary: recover finds no payment of *this* user's."""
+    from project.demo import effects
+
+    other = user_factory("agent-2", perms=("demo.add_ledgerentry",))
+    mine, theirs = _accounts(agent), _accounts(other)
+    k = key()
+    auth = PaymentAuthorization.objects.create(source=mine[0], source_version=mine[0].version)
+    ok = _approved_call(client_for(agent), "send_payment", {
+        "operationId": k, "sourceId": mine[0].pk, "receiverId": mine[1].pk,
+        "amount": "5.00", "authorizationId": auth.pk})
+    assert ok.status_code == 200
+
+    def down(reference: str) -> None:
+        raise ConnectionError("payment backend unreachable")
+
+    monkeypatch.setattr(effects, "before_effect", down)
+    auth = PaymentAuthorization.objects.create(source=theirs[0], source_version=1)
+    failed = _approved_call(client_for(other), "send_payment", {
+        "operationId": k, "sourceId": theirs[0].pk, "receiverId": theirs[1].pk,
+        "amount": "5.00", "authorizationId": auth.pk})
+    assert failed.status_code == 500, failed.json()
+    assert failed.json()["error"]["code"] == "internal_error"
+    assert "output" not in failed.json() and "paymentId" not in failed.content.decode()
+    operation = Operation.objects.get(tool="send_payment", key=k, user=other)
+    assert operation.state == "released" and not operation.recovered
+    assert LedgerEntry.objects.filter(source=theirs[0]).count() == 0
+
+
+def test_a_failed_note_is_never_recovered_as_another_users(
+        agent: Any, user_factory: Any, client_for: Any, monkeypatch: Any) -> None:
+    from project.demo import effects
+
+    other = user_factory("agent-2")
+    mine = Order.objects.create(number="N-1", customer=agent, total=1)
+    theirs = Order.objects.create(number="N-2", customer=other, total=1)
+    k = key()
+    ok = post(client_for(agent), "add_order_note",
+              {"operationId": k, "orderId": mine.pk, "text": "leave at the door"})
+    assert ok.status_code == 200
+
+    def down(reference: str) -> None:
+        raise ConnectionError("notes backend unreachable")
+
+    monkeypatch.setattr(effects, "before_effect", down)
+    failed = post(client_for(other), "add_order_note",
+                  {"operationId": k, "orderId": theirs.pk, "text": "ring twice"})
+    assert failed.status_code == 500, failed.json()
+    assert "output" not in failed.json() and "noteId" not in failed.content.decode()
+    assert not theirs.notes.exists()

@@ -23,4 +23,4 @@ class AccountAdmin(admin.ModelAdmin):
 
 @admin.register(LedgerEntry)
 class LedgerEntryAdmin(admin.ModelAdmin):
-    list_display = ["reference", "source", "receiver", "amount", "created_at"]
+    list_display = ["reference", "scope", "source", "receiver", "amount", "created_at"]

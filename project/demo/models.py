@@ -22,13 +22,23 @@ class Order(models.Model):
 
 
 class OrderNote(models.Model):
-    """A note on an order. ``reference`` is not unique on purpose: a double execution
-    would show up as two rows instead of being hidden by a constraint."""
+    """A note on an order, keyed by the operation that wrote it: ``scope`` + ``reference``.
+
+    Not unique on purpose: a double execution would show up as two rows instead of
+    being hidden by a constraint.
+    """
 
     order = models.ForeignKey(Order, on_delete=models.CASCADE, related_name="notes")
-    reference = models.CharField(max_length=255, db_index=True)
+    scope = models.CharField(
+        max_length=200, default="",
+        help_text="The principal scope of the operation that wrote it (its key is unique there).",
+    )
+    reference = models.CharField(max_length=255, help_text="The operation's key (operationId).")
     text = models.TextField()
     created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        indexes = [models.Index(fields=["scope", "reference"], name="demo_note_operation")]
 
     def __str__(self) -> str:
         return self.reference
@@ -65,9 +75,17 @@ class PaymentAuthorization(models.Model):
 
 
 class LedgerEntry(models.Model):
-    """One transfer. ``reference`` is the payment's operationId: recover reads it."""
+    """One transfer, keyed by its operation: ``scope`` + ``reference``. recover reads it.
 
-    reference = models.CharField(max_length=255, unique=True)
+    The operationId alone is the agent's choice, and two users may choose the same one:
+    it names a payment only within its principal's scope.
+    """
+
+    scope = models.CharField(
+        max_length=200, default="",
+        help_text="The principal scope of the payment's operation (its key is unique there).",
+    )
+    reference = models.CharField(max_length=255, help_text="The operation's key (operationId).")
     source = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+")
     receiver = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="+")
     amount = models.DecimalField(max_digits=12, decimal_places=2)
@@ -75,6 +93,9 @@ class LedgerEntry(models.Model):
 
     class Meta:
         verbose_name_plural = "ledger entries"
+        constraints = [
+            models.UniqueConstraint(fields=["scope", "reference"], name="demo_ledger_operation"),
+        ]
 
     def __str__(self) -> str:
         return self.reference

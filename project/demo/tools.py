@@ -127,9 +127,13 @@ def cancel_order(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     return {"orderId": order.pk, "status": order.status}
 
 
-def recover_note(*, input: dict[str, Any], operation: Any, **_: Any) -> dict[str, Any]:
-    """A note with our reference is proof; none, with the write fenced, proves no note."""
-    note = OrderNote.objects.filter(reference=input["operationId"]).first()
+def recover_note(*, operation: Any, scope: str, **_: Any) -> dict[str, Any]:
+    """A note of this operation is proof; none, with the write fenced, proves no note.
+
+    The operationId is the agent's choice, and another user may have chosen it too:
+    only a note written in this principal's scope is this operation's.
+    """
+    note = OrderNote.objects.filter(scope=scope, reference=operation.key).first()
     if note is not None:
         return {"recovered": True, "output": {"noteId": note.pk, "orderId": note.order_id}}
     operation.remove()
@@ -164,7 +168,8 @@ def add_order_note(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     with transaction.atomic():
         ctx.operation.write({"phase": "noted"})  # fenced: a stale owner rolls back
         note = OrderNote.objects.create(
-            order_id=input["orderId"], reference=input["operationId"], text=input["text"]
+            order_id=input["orderId"], scope=ctx.operation.scope, reference=ctx.operation.key,
+            text=input["text"],
         )
     effects.after_effect(input["operationId"])
     return {"noteId": note.pk, "orderId": note.order_id}
@@ -263,24 +268,28 @@ def _payment_output(entry: LedgerEntry) -> dict[str, Any]:
     return {"paymentId": entry.pk, "amount": str(entry.amount), "receiverId": entry.receiver_id}
 
 
-def recover_payment(*, input: dict[str, Any], operation: Any, **_: Any) -> dict[str, Any]:
-    """The ledger is the authority: a row with our reference means the payment happened.
+def recover_payment(*, operation: Any, scope: str, **_: Any) -> dict[str, Any]:
+    """The ledger is the authority: this operation's row means the payment happened.
 
+    A row is this operation's by principal scope *and* key: the operationId is the
+    agent's choice, and another user's payment may carry the same one.
     The transfer commits together with a journal write, which is a compare-and-set on
     the operation's fence: once recovery has taken the operation over, a stalled
     owner can never commit the transfer. So no ledger row proves no payment, and
     recovery clears the journal, which lets the guard release the key.
     """
-    entry = LedgerEntry.objects.filter(reference=input["operationId"]).first()
+    entry = LedgerEntry.objects.filter(scope=scope, reference=operation.key).first()
     if entry is not None:
         return {"recovered": True, "output": _payment_output(entry)}
     operation.remove()
     return {"recovered": False}
 
 
-def verify_payment(*, input: dict[str, Any], output: dict[str, Any], **_: Any) -> bool:
-    return LedgerEntry.objects.filter(
-        reference=input["operationId"], amount=Decimal(input["amount"])
+def verify_payment(*, input: dict[str, Any], output: Any, scope: str, **_: Any) -> bool:
+    """The payment answered is this principal's, for this operation, of this amount."""
+    payment = output.get("paymentId") if isinstance(output, dict) else None
+    return isinstance(payment, int) and LedgerEntry.objects.filter(
+        pk=payment, scope=scope, reference=input["operationId"], amount=Decimal(input["amount"])
     ).exists()
 
 
@@ -351,7 +360,8 @@ def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
         # transfer rolls back, so a stalled owner can never pay twice.
         ctx.operation.write({"phase": "transferred", "reference": input["operationId"]})
         entry = LedgerEntry.objects.create(
-            reference=input["operationId"], source=source, receiver=receiver, amount=amount
+            scope=ctx.operation.scope, reference=ctx.operation.key,
+            source=source, receiver=receiver, amount=amount,
         )
         Account.objects.filter(pk=source.pk).update(
             balance=F("balance") - amount, version=F("version") + 1
