@@ -224,7 +224,8 @@ def _decide(
                                "reason": reason}
     if approved:  # an approval lasts its own time, from now
         changes["expires_at"] = db_now_plus(gt_settings.CONFIRMATION_APPROVAL_TTL_SECONDS)
-    with transaction.atomic(using=router.db_for_write(Confirmation)):
+    using = router.db_for_write(Confirmation)
+    with transaction.atomic(using=using):
         # Compare-and-set: two people deciding at once produce exactly one decision.
         updated = Confirmation.objects.filter(
             pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()
@@ -240,8 +241,8 @@ def _decide(
         )
         # The flag as committed now (this row is locked by the update above): a task that
         # began to wait since the page was read is run too (see hold_for_task).
-        confirmation.task = Confirmation.objects.filter(pk=confirmation.pk).values_list(
-            "task", flat=True).get()
+        confirmation.task = Confirmation.objects.using(using).filter(
+            pk=confirmation.pk).values_list("task", flat=True).get()
         if approved and runs_when_approved(confirmation):
             from guarded_tools.tasks import enqueue_execute_approved
 
