@@ -38,6 +38,10 @@ LockState = Literal["locked", "busy", "exists"]
 #: "gt" and 1, so that the locks are recognisable in ``pg_locks`` (``classid``).
 LOCK_CLASS = 0x6774_0001
 COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUTCOME_UNKNOWN)
+#: Measuring only (``bench/run.py --ablation``, set by the bench app): the speed-ups below
+#: Django's public API turned off by name, "multi" (several statements per execute) and
+#: "begin" (BEGIN sent with the transaction's first statements).
+_ABLATE: set[str] = set()
 
 
 #: Encoders are stateless between calls: one of each serves every call (and thread).
@@ -706,7 +710,8 @@ class _Statements:
             # where each statement takes its own snapshot: READ COMMITTED. Above it the
             # transaction's snapshot is its first statement's, taken before the try, so
             # a duplicate could find the lock free and the key's row not yet visible.
-            self.multi = is_psycopg3 and options.get("server_side_binding") is not True
+            self.multi = (is_psycopg3 and options.get("server_side_binding") is not True
+                          and "multi" not in _ABLATE)
             if self.multi:
                 from psycopg.pq import TransactionStatus
 
@@ -800,7 +805,7 @@ class _Statements:
         server is in a transaction) and then sets autocommit back as usual. The
         statement stays visible to Django's query logging and execute wrappers.
         """
-        if not self.multi or not _outermost(connection):
+        if not self.multi or "begin" in _ABLATE or not _outermost(connection):
             return None
         raw = connection.connection
         if (raw.autocommit or raw.info.transaction_status != self._idle
