@@ -1,6 +1,7 @@
 """Provides the bench app's config."""
 
 from django.apps import AppConfig
+from django.conf import settings
 
 
 class BenchConfig(AppConfig):
@@ -8,3 +9,12 @@ class BenchConfig(AppConfig):
     label = "bench"
     verbose_name = "Benchmarks"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        """Turn off the speed-ups an ablation server measures without (``BENCH_ABLATE``)."""
+        ablate = set(getattr(settings, "BENCH_ABLATE", ()))
+        if ablate:
+            from guarded_tools import permissions, store
+
+            store._ABLATE.update(ablate)
+            permissions._ABLATE.update(ablate)

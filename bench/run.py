@@ -65,6 +65,48 @@ RATIOS = [("B/A", "B", "A"), ("C/A", "C", "A"), ("D/A", "D", "A"), ("E/A", "E", 
           ("E-mem/A", "E-mem", "A"), ("R-guarded/R-plain", "R-guarded", "R-plain")]
 TARGETS = {"B/A": 0.70, "C/A": 1.20, "D/A": 0.60, "R-guarded/R-plain": 0.95}
 
+#: ``--ablation``: B, C and D again on servers with some of the store's speed-ups off
+#: (``BENCH_ABLATE``, see bench/settings.py), each beside A and the shipped B, C, D in the
+#: same rounds. name, the configuration it repeats, the switches, the A it is divided by.
+#: "ssb" is psycopg's server-side binding with its automatic preparation, which changes
+#: A's statements too, so A is measured there as well. C-public runs the same code as C
+#: (a cached replay sends no statement): its gain is the run's noise.
+ABLATION: list[tuple[str, str, str, str]] = [
+    ("B-nomulti", "B", "multi", "A"),
+    ("D-nomulti", "D", "multi", "A"),
+    ("D-noperm", "D", "perm", "A"),
+    ("B-public", "B", "perm,multi", "A"),
+    ("C-public", "C", "perm,multi", "A"),
+    ("D-public", "D", "perm,multi", "A"),
+    ("A-ssb", "A", "perm,multi,ssb", "A"),
+    ("B-public-ssb", "B", "perm,multi,ssb", "A-ssb"),
+    ("D-public-ssb", "D", "perm,multi,ssb", "A-ssb"),
+]
+#: What each configuration's server turns off (the shipped server: nothing).
+SWITCHES: dict[str, str] = {}
+#: Switches that change anything on SQLite (the others are PostgreSQL's only).
+SQLITE_SWITCHES = {"perm"}
+
+
+def use_ablation() -> None:
+    """Replace the configurations with A, B, C, D and the ablation's variants."""
+    base = {c[0]: c for c in CONFIGS}
+    CONFIGS[:] = [base[n] for n in ("A", "B", "C", "D")]
+    RATIOS[:] = [r for r in RATIOS if r[0] in ("B/A", "C/A", "D/A")]
+    for name, of, switches, divisor in ABLATION:
+        _, what, path, mode = base[of]
+        CONFIGS.append((name, f"{what}; off: {switches}", path, mode))
+        SWITCHES[name] = switches
+        RATIOS.append((f"{name}/{divisor}", name, divisor))
+
+
+def configs_for(db: str) -> list[tuple[str, str, str, str]]:
+    """The configurations measured on ``db``; on SQLite, only variants that differ there."""
+    if db == "postgresql":
+        return list(CONFIGS)
+    return [c for c in CONFIGS if c[0] not in SWITCHES
+            or set(SWITCHES[c[0]].split(",")) <= SQLITE_SWITCHES]
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -188,32 +230,42 @@ def run_wrk(base: str, path: str, mode: str, prefix: str, token: str, seconds: f
 # -- one database ------------------------------------------------------------------------
 def bench_http(db: str, env: dict[str, str], token: str, args: argparse.Namespace,
                procs: Procs, stub_url: str) -> dict[str, Any]:
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
+    configs = configs_for(db)
     gunicorn = shutil.which("gunicorn", path=str(Path(PYTHON).parent)) or "gunicorn"
-    server = procs.start(
-        [gunicorn, "bench.wsgi:application", "--workers", "2", "--worker-class", "sync",
-         "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "60"],
-        {**env, "BENCH_STUB_URL": stub_url}, RESULTS / f"gunicorn-{db}.log",
-    )
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in CONFIGS}
+    bases: dict[str, str] = {}  # one server per set of switches; "" is the shipped code
+    servers = []
+    for switches in dict.fromkeys(SWITCHES.get(c[0], "") for c in configs):
+        port = free_port()
+        bases[switches] = f"http://127.0.0.1:{port}"
+        servers.append(procs.start(
+            [gunicorn, "bench.wsgi:application", "--workers", "2", "--worker-class", "sync",
+             "--bind", f"127.0.0.1:{port}", "--log-level", "warning", "--timeout", "60"],
+            {**env, "BENCH_STUB_URL": stub_url, "BENCH_ABLATE": switches},
+            RESULTS / f"gunicorn-{db}{'-' + switches if switches else ''}.log",
+        ))
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name, *_ in configs}
     # Whose CPU each request costs: the app server's, the database server's (PostgreSQL
     # when it runs here; SQLite works inside the app's processes), the whole machine's.
-    meter = CpuMeter({"app": server.pid, "db": database_server_pid(env["DATABASE_URL"])
-                      if db == "postgresql" else None})
+    db_pid = database_server_pid(env["DATABASE_URL"]) if db == "postgresql" else None
+    meters = {switches: CpuMeter({"app": proc.pid, "db": db_pid})
+              for switches, proc in zip(bases, servers, strict=True)}
     try:
-        wait_http(base + "/ping/")
+        for url in bases.values():
+            wait_http(url + "/ping/")
         replay_key = f"replay-{db}-{uuid.uuid4().hex[:8]}"
-        log(f"[{db}] warm-up: {len(CONFIGS)} configurations, {args.warmup} s each")
-        for name, _, path, mode in CONFIGS:  # the replay key is created here
+        log(f"[{db}] warm-up: {len(configs)} configurations, {args.warmup} s each")
+        for name, _, path, mode in configs:  # the replay key is created here
             key = replay_key if mode == "replay" else f"w-{db}-{name}-{uuid.uuid4().hex[:6]}"
+            base = bases[SWITCHES.get(name, "")]
             run_wrk(base, path, mode, key, token, args.warmup, args.threads, args.connections)
         for round_no in range(args.rounds):
-            shift = round_no % len(CONFIGS)
-            order = CONFIGS[shift:] + CONFIGS[:shift]  # rotate: no configuration always first
+            shift = round_no % len(configs)
+            order = configs[shift:] + configs[:shift]  # rotate: no configuration always first
             for name, _, path, mode in order:
                 key = replay_key if mode == "replay" else (
                     f"{db}-{name}-{round_no}-{uuid.uuid4().hex[:6]}")
+                base = bases[SWITCHES.get(name, "")]
+                meter = meters[SWITCHES.get(name, "")]
                 before = meter.snapshot()
                 result = run_wrk(base, path, mode, key, token, args.duration, args.threads,
                                  args.connections)
@@ -227,9 +279,10 @@ def bench_http(db: str, env: dict[str, str], token: str, args: argparse.Namespac
                     + "".join(f"  {k} {v:.0f} µs" for k, v in result["cpu_us"].items())
                     + (f"  NON-2XX {result['non_2xx']}" if result["non_2xx"] else ""))
     finally:
-        procs.stop(server)
+        for proc in servers:
+            procs.stop(proc)
     summary: dict[str, Any] = {}
-    for name, what, path, mode in CONFIGS:
+    for name, what, path, mode in configs:
         rs = runs[name]
         summary[name] = {
             "what": what, "path": path, "mode": mode, "runs": rs,
@@ -243,6 +296,8 @@ def bench_http(db: str, env: dict[str, str], token: str, args: argparse.Namespac
         }
     ratios = {}
     for label, num, den in RATIOS:
+        if num not in runs or den not in runs:
+            continue
         ratios[label] = round(summary[num]["rps"] / summary[den]["rps"], 3)
         # Per round too: the spread of a ratio says more than the spread of its parts.
         per_round = [n["rps"] / d["rps"] for n, d in zip(runs[num], runs[den], strict=True)]
@@ -303,6 +358,8 @@ def table(results: dict[str, Any]) -> str:
                 for name, parts in cpu.items()))
         lines.append("  ratios (same run):")
         for label, *_ in RATIOS:
+            if label not in http["ratios"]:
+                continue
             value = http["ratios"][label]
             target = TARGETS.get(label)
             mark = ""
@@ -339,6 +396,9 @@ def table(results: dict[str, Any]) -> str:
                 parts = [f"{k} {v['statements']} ({len(v['data'])}+{len(v['transaction_control'])})"
                          f" {v.get('round_trips', '?')} RT" for k, v in stm[tool].items()]
                 lines.append(f"  {tool}: " + ", ".join(parts))
+    if SWITCHES:
+        lines.append("\nablation: what each speed-up buys (ratio with it / without it - 1)")
+        lines.extend("  " + line for line in ablation_markdown(results))
     micro = results.get("micro")
     if micro:
         lines.append("\nin process (µs per call): "
@@ -349,10 +409,47 @@ def table(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def ablation_markdown(results: dict[str, Any]) -> list[str]:
+    """The ablation as a Markdown table: each variant's ratio beside the shipped one's.
+
+    The gain is what the switches buy: the shipped configuration's ratio over the
+    variant's, less one (the variant is the code without them). Beside it, the same
+    from the CPU each request costs the app server and PostgreSQL (medians): on a
+    machine that others load, requests per second move with their load too, the CPU a
+    request costs its own processes much less.
+    """
+    out = ["| database | variant | off | ratio | shipped | gain (per round) |"
+           " app+db µs/request: variant, shipped | gain by CPU |",
+           "|---|---|---|---:|---:|---|---:|---:|"]
+    for db, data in results["databases"].items():
+        http = data.get("http")
+        if not http:
+            continue
+        ratios, configs = http["ratios"], http["configs"]
+        cost = {name: sum(c.get("cpu_us", {}).get(p, 0.0) for p in ("app", "db"))
+                for name, c in configs.items()}
+        for name, of, switches, divisor in ABLATION:
+            label, shipped = f"{name}/{divisor}", f"{of}/A"
+            if label not in ratios or shipped not in ratios:
+                continue
+            rounds = ", ".join(f"{a / b - 1:+.0%}" for a, b in zip(
+                ratios[shipped + " (per round)"], ratios[label + " (per round)"], strict=True))
+            by_cpu = ""
+            if cost[name] and cost[of]:  # the variant's cost over the shipped one's, per A
+                by_cpu = f"{cost[name] / cost[divisor] / (cost[of] / cost['A']) - 1:+.1%}"
+            out.append(f"| {db} | {name} | {switches} | {ratios[label]:.3f} |"
+                       f" {ratios[shipped]:.3f} | **{ratios[shipped] / ratios[label] - 1:+.1%}**"
+                       f" ({rounds}) | {cost[name]:.0f}, {cost[of]:.0f} | {by_cpu} |")
+    return out
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The figures as Markdown tables, for docs/performance.md."""
     out: list[str] = []
     dbs = [db for db, d in results["databases"].items() if d.get("http")]
+    if results["meta"].get("ablation"):
+        use_ablation()
+        return "\n".join(ablation_markdown(results))
     if dbs:
         out.append("| config | what | " + " | ".join(
             f"{db} req/s | p50 ms | p99 ms" for db in dbs) + " |")
@@ -463,6 +560,9 @@ def main() -> int:
                         "recovery,admin")
     parser.add_argument("--configs", default="",
                         help="comma-separated subset of the HTTP configurations (default all)")
+    parser.add_argument("--ablation", action="store_true",
+                        help="only A, B, C, D and their variants with the store's speed-ups off"
+                        " (no chart, no in-process, statement, recovery or admin figures)")
     parser.add_argument("--recovery-ops", type=int, default=10_000)
     parser.add_argument("--recovery-rounds", type=int, default=3)
     parser.add_argument("--admin-rows", type=int, default=1_000_000)
@@ -482,6 +582,10 @@ def main() -> int:
         args.recovery_ops, args.recovery_rounds = 2_000, 1
         args.admin_rows = min(args.admin_rows, 100_000)
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
+    if args.ablation:
+        use_ablation()
+        skip |= {"micro", "statements", "recovery", "admin"}
+        args.no_chart = True
     if args.configs:
         wanted = {c.strip() for c in args.configs.split(",") if c.strip()}
         CONFIGS[:] = [c for c in CONFIGS if c[0] in wanted]
@@ -509,6 +613,7 @@ def main() -> int:
     results: dict[str, Any] = {
         "meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:],
                  "rounds": args.rounds, "duration_s": args.duration,
+                 "ablation": args.ablation,
                  "wrk_options": {"threads": args.threads, "connections": args.connections},
                  "load_average_start": load_average(), **versions(base_env)},
         "databases": {},

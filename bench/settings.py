@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from project.settings import *  # noqa: F403
-from project.settings import INSTALLED_APPS, LOGGING
+from project.settings import DATABASES, INSTALLED_APPS, LOGGING
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench", "idempotency_key"]
 ROOT_URLCONF = "bench.urls"
@@ -41,3 +41,14 @@ IDEMPOTENCY_KEY = {
 BENCH_STUB_URL = os.environ.get("BENCH_STUB_URL", "http://127.0.0.1:8765/")
 
 LOGGING = {**LOGGING, "loggers": {"guarded_tools": {"handlers": ["console"], "level": "ERROR"}}}
+
+#: The ablation (``bench/run.py --ablation``): each server of a variant runs with some of
+#: the store's speed-ups off, named in ``BENCH_ABLATE``: "perm" (the one-query permission
+#: check), "multi" (several statements per execute), and "ssb" (psycopg's server-side
+#: binding, with its automatic preparation of statements). ``bench.apps`` hands the
+#: first two to the modules that read them. (The run in docs/performance.md also had
+#: "begin" and "prepare", removed from the store after it.)
+BENCH_ABLATE = frozenset(filter(None, os.environ.get("BENCH_ABLATE", "").split(",")))
+if "ssb" in BENCH_ABLATE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
+    DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
+                                       "server_side_binding": True}

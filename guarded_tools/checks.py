@@ -9,7 +9,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from guarded_tools.conf import DEFAULTS, gt_settings
+from guarded_tools.conf import DEFAULTS, REMOVED, gt_settings
 
 POSITIVE_INTS = (
     "MAX_BODY_BYTES",
@@ -51,7 +51,15 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="guarded_tools.E001",
             )
         ]
-    for name in sorted(set(user) - set(DEFAULTS)):
+    for name in sorted(set(user) & set(REMOVED)):
+        messages.append(
+            checks.Warning(
+                f"GUARDED_TOOLS[{name!r}] is ignored: {REMOVED[name]}.",
+                hint=f"Remove {name!r} from GUARDED_TOOLS.",
+                id="guarded_tools.W006",
+            )
+        )
+    for name in sorted(set(user) - set(DEFAULTS) - set(REMOVED)):
         messages.append(
             checks.Error(
                 f"GUARDED_TOOLS has an unknown setting {name!r}.",

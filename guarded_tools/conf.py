@@ -25,7 +25,6 @@ DEFAULTS: dict[str, Any] = {
     "REPLAY_CACHE_SIZE": 1024,
     "REPLAY_CACHE_SECONDS": 300,
     "REPLAY_CACHE_MAX_BYTES": 64 * 1024,
-    "PREPARED_STATEMENTS": True,
     # Confirmation queue
     "CONFIRMATION_TTL_SECONDS": 24 * 3600,
     "CONFIRMATION_APPROVAL_TTL_SECONDS": 3600,
@@ -52,6 +51,14 @@ DEFAULTS: dict[str, Any] = {
 }
 
 IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS", "OAUTH_DEFAULT_SCOPES"}
+
+#: Settings that do nothing any more, each with why: accepted so that a site that still
+#: names one starts (check ``E001`` refuses unknown names), and warned of (``W006``).
+REMOVED: dict[str, str] = {
+    "PREPARED_STATEMENTS": "the store no longer prepares statements itself (measured in"
+    " docs/performance.md, 'Ablation'); psycopg's own preparation applies with"
+    " OPTIONS={'server_side_binding': True} and its 'prepare_threshold'",
+}
 
 
 class GuardedToolsSettings:

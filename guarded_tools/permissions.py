@@ -40,6 +40,8 @@ _SENTINEL = -918_273_645  # stands for the user's key in the compiled query
 
 _compiled: dict[tuple[str, tuple[str, ...]], tuple[str, list[Any]]] = {}
 _lock = threading.Lock()
+#: Measuring only (``bench/run.py --ablation``): "perm" leaves every check to ``user.has_perms``.
+_ABLATE: set[str] = set()
 
 
 def has_perms(user: Any, perms: tuple[str, ...]) -> bool:
@@ -101,7 +103,7 @@ def granted(rows: Any, perms: tuple[str, ...]) -> bool:
 def _checked_in_one_query(user: Any) -> bool:
     """Only Django's ModelBackend decides, on a user with Django's permission relations."""
     backends = settings.AUTHENTICATION_BACKENDS
-    if len(backends) != 1 or backends[0] != MODEL_BACKEND:
+    if "perm" in _ABLATE or len(backends) != 1 or backends[0] != MODEL_BACKEND:
         return False
     from django.contrib.auth.models import PermissionsMixin
 

@@ -9,28 +9,21 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import os
-import re
 import uuid
-import weakref
-from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Literal, NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DatabaseError, IntegrityError, connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
-from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import IdempotencyKeyReused, LeaseLost
 from guarded_tools.models import JournalEntry, Operation, OperationState
-
-logger = logging.getLogger("guarded_tools.store")
 
 ClaimKind = Literal["fresh", "in_flight", "completed", "abandoned"]
 LockState = Literal["locked", "busy", "exists"]
@@ -38,6 +31,9 @@ LockState = Literal["locked", "busy", "exists"]
 #: "gt" and 1, so that the locks are recognisable in ``pg_locks`` (``classid``).
 LOCK_CLASS = 0x6774_0001
 COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUTCOME_UNKNOWN)
+#: Measuring only (``bench/run.py --ablation``, set by the bench app): "multi" sends the
+#: atomic path's statements one by one, as with psycopg 2 or server-side binding.
+_ABLATE: set[str] = set()
 
 
 #: Encoders are stateless between calls: one of each serves every call (and thread).
@@ -246,8 +242,8 @@ class OperationStore:
             return self._load(tool, scope, key)
         sql, params = statements.claim(values, lease_seconds, connection)
         with connection.cursor() as cursor:
-            found = statements.send(cursor, [(sql, params)], rows=True, prepare=(sql,))
-        row = found[0][0] if found[0] else None
+            cursor.execute(sql, params)
+            row = cursor.fetchone()
         if row is None:  # the key exists: read it (None if it vanished meanwhile)
             return self._load(tool, scope, key)
         values.update(zip(statements.claim_returning,
@@ -278,14 +274,9 @@ class OperationStore:
             )
             return None if found is None else (found, found.db_now)  # type: ignore[attr-defined]
         with connection.cursor() as cursor:
-            rows = statements.send(
-                cursor, [(statements.select, [*statements.now_params, tool, scope, key])],
-                rows=True, prepare=(statements.select,),
-            )[0]
-        if not rows:
-            return None
-        row = rows[0]
-        return statements.loaded(row, using, connection)
+            cursor.execute(statements.select, [*statements.now_params, tool, scope, key])
+            row = cursor.fetchone()
+        return None if row is None else statements.loaded(row, using, connection)
 
     def _reclaim(
         self, operation: Operation, fp: str, input: Any, user: Any, lease_seconds: int
@@ -332,10 +323,10 @@ class OperationStore:
         database clock), whoever holds the lock: a row decides by itself.
         PostgreSQL: a try of a transaction-scoped advisory lock on a hash of the key,
         then a read of the key in a second statement, whose snapshot is taken after
-        the try (both sent at once where the driver allows it): a call that
-        committed the key's row and released the lock before the try is seen by the
-        read. SQLite: the transaction is IMMEDIATE and already holds the database's
-        write lock, so only the read.
+        the try (both in one round trip where the driver allows it, ``send``): a call
+        that committed the key's row and released the lock before the try is seen by
+        the read. SQLite: the transaction is IMMEDIATE and already holds the
+        database's write lock, so only the read.
         ``also`` is a read sent first in the same round trip (the call's permission
         query); its rows come back in ``Locked.also``.
         """
@@ -349,17 +340,10 @@ class OperationStore:
             lock = (statements.lock_sql, [LOCK_CLASS, _key_hash(tool, scope, key)])
         read: tuple[str, list[Any]] = (statements.select,
                                        [*statements.now_params, tool, scope, key])
-        begin = statements.begin(connection)
-        parts = [part for part in (begin, also, lock, read) if part is not None]
+        parts = [part for part in (also, lock, read) if part is not None]
         with connection.cursor() as cursor:
-            results = statements.send(
-                cursor, parts, rows=True, prepare=[sql for sql, _ in parts if sql != "BEGIN"],
-                along=statements.later, salt=statements.family,
-            )
-        # The operation's INSERT runs prepared only where this round trip found the
-        # session holding the statements prepared with it (``send``).
-        statements.family_open = statements.executed
-        also_rows = results[1 if begin else 0] if also is not None else []
+            results = statements.send(cursor, parts, rows=True)
+        also_rows = results[0] if also is not None else []
         # SQLite: the IMMEDIATE transaction already holds the write lock.
         held = bool(results[-2][0][0]) if lock is not None else True
         if results[-1]:
@@ -400,11 +384,8 @@ class OperationStore:
         # (or any savepoint) Django ends the block itself.
         if statements.multi and _outermost(connection):
             parts.append(("COMMIT", []))
-        prepare = statements.later if statements.family_open else ()
-        statements.family_open = False
         with connection.cursor() as cursor:
-            statements.send(cursor, parts, prepare=prepare, salt=statements.family,
-                            vouched=True)
+            statements.send(cursor, parts)
         claim.operation.state = OperationState.SUCCEEDED
         claim.operation.owner = ""
 
@@ -468,7 +449,7 @@ class OperationStore:
             )
         sql, params = statements.complete(claim, output, recovered, connection)
         with connection.cursor() as cursor:
-            statements.send(cursor, [(sql, params)], prepare=(sql,))
+            cursor.execute(sql, params)
             return cursor.rowcount == 1
 
     def write_journal(self, claim: Claim, data: Any) -> bool:
@@ -688,13 +669,6 @@ class _Statements:
         options = connection.settings_dict.get("OPTIONS") or {}
         self.lock_sql = ""
         self.multi = False  # several statements (and COMMIT) in one execute
-        self._idle: Any = None  # psycopg 3's idle transaction status, where multi
-        # Server-side prepared statements (``send``): what is known of the session.
-        self.preparing = False
-        self._named: dict[tuple[str, str], tuple[str, str]] = {}
-        self.executed = False  # the last ``send`` ran prepared statements
-        self.family = ""
-        self.family_open = False  # this transaction's session holds the family's statements
         if connection.vendor == "postgresql":
             from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
@@ -702,26 +676,15 @@ class _Statements:
             # call more to plan than it saved the rare replay that misses this process's
             # cache (a replay that finds the lock taken still reads its row).
             self.lock_sql = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+            # psycopg 3 with client-side binding (Django's default) sends statements
+            # joined by semicolons as one query; server-side binding and psycopg 2's
+            # Django backend take one statement per execute.
+            self.multi = (is_psycopg3 and options.get("server_side_binding") is not True
+                          and "multi" not in _ABLATE)
             # The read after the lock sees a call that committed before the try only
             # where each statement takes its own snapshot: READ COMMITTED. Above it the
             # transaction's snapshot is its first statement's, taken before the try, so
             # a duplicate could find the lock free and the key's row not yet visible.
-            self.multi = is_psycopg3 and options.get("server_side_binding") is not True
-            if self.multi:
-                from psycopg.pq import TransactionStatus
-
-                self._idle = TransactionStatus.IDLE
-                # Signs of a transaction-pooling PgBouncer, which Django's and psycopg's
-                # docs tell users to give, and of a pool that resets its connections'
-                # sessions (``DISCARD ALL`` in its ``reset``), which this process cannot
-                # see: no server-side prepared statements there. A pooler without the
-                # signs is found before anything is prepared (``send``'s probe).
-                pool = options.get("pool")
-                self.preparing = not (
-                    connection.settings_dict.get("DISABLE_SERVER_SIDE_CURSORS")
-                    or ("prepare_threshold" in options and options["prepare_threshold"] is None)
-                    or (isinstance(pool, dict) and pool.get("reset") is not None)
-                )
             self.locking = reads_committed(options)
         else:  # SQLite: only where every transaction takes the write lock when it begins
             mode = str(options.get("transaction_mode") or "").upper()
@@ -734,16 +697,11 @@ class _Statements:
             f"INSERT INTO {table} ({', '.join(c[f.name] for f in self.fields)})"  # noqa: S608
             f" VALUES ({completed_values})"
         )
-        # The atomic path's statements are prepared together and named after all of
-        # them (``family``): a session that has one has the others (see ``send``).
         self._journal_insert = (
             f"INSERT INTO {qn(jopts.db_table)} ({j['operation']}, {j['kind']}, {j['data']},"  # noqa: S608
             f" {j['fence']}, {j['removed']}, {j['created_at']}) VALUES "
         )
         self._journal_row = f"(%s, %s, %s, %s, %s, {now_sql})"
-        self.journal_one = self._journal_insert + self._journal_row
-        self.later = (self.completed_sql, self.journal_one)
-        self.family = "\n".join((self.select, *self.later))
 
     def _plan(
         self, now_sql: str, *, clock: set[str], nulls: set[str], lease: set[str] | None = None
@@ -786,61 +744,12 @@ class _Statements:
                 params.append(values[name])
         return params
 
-    def begin(self, connection: Any) -> tuple[str, list[Any]] | None:
-        """BEGIN, to send with a transaction's first statements, or None to let psycopg.
-
-        psycopg (``autocommit=False``, as Django sets it in ``atomic()``) sends BEGIN
-        alone, a round trip of its own, before the first statement of a transaction.
-        Where the statements go in one round trip (``multi``), this is the outermost
-        block, nothing has run in it yet and the transaction has psycopg's defaults,
-        the driver is switched to autocommit (public API, no round trip) and BEGIN
-        goes first in the caller's round trip: the server is in the same
-        transaction, Django still knows it is in one, and its commit or rollback at
-        the end of the block ends it (psycopg commits or rolls back whenever the
-        server is in a transaction) and then sets autocommit back as usual. The
-        statement stays visible to Django's query logging and execute wrappers.
-        """
-        if not self.multi or not _outermost(connection):
-            return None
-        raw = connection.connection
-        if (raw.autocommit or raw.info.transaction_status != self._idle
-                or raw.isolation_level is not None or raw.read_only is not None
-                or raw.deferrable is not None):
-            return None
-        raw.autocommit = True
-        return ("BEGIN", [])
-
-    #: At most this many statements are prepared on one session.
-    PREPARED_MAX = 32
-
     def send(
-        self, cursor: Any, parts: list[tuple[str, list[Any]]], *, rows: bool = False,
-        prepare: Collection[str] = (), along: Collection[str] = (), salt: str = "",
-        vouched: bool = False,
+        self, cursor: Any, parts: list[tuple[str, list[Any]]], *, rows: bool = False
     ) -> list[list[Any]]:
-        """Execute ``parts`` in order, in one round trip where the driver allows several
-        statements in one execute (``multi``), else one each; with ``rows``, each
-        part's rows (none for a statement that returns none, such as BEGIN).
-
-        Server-side prepared statements: the parts whose SQL is in ``prepare`` go as
-        ``EXECUTE`` of a statement PostgreSQL planned once for the session, preceded
-        in the same round trip by its ``PREPARE`` the first time; ``along`` is SQL
-        to prepare with them (a transaction's later statements, which ``salt``, part
-        of every name, ties to these: a session that has one has all). Names are
-        hashes of the SQL, so a statement of that name is always this one.
-        What each driver connection holds is kept with it (``_SESSIONS``), so a
-        pooled connection keeps its statements. Statements are prepared only where
-        nothing has run before this round trip (autocommit, or BEGIN is its first
-        statement), so that when the session is not what was expected (SQLSTATE
-        26000 or 42P05: a pooler such as PgBouncer in transaction mode switched
-        sessions under the connection) the parts are sent again, plain; the process
-        then prepares nothing on that database. Later in a transaction, statements
-        are executed prepared only where the caller ``vouched`` that this
-        transaction's session holds them (``family_open``): a session switched under
-        a transaction would otherwise fail it. A round trip that fails otherwise
-        while preparing leaves that connection plain (which of its PREPAREs ran is
-        unknown); one that only executed leaves it as it was.
-        """
+        """Execute ``parts`` in order: in one round trip where the driver allows several
+        statements in one execute (``multi``), else one by one; with ``rows``, each
+        part's rows (every part then returns some)."""
         results: list[list[Any]] = []
         if not self.multi:
             for sql, params in parts:
@@ -848,107 +757,17 @@ class _Statements:
                 if rows:
                     results.append(cursor.fetchall())
             return results
-        raw = cursor.db.connection
-        self.executed = False
-        nothing_ran = raw.autocommit and raw.info.transaction_status == self._idle
-        prepared = None
-        ready = None
-        probe = False
-        if (prepare or along) and (nothing_ran or vouched) and self._preparable(cursor.db):
-            if cursor.db.alias not in _DIRECT:
-                probe = True  # the first time: is this the server's own session?
-            else:
-                ready = _SESSIONS.get(raw, set())
-                if ready is not None:
-                    prepared = self._prepared_parts(parts, prepare, along, salt, nothing_ran,
-                                                    ready)
-        sent, picks, new = prepared or (parts, range(len(parts)), [])
-        if probe:
-            sent = [(_PROBE, []), *sent]
-            picks = [i + 1 for i in picks]
-        try:
-            cursor.execute("; ".join(sql for sql, _ in sent),
-                           [param for _, params in sent for param in params])
-            if rows:  # (asking the cursor for its description would build its columns)
-                for i, (sql, _params) in enumerate(sent):
-                    if i:
-                        cursor.nextset()
-                    results.append([] if sql.startswith(_NO_ROWS) else cursor.fetchall())
-            else:  # the cursor's rowcount is the last statement's
-                if probe:
-                    results.append(cursor.fetchall())
-                while cursor.nextset():
-                    pass
-        except DatabaseError as exc:
-            if prepared is None:
-                raise
-            if getattr(exc.__cause__, "sqlstate", None) not in ("26000", "42P05"):
-                if new:
-                    _SESSIONS[raw] = None
-                raise
-            if cursor.db.alias not in _SWITCHED:
-                _SWITCHED.add(cursor.db.alias)
-                logger.warning(
-                    "The database session's prepared statements were not as expected (a "
-                    "pooler such as PgBouncer in transaction mode?): this process stops "
-                    "preparing statements on database %r. Set DISABLE_SERVER_SIDE_CURSORS "
-                    "or GUARDED_TOOLS['PREPARED_STATEMENTS'] = False to never prepare them.",
-                    cursor.db.alias,
-                )
-            if not nothing_ran:
-                raise
-            if raw.info.transaction_status != self._idle:
-                cursor.execute("ROLLBACK")  # the transaction this round trip began
-            return self.send(cursor, parts, rows=rows)
-        if probe:
-            _probed(cursor.db.alias, raw, results[0][0][0])
-        if new:
-            assert ready is not None  # new statements are prepared only on a known session
-            _SESSIONS[raw] = ready | set(new)
-        self.executed = prepared is not None
-        return [results[i] for i in picks] if rows else []
-
-    def _preparable(self, connection: Any) -> bool:
-        return (self.preparing and gt_settings.PREPARED_STATEMENTS
-                and connection.alias not in _SWITCHED)
-
-    def _prepared_parts(
-        self, parts: list[tuple[str, list[Any]]], prepare: Collection[str],
-        along: Collection[str], salt: str, may_prepare: bool, ready: set[tuple[str, str]],
-    ) -> tuple[list[tuple[str, list[Any]]], list[int], list[tuple[str, str]]] | None:
-        """``parts`` as sent prepared, where each part's rows are, and what is new.
-
-        None (send them plain) where a statement would have to be prepared and may
-        not be, or where the session already holds ``PREPARED_MAX`` of them. The
-        PREPAREs go in order, ``along`` first and the last part of ``prepare`` last:
-        PREPARE is not transactional, so a round trip cut short leaves a session
-        with only the first ones, and a session that can execute the last (the
-        atomic path's read, which the transaction's later INSERTs are vouched on)
-        holds all of them.
-        """
-        wanted = [(sql, salt) for sql in (*along, *prepare)]
-        for key in wanted:
-            if key not in self._named:
-                if len(self._named) >= self.PREPARED_MAX:
-                    return None
-                self._named[key] = _prepare_and_execute(*key)
-        new = [key for key in wanted if key not in ready]
-        if new and not may_prepare:
-            return None
-        sent: list[tuple[str, list[Any]]] = []
-        picks: list[int] = []
-        preparing = list(new)  # their PREPAREs go just before the first EXECUTE
-        for sql, params in parts:
-            if sql in prepare:
-                sent.extend((self._named[key][0], []) for key in preparing)
-                preparing = []
-                part = (self._named[sql, salt][1], params)
-            else:
-                part = (sql, params)
-            picks.append(len(sent))
-            sent.append(part)
-        sent.extend((self._named[key][0], []) for key in preparing)
-        return sent, picks, new
+        cursor.execute("; ".join(sql for sql, _ in parts),
+                       [param for _, params in parts for param in params])
+        if rows:  # (asking the cursor for its description would build its columns)
+            for i in range(len(parts)):
+                if i:
+                    cursor.nextset()
+                results.append(cursor.fetchall())
+        else:
+            while cursor.nextset():
+                pass
+        return results
 
     def operation(self, values: dict[str, Any], user: Any, using: str | None = None
                   ) -> Operation:
@@ -1062,8 +881,6 @@ class _Statements:
             params += [pk, JournalEntry.Kind.ENTRY.value,
                        self._data.get_db_prep_save(data, connection), claim.fence, removed,
                        *self.now_params]
-        if len(rows) == 1:  # the usual case, prepared with the atomic path's statements
-            return self.journal_one, params
         return self._journal_insert + ", ".join(rows), params
 
     def journal_live(self, operation: Operation, connection: Any) -> tuple[str, list[Any]]:
@@ -1086,61 +903,6 @@ class _Statements:
 
     def touch(self, claim: Claim, connection: Any) -> tuple[str, list[Any]]:
         return self.touch_sql, [*self.now_params, *self._owned_params(claim, connection)]
-
-
-#: The statements ``send`` sends that return no rows.
-_NO_ROWS = ("BEGIN", "COMMIT", "ROLLBACK", "PREPARE ")
-
-#: What each driver connection's session holds: the (SQL, salt) prepared on it, or None
-#: where that is unknown (a round trip failed while preparing): nothing more is prepared.
-_SESSIONS: weakref.WeakKeyDictionary[Any, set[tuple[str, str]] | None] = (
-    weakref.WeakKeyDictionary()
-)
-#: Database aliases whose sessions were seen switched under a connection (a pooler).
-_SWITCHED: set[str] = set()
-#: Database aliases whose connections were seen to be the server's own sessions.
-_DIRECT: set[str] = set()
-#: The server process behind the session, which a pooler's connection does not report.
-_PROBE = "SELECT pg_backend_pid()"
-
-
-def _probed(alias: str, raw: Any, backend_pid: int) -> None:
-    """Decide, once per process and database, whether statements may be prepared there.
-
-    libpq reports the process id the server sent when the connection opened; a
-    pooler in between (PgBouncer) sends one of its own, which is no server process.
-    Then the session may change under the connection between transactions, and
-    nothing is prepared there: found up front, no statement fails and no server logs
-    an error for it. Where they agree the connection is the server's own session.
-    """
-    if backend_pid == raw.info.backend_pid:
-        _DIRECT.add(alias)
-        return
-    if alias not in _SWITCHED:
-        _SWITCHED.add(alias)
-        logger.info(
-            "Connections to database %r do not reach the server's own sessions (a pooler"
-            " such as PgBouncer?): statements are not prepared there. Set"
-            " DISABLE_SERVER_SIDE_CURSORS, as Django's docs say for transaction pooling.",
-            alias,
-        )
-
-
-def _prepare_and_execute(sql: str, salt: str) -> tuple[str, str]:
-    """``PREPARE name AS sql`` (``$n`` for each ``%s``) and ``EXECUTE name(%s, …)``."""
-    name = "gt_" + hashlib.sha256(f"{salt}\0{sql}".encode()).hexdigest()[:24]
-    count = 0
-
-    def number(match: re.Match[str]) -> str:
-        nonlocal count
-        if match.group() == "%%":
-            return "%%"  # still a literal percent sign for the client-side formatting
-        count += 1
-        return f"${count}"
-
-    body = re.sub("%[s%]", number, sql)
-    arguments = f"({', '.join(['%s'] * count)})" if count else ""
-    return f"PREPARE {name} AS {body}", f"EXECUTE {name}{arguments}"
 
 
 def reads_committed(options: dict[str, Any]) -> bool:
@@ -1180,7 +942,7 @@ def _converters(connection: Any, expression: Any) -> list[tuple[Any, Any]]:
 
 def _outermost(connection: Any) -> bool:
     """Whether the block open on ``connection`` is its outermost ``atomic()``: the one
-    whose transaction the store may begin (``_Statements.begin``) and commit."""
+    whose transaction the store may commit with its last statements."""
     return len(connection.atomic_blocks) == 1 and not connection.savepoint_ids
 
 

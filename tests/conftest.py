@@ -202,23 +202,6 @@ def on_the_wire(run: Callable[[], Any]) -> list[str]:
                 for line in trace if "\tF\t" in line and "\tQuery\t" in line]
 
 
-@pytest.fixture
-def sessions_probed(make_tool: Any, client_for: Any, user_factory: Any) -> None:
-    """The process has already asked PostgreSQL whether its connections are the server's
-    own sessions (once per process, before it first prepares), then reconnected: the
-    test starts on a new session, as if that first call had been another test's."""
-    from django.db import connection
-
-    definition = make_tool()
-    response = client_for(user_factory()).post(f"/agent/tools/{definition.name}/",
-                                     {"operationId": key()}, format="json")
-    assert response.status_code == 200, response.content
-    from guarded_tools.models import Operation
-
-    Operation.objects.filter(tool=definition.name).delete()  # the test counts its own
-    connection.close()
-
-
 def one_transaction(settings: Any, on: bool) -> None:
     """Turn ``ATOMIC_SINGLE_TRANSACTION`` on or off for one test."""
     settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),

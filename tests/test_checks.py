@@ -28,6 +28,15 @@ def test_unknown_and_invalid_settings(settings: Any) -> None:
     assert ids(check_settings()) == ["guarded_tools.E002"]
 
 
+def test_a_removed_setting_is_accepted_and_warned_of(settings: Any) -> None:
+    """PREPARED_STATEMENTS no longer does anything: a site naming it still starts (no E001),
+    and a warning says it is ignored, and why."""
+    settings.GUARDED_TOOLS = {"PREPARED_STATEMENTS": False}
+    messages = check_settings()
+    assert ids(messages) == ["guarded_tools.W006"]
+    assert "PREPARED_STATEMENTS" in messages[0].msg and "ignored" in messages[0].msg
+
+
 def test_atomic_requests_and_sqlite_mode(monkeypatch: Any) -> None:
     from types import SimpleNamespace
 

@@ -53,9 +53,8 @@ def effect(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
 
 class Counted:
     def __init__(self, queries: list[dict[str, Any]]) -> None:
-        # What reached the server (test_a_fresh_call_is_three_round_trips_on_the_wire
-        # checks the wire itself), and its statements: those sent together count one
-        # each, an EXECUTE as the statement it runs, a PREPARE as none.
+        # What reached the server (test_a_fresh_call_is_four_round_trips_on_the_wire
+        # checks the wire itself), and its statements: those sent together count one each.
         self.round_trips = round_trips(queries)
         self.sql = statements(self.round_trips, server_prepared(connection))
         self.control = [s for s in self.sql if s.split(None, 1)[0].upper() in CONTROL]
@@ -99,11 +98,7 @@ def in_one_transaction(definition: Any) -> bool:
 
 
 @pytest.fixture
-def client(client_for: Any, alice: Any, request: pytest.FixtureRequest) -> Any:
-    from django.db import connection
-
-    if connection.vendor == "postgresql":  # counts as every call after the process's first
-        request.getfixturevalue("sessions_probed")
+def client(client_for: Any, alice: Any) -> Any:
     return client_for(alice)
 
 
@@ -128,21 +123,25 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
         reads = 2 if connection.vendor == "postgresql" else 1  # the lock, then the read
         assert len(counted.data) == reads + 2, counted
         if connection.vendor == "postgresql":
-            # BEGIN, the lock and the read in one round trip; the effect; the INSERT and
-            # the COMMIT in one round trip.
-            assert len(counted.round_trips) == 3, counted
-            assert counted.round_trips[0].startswith("BEGIN; "), counted
+            # psycopg's BEGIN; the lock and the read in one round trip; the effect; the
+            # INSERT and the COMMIT in one round trip.
+            assert len(counted.round_trips) == 4, counted
+            assert counted.round_trips[0] == "BEGIN", counted
             assert counted.round_trips[-1].endswith("; COMMIT"), counted
 
 
-def test_a_fresh_call_is_three_round_trips_on_the_wire(make_tool: Any, client: Any,
-                                                       settings: Any) -> None:
+def psycopg3_postgresql() -> None:
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's round trips")
     from django.db.backends.postgresql.psycopg_any import is_psycopg3
 
     if not is_psycopg3:
         pytest.skip("psycopg 3's round trips")
+
+
+def test_a_fresh_call_is_four_round_trips_on_the_wire(make_tool: Any, client: Any,
+                                                      settings: Any) -> None:
+    psycopg3_postgresql()
     one_transaction(settings, True)
     definition = make_tool(effect, input_schema=SCHEMA, atomic=True)
 
@@ -151,13 +150,50 @@ def test_a_fresh_call_is_three_round_trips_on_the_wire(make_tool: Any, client: A
                            format="json").status_code == 200
 
     sent = on_the_wire(run)
-    # BEGIN goes with the lock and the read; the COMMIT with the operation's INSERT.
-    assert len(sent) == 3, sent
-    assert sent[0].startswith("BEGIN; ") and "pg_try_advisory_xact_lock" in sent[0], sent
-    assert "auth_group" in sent[1] and sent[2].endswith("; COMMIT"), sent
+    # psycopg's own BEGIN; the lock with the read; the effect; the INSERT with the COMMIT.
+    assert len(sent) == 4, sent
+    assert sent[0] == "BEGIN", sent
+    assert sent[1].startswith("SELECT pg_try_advisory_xact_lock"), sent
+    assert "auth_group" in sent[2] and sent[3].endswith("; COMMIT"), sent
     # The transaction ended; the driver is back to Django's autocommit.
     assert connection.connection.info.transaction_status.name == "IDLE"
     assert connection.connection.autocommit and connection.get_autocommit()
+
+
+def test_an_atomic_handler_runs_in_the_transaction_psycopg_began(make_tool: Any, client: Any,
+                                                                 settings: Any) -> None:
+    """The store leaves the driver's autocommit to Django: inside the handler psycopg is in
+    a transaction it began itself, as in any ``atomic()`` block (so, for one, a
+    ``.iterator()`` there opens its cursor without ``WITH HOLD``)."""
+    psycopg3_postgresql()
+    one_transaction(settings, True)
+    seen: dict[str, Any] = {}
+
+    def looks(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        seen["autocommit"] = connection.connection.autocommit
+        seen["status"] = connection.connection.info.transaction_status.name
+        return effect(input, ctx)
+
+    definition = make_tool(looks, input_schema=SCHEMA, atomic=True)
+    response = client.post(f"/agent/tools/{definition.name}/", body(), format="json")
+    assert response.status_code == 200, response.content
+    assert seen == {"autocommit": False, "status": "INTRANS"}
+
+
+@pytest.mark.parametrize("atomic", [True, False], ids=["atomic", "claimed"])
+def test_the_store_prepares_nothing_in_the_session(atomic: bool, make_tool: Any, client: Any,
+                                                   settings: Any) -> None:
+    """No statement of the store's outlives its call in the session: nothing for a
+    pooler that switches sessions (PgBouncer in transaction mode) or resets them
+    (``DISCARD ALL``) to break."""
+    psycopg3_postgresql()
+    one_transaction(settings, True)
+    definition = make_tool(effect, input_schema=SCHEMA, atomic=atomic)
+    for _ in range(7):  # past PostgreSQL's five custom plans, were anything prepared
+        response = client.post(f"/agent/tools/{definition.name}/", body(), format="json")
+        assert response.status_code == 200, response.content
+    assert server_prepared(connection) == {}
+    assert Group.objects.count() == 7
 
 
 def test_a_failing_handler_rolls_back_the_transaction_begun_with_the_lock(
@@ -238,7 +274,7 @@ def test_a_journal_write_is_one_statement_on_postgresql(path: str, make_tool: An
         # Kept in memory, inserted with the operation: no statement of its own.
         assert len(counted.data) == (5 if connection.vendor == "postgresql" else 4), counted
         assert len(counted.round_trips) == (
-            len(counted.sql) - 4 if connection.vendor == "postgresql" else len(counted.sql))
+            len(counted.sql) - 3 if connection.vendor == "postgresql" else len(counted.sql))
     elif connection.vendor == "postgresql":
         assert counted.control == ["BEGIN", "COMMIT"], counted
         assert len(counted.data) == 4, counted
