@@ -327,6 +327,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def _decide_many(self, request: HttpRequest, queryset: QuerySet[Any], approved: bool,
                      reason: str) -> None:
         done, refused = 0, []
+        selected = queryset.count()  # before deciding: afterwards the queryset is another
         for confirmation in queryset.filter(status=ConfirmationStatus.PENDING):
             try:
                 if approved:
@@ -340,7 +341,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         self.message_user(request, ngettext("%(n)d confirmation %(verb)s.",
                                             "%(n)d confirmations %(verb)s.", done)
                           % {"n": done, "verb": verb}, messages.SUCCESS if done else messages.INFO)
-        skipped = queryset.count() - done
+        skipped = selected - done
         if skipped:
             detail = f" ({refused[0]})" if refused else ""
             self.message_user(request, ngettext(
