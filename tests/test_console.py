@@ -48,8 +48,17 @@ def test_bulk_approve_counts_what_it_approved_and_skipped(
     first, *others = Confirmation.objects.order_by("created_at")
     Confirmation.objects.filter(pk=first.pk).update(status="declined")
     client = staff_client(user_factory, *APPROVER)
-    page = client.post(CONF_LIST, {"action": "approve_selected",
+    # From the list of waiting requests: what it approves leaves that list.
+    page = client.post(f"{CONF_LIST}?waiting=yes", {"action": "approve_selected",
                                    ACTION_CHECKBOX_NAME: [c.pk for c in (first, *others)]},
                        follow=True).content.decode()
     assert "2 confirmations approved." in page
-    assert "1 skipped" in page and "-1 skipped" not in page
+    assert "skipped" not in page  # the declined one is not in the waiting list at all
+    third = ask(client_for, requester, refund, amount="4.00")
+    assert third.status_code == 202
+    fourth = Confirmation.objects.order_by("-created_at").first()
+    assert fourth is not None
+    page = client.post(CONF_LIST + "?status__exact=pending", {
+        "action": "approve_selected", ACTION_CHECKBOX_NAME: [fourth.pk]},
+        follow=True).content.decode()
+    assert "1 confirmation approved." in page and "skipped" not in page
