@@ -25,7 +25,7 @@ from guarded_tools.exceptions import ConfirmationError, ConfirmationExpired, Con
 from guarded_tools.handlers import timestamp
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
 from guarded_tools.repair import normalize
-from guarded_tools.store import db_now_plus, user_row
+from guarded_tools.store import db_now_plus, fingerprint, user_row
 
 if TYPE_CHECKING:
     from guarded_tools.pipeline import Invocation
@@ -38,8 +38,18 @@ class DecisionRefused(Exception):
     """A person may not make this decision (permission, four-eyes, or too late)."""
 
 
+def approved_fingerprint(definition: Tool, inv: Invocation) -> str:
+    """What an approval is bound to: the whole input, or only the fields a tool marks as
+    its intent (``intent=``), so a repair of the others keeps the approval."""
+    if definition.intent is None:
+        return inv.fingerprint
+    return fingerprint({name: inv.input[name] for name in definition.intent
+                        if name in inv.input})
+
+
 def _call(definition: Tool, inv: Invocation) -> Q:
-    return Q(tool=definition.name, scope=inv.scope, key=inv.key or "", fingerprint=inv.fingerprint)
+    return Q(tool=definition.name, scope=inv.scope, key=inv.key or "",
+             fingerprint=approved_fingerprint(definition, inv))
 
 
 def describe(confirmation: Confirmation) -> dict[str, Any]:
@@ -50,17 +60,21 @@ def describe(confirmation: Confirmation) -> dict[str, Any]:
     }
 
 
-def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
+def require_approval(definition: Tool, inv: Invocation,
+                     operation_id: Any = None) -> Confirmation:
     """Consume an approval for exactly this call, or raise what the agent must do.
 
     Pending → ``ConfirmationRequired`` (202; waits up to ``inv.wait`` seconds for a
     decision first); declined → ``confirmation_declined``; expired (undecided, or
     approved and not used in time) → ``confirmation_expired``; approved and unexpired
-    → consumed atomically and returned.
+    → consumed atomically and returned. ``operation_id`` is the operation a fresh claim
+    took (``effect-only``): an approval an earlier attempt of that same operation
+    consumed, and which has not expired, is used again, because an attempt is fresh only
+    when the earlier one was released without its effect (a repaired retry).
     """
     deadline = time.monotonic() + max(inv.wait, 0)
     while True:
-        confirmation = _consume_or_request(definition, inv)
+        confirmation = _consume_or_request(definition, inv, operation_id)
         if confirmation.status == ConfirmationStatus.CONSUMED:
             return confirmation
         if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
@@ -71,12 +85,20 @@ def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
 _USED = (ConfirmationStatus.APPROVED, ConfirmationStatus.CONSUMED)
 
 
-def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
+def _consume_or_request(definition: Tool, inv: Invocation,
+                        operation_id: Any = None) -> Confirmation:
     call = _call(definition, inv)
     # From the primary: a replica behind it could miss the approval, or the request.
     confirmations = Confirmation.objects.using(router.db_for_write(Confirmation))
     confirmations.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
     latest = confirmations.filter(call).order_by("-created_at").first()
+    if (
+        latest is not None and operation_id is not None
+        and latest.status == ConfirmationStatus.CONSUMED
+        and latest.operation_id == operation_id
+        and confirmations.filter(pk=latest.pk, expires_at__gt=Now()).exists()
+    ):
+        return latest  # consumed by an earlier attempt of this operation, released since
     if latest is not None and latest.status == ConfirmationStatus.APPROVED:
         # Compare-and-set, on the database's clock: used once, and only while it lasts.
         consumed = confirmations.filter(
@@ -108,7 +130,7 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
                 tool=definition.name,
                 scope=inv.scope,
                 key=inv.key or "",
-                fingerprint=inv.fingerprint,
+                fingerprint=approved_fingerprint(definition, inv),
                 input=dict(inv.input),
                 requested_by=user_row(inv.user),
                 expires_at=db_now_plus(ttl),

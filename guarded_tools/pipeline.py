@@ -1,7 +1,7 @@
 """Provides the guard pipeline: every stage of a tool call, top to bottom, in one class.
 
-    validate ─► context ─► authorize ─► confirm (always) ─► claim
-      ─► confirm (effect-only, fresh claims) ─► execute ─► [raised] recover
+    validate ─► context ─► authorize ─► precheck + confirm (always) ─► claim
+      ─► precheck + confirm (effect-only, fresh claims) ─► execute ─► [raised] recover
       ─► output budget ─► verify ─► complete
 
 Each stage is a method a subclass may override (``PIPELINE_CLASS`` setting).
@@ -277,6 +277,7 @@ class Pipeline:
         if (self.tool.idempotent or self.tool.confirm_mode) and not inv.fingerprint:
             inv.fingerprint = fingerprint(inv.input)
         if self.tool.confirm_mode == "always":
+            self.check_preconditions(inv)
             self.confirm(inv, obs)
         if not self.tool.idempotent:
             return self.execute_unclaimed(inv, obs)
@@ -424,13 +425,24 @@ class Pipeline:
             and permissions_database() == router.db_for_write(Operation)
         )
 
+    def check_preconditions(self, inv: Invocation) -> None:
+        """The tool's business preconditions, before anyone is asked to confirm the call.
+
+        ``precheck(input=, context=, user=)`` raises the tool's ``ToolError`` (with its
+        repair) for a call that cannot succeed, so no person approves it first. It runs
+        for fresh calls only: a replay never reaches it.
+        """
+        if self.tool.precheck is not None:
+            self.tool.precheck(input=inv.input, context=inv.context, user=inv.user)
+
     def confirm(self, inv: Invocation, obs: _Observer, claim: Claim | None = None) -> None:
         obs.emit("confirmation_requested")
         if self.tool.queued_confirmation:
             from guarded_tools.confirmations import require_approval
 
             try:
-                confirmation = require_approval(self.tool, inv)
+                confirmation = require_approval(
+                    self.tool, inv, claim.operation.pk if claim is not None else None)
             except ConfirmationError:
                 obs.emit("declined")
                 raise
@@ -585,6 +597,8 @@ class Pipeline:
 
     # -- execution -----------------------------------------------------------------------
     def execute_unclaimed(self, inv: Invocation, obs: _Observer) -> GuardResult:
+        if self.tool.confirm_mode != "always":
+            self.check_preconditions(inv)
         ctx = self.make_context(inv, None)
         output = self.call_handler(inv, ctx)
         obs.emit("executed")
@@ -593,9 +607,11 @@ class Pipeline:
         return result
 
     def execute_fresh(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
-        if self.tool.confirm_mode == "effect-only":
+        if self.tool.confirm_mode != "always":
             try:
-                self.confirm(inv, obs, claim)
+                self.check_preconditions(inv)
+                if self.tool.confirm_mode == "effect-only":
+                    self.confirm(inv, obs, claim)
             except BaseException:
                 self.store.release(claim)  # nothing ran: the key is fresh again
                 raise
@@ -662,6 +678,7 @@ class Pipeline:
                 if operation.state == OperationState.RELEASED:
                     return None, None
                 return None, self.store.classify(operation, db_now, inv.fingerprint)
+            self.check_preconditions(inv)  # a refusal rolls back with the lock: nothing left
             claim = self.store.pending(
                 tool=self.tool.name, scope=inv.scope, key=inv.key or "",
                 fp=inv.fingerprint, input=inv.input, user=inv.user,

@@ -53,6 +53,19 @@ class Tool:
     lease_seconds: int | None = None
     allow_anonymous: bool = False
     confirmation_ttl: int | None = None
+    #: Business preconditions, checked before a person is asked to confirm (and before
+    #: the handler of a tool without confirmation): ``precheck(input=, context=, user=)``
+    #: raises the tool's ``ToolError`` with a repair when the call cannot succeed.
+    precheck: Callable[..., Any] | None = None
+    #: How a request reads to people: ``present(input=, user=)`` returns a mapping with
+    #: an optional ``"summary"`` and ``"fields"`` ({name: text or (text, admin url)}).
+    present: Callable[..., Any] | None = None
+    #: A one-line summary: a ``str.format`` template over the input fields, or
+    #: ``summary(input=, user=)``; ``present``'s summary wins when it gives one.
+    summary: str | Callable[..., str] | None = None
+    #: The input fields that define what a person approves: an approval survives a
+    #: repaired retry of its operation that changes only other fields.
+    intent: tuple[str, ...] | None = None
     validator: Draft202012Validator = field(init=False, repr=False)
     schema_names: frozenset[str] = field(init=False, repr=False)
 
@@ -60,6 +73,8 @@ class Tool:
         if not self.name or len(self.name) > 128:
             raise ValueError("A tool name is 1 to 128 characters.")
         object.__setattr__(self, "permissions", tuple(self.permissions))
+        if self.intent is not None:
+            object.__setattr__(self, "intent", tuple(self.intent))
         schema = dict(self.input_schema)
         object.__setattr__(self, "validator", compile_schema(schema, name=self.name))
         object.__setattr__(self, "schema_names", schema_names(schema))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -62,3 +63,66 @@ def test_bulk_approve_counts_what_it_approved_and_skipped(
         "action": "approve_selected", ACTION_CHECKBOX_NAME: [fourth.pk]},
         follow=True).content.decode()
     assert "1 confirmation approved." in page and "skipped" not in page
+
+
+# -- nobody approves a call that cannot succeed; an approval survives its repair -------------
+@pytest.fixture
+def payer(user_factory: Any) -> Any:
+    return user_factory("payer", perms=("demo.add_ledgerentry",))
+
+
+@pytest.fixture
+def accounts(payer: Any, user_factory: Any) -> tuple[Any, Any]:
+    from project.demo.models import Account
+
+    return (Account.objects.create(owner=payer, name="Checking", balance=Decimal("1000")),
+            Account.objects.create(owner=user_factory("rita"), name="Savings"))
+
+
+def payment(source: Any, receiver_id: int, amount: str = "12.50") -> dict[str, Any]:
+    from project.demo.models import PaymentAuthorization
+
+    auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
+    return {"operationId": key(), "sourceId": source.pk, "receiverId": receiver_id,
+            "amount": amount, "authorizationId": auth.pk}
+
+
+def pay(client_for: Any, payer: Any, body: dict[str, Any]) -> Any:
+    return client_for(payer).post("/agent/tools/send_payment/", body, format="json")
+
+
+@pytest.mark.parametrize(("receiver", "amount", "code"), [
+    ("missing", "12.50", "receiver_not_found"), ("savings", "1000.01", "insufficient_funds")])
+def test_a_payment_that_cannot_succeed_is_refused_before_anyone_approves_it(
+        client_for: Any, payer: Any, accounts: tuple[Any, Any], receiver: str, amount: str,
+        code: str) -> None:
+    source, savings = accounts
+    body = payment(source, savings.pk + 1000 if receiver == "missing" else savings.pk, amount)
+    response = pay(client_for, payer, body)
+    assert response.status_code in (409, 422)
+    assert response.json()["error"]["code"] == code
+    assert not Confirmation.objects.exists()  # nobody was asked
+    # The key is fresh again: the repaired call asks for approval, as any payment does.
+    repaired = pay(client_for, payer, {**body, "receiverId": savings.pk, "amount": "12.50"})
+    assert repaired.status_code == 202
+
+
+def test_an_approval_survives_a_repaired_retry_of_its_intent(
+        client_for: Any, payer: Any, accounts: tuple[Any, Any], user_factory: Any) -> None:
+    from guarded_tools.confirmations import approve
+    from project.demo.models import Account, LedgerEntry, PaymentAuthorization
+
+    source, savings = accounts
+    body = payment(source, savings.pk)
+    assert pay(client_for, payer, body).status_code == 202
+    approve(Confirmation.objects.get(), user_factory("boss", is_superuser=True))
+    Account.objects.filter(pk=source.pk).update(version=source.version + 1)  # stale now
+    stale = pay(client_for, payer, body)
+    assert stale.json()["error"]["code"] == "payment_source_stale"
+    fresh = PaymentAuthorization.objects.create(source=source, source_version=source.version + 1)
+    done = pay(client_for, payer, {**body, "authorizationId": fresh.pk})
+    assert done.status_code == 200, done.json()
+    assert Confirmation.objects.count() == 1 and LedgerEntry.objects.count() == 1
+    # A retry that changes what was approved (the amount) is a new request to a person.
+    other = pay(client_for, payer, {**payment(source, savings.pk), "amount": "13.00"})
+    assert other.status_code == 202 and Confirmation.objects.count() == 2
