@@ -23,7 +23,13 @@ from guarded_tools import signals
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import ConfirmationError, ConfirmationExpired, ConfirmationRequired
 from guarded_tools.handlers import timestamp
-from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
+from guarded_tools.models import (
+    AuditEntry,
+    Confirmation,
+    ConfirmationStatus,
+    record_in_admin_history,
+)
+from guarded_tools.presentation import summarize
 from guarded_tools.repair import normalize
 from guarded_tools.store import db_now_plus, fingerprint, user_row
 
@@ -212,13 +218,19 @@ def _decide(
         ).update(**changes)
         if not updated:
             raise DecisionRefused("This confirmation is no longer pending.")
+        confirmation.refresh_from_db(using=router.db_for_write(Confirmation))  # as decided
         AuditEntry.objects.create(
             actor=user,
             action=AuditEntry.Action.APPROVE if approved else AuditEntry.Action.DECLINE,
             confirmation_id=confirmation.pk,
+            operation_id=confirmation.operation_id,
             note=reason,
-            data={"tool": confirmation.tool, "key": confirmation.key},
+            status=status,
+            data={"tool": confirmation.tool, "key": confirmation.key,
+                  "summary": summarize(confirmation, confirmation.input)},
         )
+        verb = "Approved" if approved else "Declined"
+        record_in_admin_history(user, confirmation, f"{verb}: {reason}" if reason else verb)
         if approved and runs_on_approval(confirmation.tool):
             from guarded_tools.tasks import execute_approved
 

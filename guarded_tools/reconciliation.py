@@ -21,7 +21,13 @@ from django.utils import timezone
 from guarded_tools.catalog import is_code
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import MalformedRequest
-from guarded_tools.models import AuditEntry, JournalEntry, Operation, OperationState
+from guarded_tools.models import (
+    AuditEntry,
+    JournalEntry,
+    Operation,
+    OperationState,
+    record_in_admin_history,
+)
 from guarded_tools.registry import registry
 from guarded_tools.store import JSON_ENCODER, storable_json
 from guarded_tools.validation import compile_schema, parse_json
@@ -58,6 +64,9 @@ def _decide(
         raise ReconcileRefused("A note is required: say how you established the outcome.")
     using = router.db_for_write(Operation)
     with transaction.atomic(using=using):
+        # What the decision replaces (the stored output and error), kept in its audit row.
+        before = Operation.objects.using(using).unknown().filter(
+            pk=operation.pk, fence=fence).values("output", "error").first()
         updated = Operation.objects.using(using).unknown().filter(
             pk=operation.pk, fence=fence
         ).update(owner="", lease_expires_at=None, updated_at=Now(), **changes)
@@ -73,9 +82,13 @@ def _decide(
             action=action,
             operation_id=operation.pk,
             note=note,
-            data={"fence": fence,
+            status=changes["state"],
+            data={"fence": fence, "before": before,
                   **{k: v for k, v in changes.items() if k in ("output", "error")}},
         )
+        record_in_admin_history(
+            user, operation, f"{AuditEntry.Action(action).label.capitalize()}"
+            f" (attempt {fence}): {note}")
     operation.refresh_from_db(using=using)
     return operation
 

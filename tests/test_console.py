@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
+from django.utils.html import escape
 
 from guarded_tools.models import Confirmation
 from tests.conftest import key
@@ -126,3 +127,107 @@ def test_an_approval_survives_a_repaired_retry_of_its_intent(
     # A retry that changes what was approved (the amount) is a new request to a person.
     other = pay(client_for, payer, {**payment(source, savings.pk), "amount": "13.00"})
     assert other.status_code == 202 and Confirmation.objects.count() == 2
+
+
+# -- the operations list at scale ------------------------------------------------------------
+@pytest.mark.postgres
+def test_an_index_serves_the_operations_lists_unknown_first_order(user_factory: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = staff_client(user_factory, "guarded_tools.view_operation")
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(OPS_LIST).status_code == 200
+    page = next(q["sql"] for q in queries.captured_queries if "ORDER BY CASE" in q["sql"])
+    with connection.cursor() as cursor:
+        # Whatever an empty table's statistics suggest: can the order come from an index?
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {page} LIMIT 100")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "gt_operation_unknown_first" in plan and "Sort" not in plan, plan
+
+
+# -- one audit trail, which is also the admin's history -------------------------------------
+@pytest.fixture
+def unknown(make_tool: Any, requester: Any, client_for: Any) -> Any:
+    """An operation whose handler may have had its effect, and recover cannot tell."""
+    from guarded_tools.models import Operation
+
+    def handler(input: Any, ctx: Any) -> Any:
+        ctx.operation.write({"phase": "transferred"})
+        raise ConnectionError("upstream reset")
+
+    definition = make_tool(handler, recover=lambda **_: {"outcome": "unknown"},
+                           output_schema={"type": "object", "properties": {
+                               "paid": {"type": "boolean"}}})
+    answer = ask(client_for, requester, definition)
+    assert answer.json()["error"]["code"] == "outcome_unknown"
+    return Operation.objects.get(tool=definition.name)
+
+
+def reconcile(client: Client, operation: Any, action: str, **fields: str) -> Any:
+    return client.post(OPS_LIST, {"action": action, ACTION_CHECKBOX_NAME: [operation.pk],
+                                  f"fence-{operation.pk}": operation.fence, **fields},
+                       follow=True)
+
+
+def history(client: Client, url: str) -> str:
+    return str(client.get(f"{url}history/").content.decode())
+
+
+def test_approvals_and_declines_are_the_admins_history_with_the_status_then(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any) -> None:
+    from guarded_tools.models import AuditEntry
+
+    ask(client_for, requester, refund, amount="1.00")
+    ask(client_for, requester, refund, amount="2.00")
+    first, second = Confirmation.objects.order_by("created_at")
+    client = staff_client(user_factory, *APPROVER)
+    client.post(f"{CONF_LIST}{first.pk}/decide/", {"decision": "approve", "reason": "ok"})
+    client.post(f"{CONF_LIST}{second.pk}/decide/", {"decision": "decline",
+                                                   "reason": "not today"})
+    assert "Approved: ok" in history(client, f"{CONF_LIST}{first.pk}/")
+    assert "Declined: not today" in history(client, f"{CONF_LIST}{second.pk}/")
+    second.refresh_from_db()
+    recent = client.get("/admin/").content.decode()  # Recent actions names it, as declined
+    assert escape(str(second)) in recent and "(declined)" in str(second)
+    Confirmation.objects.filter(pk=first.pk).update(status="consumed")  # used since
+    audit = {a.confirmation_id: a.status for a in AuditEntry.objects.all()}
+    assert audit == {first.pk: "approved", second.pk: "declined"}
+
+
+@pytest.mark.parametrize(("action", "fields", "state"), [
+    ("mark_succeeded", {"output": '{"paid": true}'}, "succeeded"),
+    ("mark_not_executed", {}, "released"),
+    ("mark_failed", {"code": "payment_bounced", "message": "Bounced."}, "failed")])
+def test_each_reconciliation_is_the_admins_history_and_keeps_what_it_replaced(
+        user_factory: Any, unknown: Any, action: str, fields: dict[str, str],
+        state: str) -> None:
+    from guarded_tools.models import AuditEntry
+
+    stored_error = unknown.error
+    assert stored_error  # what the failed attempt left, before a person decides
+    client = staff_client(user_factory, *RECONCILER)
+    reconcile(client, unknown, action, note="asked the bank", **fields)
+    unknown.refresh_from_db()
+    assert unknown.state == state
+    page = history(client, f"{OPS_LIST}{unknown.pk}/")
+    assert "asked the bank" in page and f"attempt {unknown.fence}" in page
+    decision = AuditEntry.objects.get(action=action)
+    assert decision.status == state and decision.data["before"]["error"] == stored_error
+
+
+def test_a_sweep_recovery_is_in_the_audit_trail(make_tool: Any, requester: Any) -> None:
+    from guarded_tools.models import AuditEntry, Operation
+    from guarded_tools.recovery import sweep
+
+    definition = make_tool(recover=lambda **_: {"recovered": True, "output": {"ok": True}})
+    k = key()
+    Operation.objects.create(
+        tool=definition.name, scope=f"auth.user:{requester.pk}", key=k, user=requester,
+        fingerprint="f", input={"operationId": k}, state="abandoned")
+    assert sweep().completed == 1
+    entry = AuditEntry.objects.get()
+    assert entry.action == "recover" and entry.actor is None and entry.status == "succeeded"
+    assert entry.data["by"] == "sweep" and entry.data["outcome"] == "completed"
