@@ -31,6 +31,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
@@ -47,7 +48,9 @@ from guarded_tools.models import (
     OperationState,
     unknown_first,
 )
+from guarded_tools.presentation import present_request
 from guarded_tools.registry import registry
+from guarded_tools.templatetags.guarded_tools_admin import age, when
 
 _TOKEN = re.compile(
     r'(?P<key>"(?:\\.|[^"\\])*"(?=\s*:))|(?P<str>"(?:\\.|[^"\\])*")'
@@ -299,12 +302,14 @@ class ExpiresFilter(admin.SimpleListFilter):
 
 @admin.register(Confirmation)
 class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["tool", "requested_by", "status_badge", "created_at", "expires_at",
+    list_display = ["summary", "tool", "requested_by", "status_badge", "age", "time_left",
                     "decided_by"]
+    list_display_links = ["summary"]
     list_filter = ["status", ExpiresFilter, ConfirmationToolFilter]
     search_fields = ["requested_by__username", "requested_by__email"]
     list_select_related = ["requested_by", "decided_by"]
-    ordering = ["-created_at"]
+    # The queue: oldest first, the request that has waited longest at the top.
+    ordering = ["created_at", "pk"]
     show_full_result_count = False
     actions = ["approve_selected", "decline_selected"]
     change_form_template = "admin/guarded_tools/confirmation/detail.html"
@@ -320,6 +325,22 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def status_badge(self, obj: Confirmation) -> str:
         return format_html('<span class="gt-badge gt-{}">{}</span>', obj.status,
                            obj.get_status_display())
+
+    @admin.display(description=_("request"))
+    def summary(self, obj: Confirmation) -> str:
+        return present_request(obj, obj.input).summary
+
+    @admin.display(description=_("waiting"), ordering="created_at")
+    def age(self, obj: Confirmation) -> str:
+        return format_html('<span title="{}">{}</span>', when(obj.created_at),
+                           age(timezone.now() - obj.created_at))
+
+    @admin.display(description=_("time left"), ordering="expires_at")
+    def time_left(self, obj: Confirmation) -> str:
+        if obj.status not in (ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED):
+            return "—"
+        left = obj.expires_at - timezone.now()
+        return age(left) if left.total_seconds() > 0 else str(_("expired"))
 
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "gt_stats": confirmations.stats()}
@@ -428,9 +449,16 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                    args=[confirmation.pk])
             rows, not_shown = input_rows(confirmation.tool, confirmation.input,
                                          limit=self.input_shown_chars)
+            recent = (Operation.objects.filter(tool=confirmation.tool,
+                                               user_id=confirmation.requested_by_id)
+                      .order_by("-created_at")[:5]
+                      if confirmation.requested_by_id is not None else [])
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,
+                "presented": present_request(confirmation, confirmation.input, request.user),
+                "recent_calls": recent,
+                "open": open_,
                 "tool_description": definition.description if definition else "",
                 "input_rows": rows,
                 "input_fields_not_shown": not_shown,
@@ -439,7 +467,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "refusal": refusal if open_ else None,
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
                                       args=[confirmation.pk]),
-                "audit": confirmation.audit.select_related("actor"),
+                "audit": confirmation.audit.select_related("actor", "operation"),
             }
         return super().change_view(request, object_id, form_url, extra_context)
 

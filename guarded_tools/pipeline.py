@@ -753,7 +753,7 @@ class Pipeline:
             self.store.release(claim)
             raise exc
         # Without a recover hook nobody can ever prove the outcome: a person decides.
-        self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+        self.store.mark_unknown(claim, evidence(exc, "no recover hook"))
         raise OutcomeUnknownError(
             extra={"operation": {**claim.operation.summary(), "status": "outcome_unknown"}}
         ) from exc
@@ -785,14 +785,15 @@ class Pipeline:
                 signal=CancelSignal(),
             )
         except Exception as recovery_error:
-            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            self.store.mark_unknown(claim, evidence(exc, "recover raised "
+                                                    + type(recovery_error).__name__))
             raise OutcomeUnknownError(extra={"operation": summary}) from recovery_error
         decision = dict(decision or {})
         if decision.get("recovered"):
             obs.emit("recovered", recovered=True)
             return self.finalize(inv, claim, decision.get("output"), obs, recovered=True)
         if decision.get("outcome") == "unknown":
-            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            self.store.mark_unknown(claim, evidence(exc, "outcome unknown"))
             raise OutcomeUnknownError(extra={"operation": summary}) from exc
         # Asked after recover ran: it may have cleared the journal once it proved that
         # no effect happened.
@@ -802,7 +803,7 @@ class Pipeline:
                 raise exc
             return None  # released: proven not executed
         if terminal:
-            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            self.store.mark_unknown(claim, evidence(exc, "not recovered, journal not empty"))
         else:
             self.store.abandon(claim)
         raise OutcomeUnknownError(extra={"operation": summary}) from exc
@@ -988,6 +989,16 @@ def _call_with_deadline(
         raise VerificationError("Verification did not finish in time.") from None
     finally:
         pool.shutdown(wait=False)
+
+
+def evidence(exc: BaseException | None, recover: str) -> dict[str, Any]:
+    """The stored error of an outcome nobody could prove, for the operator's page: the
+    handler's failure class (never its text, which replays never carry either) and what
+    recovery answered."""
+    data: dict[str, Any] = {"code": "outcome_unknown", "recover": recover}
+    if exc is not None:
+        data["failure"] = type(exc).__name__
+    return data
 
 
 def get_pipeline(definition: Tool) -> Pipeline:

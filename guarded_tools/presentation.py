@@ -38,6 +38,9 @@ class Field:
     title: str
     text: str
     url: str = ""
+    #: Whether the tool's ``present`` hook gave this text (an object resolved) rather
+    #: than the raw value: a page that shows the raw input too shows only these here.
+    resolved: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,9 @@ def _summary(definition: Tool | None, input: Mapping[str, Any], user: Any,
     except Exception:
         logger.exception("summary of tool %s failed", getattr(definition, "name", "?"))
     title = definition.annotations["title"] if definition is not None else "Request"
-    parts = ", ".join(f"{f.title} {f.text}" for f in fields[:4])
+    key_field = definition.key_field if definition is not None else None
+    parts = ", ".join(f"{f.title} {_bounded(f.text, 40)}"
+                      for f in [f for f in fields if f.name != key_field][:4])
     return f"{title}: {parts}" if parts else str(title)
 
 
@@ -116,7 +121,8 @@ def present_request(subject: Any, input: Any, user: Any = None) -> Presentation:
         text, url = (shown if isinstance(shown, tuple) and len(shown) == 2
                      else (shown, "") if shown is not None else (plain(data[name]), ""))
         fields.append(Field(name=name, title=str(spec.get("title") or name),
-                            text=_bounded(str(text), FIELD_MAX_CHARS), url=str(url or "")))
+                            text=_bounded(str(text), FIELD_MAX_CHARS), url=str(url or ""),
+                            resolved=shown is not None))
     frozen = tuple(fields)
     summary = _summary(definition, data, user, presented, frozen)
     return Presentation(summary=_bounded(summary, SUMMARY_MAX_CHARS), fields=frozen)

@@ -231,3 +231,42 @@ def test_a_sweep_recovery_is_in_the_audit_trail(make_tool: Any, requester: Any) 
     entry = AuditEntry.objects.get()
     assert entry.action == "recover" and entry.actor is None and entry.status == "succeeded"
     assert entry.data["by"] == "sweep" and entry.data["outcome"] == "completed"
+
+
+# -- the approver's queue ---------------------------------------------------------------------
+def test_the_approver_reads_the_payment_in_one_sentence_with_the_accounts(
+        user_factory: Any, client_for: Any, payer: Any, accounts: tuple[Any, Any]) -> None:
+    source, savings = accounts
+    assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
+    confirmation = Confirmation.objects.get()
+    client = staff_client(user_factory, *APPROVER, "demo.view_account")
+    sentence = "Pay 12.50 from payer&#x27;s Checking (balance 1,000.00) to rita&#x27;s Savings"
+    queue = client.get(CONF_LIST).content.decode()
+    assert sentence in queue
+    page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert f'data-testid="summary">{sentence}<' in page
+    assert f'href="/admin/demo/account/{savings.pk}/change/"' in page  # objects, linked
+    assert "Expires at" in page and "left to decide" in page
+    client.post(f"{CONF_LIST}{confirmation.pk}/decide/", {"decision": "decline",
+                                                          "reason": "not this month"})
+    decided = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert "Expires at" not in decided and "left to decide" not in decided
+    assert "not this month" in decided and 'data-testid="decided"' in decided
+
+
+def test_the_queue_lists_the_oldest_request_first_with_its_age_and_time_left(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    for amount in ("1.00", "2.00"):
+        ask(client_for, requester, refund, amount=amount)
+    older = Confirmation.objects.get(input__amount="2.00")
+    Confirmation.objects.filter(pk=older.pk).update(
+        created_at=timezone.now() - timedelta(minutes=5))
+    client = staff_client(user_factory, *APPROVER)
+    rows = client.get(CONF_LIST).context["cl"].result_list
+    assert [row.input["amount"] for row in rows] == ["2.00", "1.00"]
+    page = client.get(CONF_LIST).content.decode()
+    assert "5 min" in page and "23 h 59 min" in page  # waiting, and time left
