@@ -473,32 +473,9 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
 
 # -- operations ------------------------------------------------------------------------------
-class OperationPartInline(ReadOnlyMixin, admin.TabularInline):
-    """Journal and audit rows are part of the operation: whoever sees it sees them."""
-
-    extra = 0
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("guarded_tools.view_operation")
-
-
-class JournalInline(OperationPartInline):
-    model = JournalEntry
-    fields = readonly_fields = ("kind", "data_json", "fence", "removed", "created_at",)
-    verbose_name_plural = _("journal entries and late results")
-
-    @admin.display(description=_("data"))
-    def data_json(self, obj: JournalEntry) -> SafeString:
-        return highlight_json(obj.data)
-
-
-class AuditInline(OperationPartInline):
-    model = AuditEntry
-    fk_name = "operation"
-    fields = readonly_fields = ("created_at", "actor", "action", "note",)
-
-
 FENCE_FIELD = "fence-%s"
+#: The most operations one reconcile form shows the evidence of (the rest are decided too).
+FORM_OPERATIONS_SHOWN = 20
 
 
 def posted_fences(request: HttpRequest) -> dict[str, int]:
@@ -539,17 +516,49 @@ class FailedForm(ReconcileForm):
                               initial="The operation failed and was reconciled by a person.")
 
 
+#: Each reconciliation: its action, what the person says by choosing it, its button.
+RECONCILIATIONS = (
+    ("mark_succeeded", _("Mark succeeded"), _("marked succeeded")),
+    ("mark_not_executed", _("Mark not executed"), _("marked not executed")),
+    ("mark_failed", _("Mark failed"), _("marked failed")),
+)
+
+
+def evidence(operation: Operation) -> dict[str, Any]:
+    """What an operator decides from, for one operation: the request as people read it,
+    its raw input, output and error (each bounded, downloadable), the live journal (any
+    entry means the effect may have happened) and the timeline."""
+    def shown(part: str) -> SafeString:
+        url = reverse("admin:guarded_tools_operation_download", args=[operation.pk, part])
+        return highlight_json(getattr(operation, part), download_url=url)
+
+    error = operation.error if isinstance(operation.error, dict) else {}
+    return {
+        "presented": present_request(operation, operation.input),
+        "input": shown("input"),
+        "output": shown("output") if operation.output is not None else None,
+        "error": shown("error") if operation.error is not None else None,
+        "failure": error.get("failure", ""),
+        "recover_said": error.get("recover", ""),
+        "verify_said": error.get("message", "") if error.get("code") == "verification_failed"
+        else "",
+        "journal": [highlight_json(data, limit=4096)
+                    for data in reconciliation.effect_may_have_happened(operation)],
+        "timeline": reconciliation.timeline(operation),
+    }
+
+
 @admin.register(Operation)
 class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["tool", "short_key", "user", "state_badge", "recovered", "created_at",
-                    "updated_at"]
+    list_display = ["tool", "short_key", "user", "state_badge", "recovered_mark", "created",
+                    "updated"]
     list_filter = ["state", ToolFilter, "recovered"]
     search_fields = ["key", "user__username"]
     list_select_related = ["user"]
     show_full_result_count = False
-    inlines = [JournalInline, AuditInline]
     actions = ["mark_succeeded", "mark_not_executed", "mark_failed"]
     change_list_template = "admin/guarded_tools/operation/change_list.html"
+    change_form_template = "admin/guarded_tools/operation/detail.html"
     fields = readonly_fields = (
         "id", "tool", "scope", "key", "user", "state", "recovered", "fence", "owner",
         "lease_expires_at", "input_json", "output_json", "error_json", "attempts",
@@ -576,6 +585,41 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def state_badge(self, obj: Operation) -> str:
         return format_html('<span class="gt-badge gt-{}">{}</span>', obj.state,
                            obj.get_state_display())
+
+    @admin.display(description=_("recovered"), ordering="recovered")
+    def recovered_mark(self, obj: Operation) -> str:
+        # Not the admin's red ✗: most operations never needed recovering.
+        return format_html('<span class="gt-recovered">{}</span>', _("recovered")) \
+            if obj.recovered else "—"
+
+    @admin.display(description=_("created at"), ordering="created_at")
+    def created(self, obj: Operation) -> str:
+        return when(obj.created_at)
+
+    @admin.display(description=_("updated at"), ordering="updated_at")
+    def updated(self, obj: Operation) -> str:
+        return when(obj.updated_at)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: Any = None) -> HttpResponse:
+        operation = self.get_object(request, object_id)
+        if operation is not None:
+            can = (operation.state == OperationState.OUTCOME_UNKNOWN
+                   and self.has_reconcile_permission(request))
+            ev = evidence(operation)
+            extra_context = {
+                **(extra_context or {}),
+                "operation": operation,
+                "ev": ev,
+                "presented": ev["presented"],
+                "timeline": ev["timeline"],
+                "reconciliations": RECONCILIATIONS if can else (),
+                "changelist_url": reverse("admin:guarded_tools_operation_changelist"),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "confirmations": operation.confirmations.select_related(
+                    "requested_by", "decided_by").order_by("created_at")[:20],
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def get_urls(self) -> list[Any]:
         return [
@@ -620,18 +664,25 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             self.message_user(request, _("Mark one operation at a time as succeeded: each has"
                                          " its own output."), messages.WARNING)
             return None
-        form = form_class(request.POST if "note" in request.POST else None)
+        initial = {}
+        if single and form_class is SucceededForm:
+            stored = eligible.values_list("output", flat=True).first()
+            if stored is not None:  # what verify refused, or a late result: start from it
+                initial["output"] = pretty_json(stored)
+        form = form_class(request.POST if "note" in request.POST else None, initial=initial)
         # The attempt each decision is made on: the fence the form showed, as posted back;
         # a form opened now shows the current one.
         fences = posted_fences(request) if form.is_bound else {
             str(operation.pk): operation.fence for operation in eligible}
         if form.is_valid():
-            done, problems = 0, []
+            done, problems, decided, last = 0, [], [], None
             for operation in eligible:
                 try:
                     self._apply(action, operation, request.user, form.cleaned_data,
                                 fences.get(str(operation.pk)))
                     done += 1
+                    decided.append(str(operation))
+                    last = operation.pk
                 except reconciliation.ReconcileRefused as exc:
                     problems.append(str(exc))
             if problems and done == 0 and single:
@@ -639,9 +690,15 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                        problems[0])
             if problems:
                 self.message_user(request, problems[0], messages.ERROR)
+            verb = {a: past for a, _label, past in RECONCILIATIONS}[action]
             self.message_user(request, ngettext("%(n)d operation reconciled.",
                                                 "%(n)d operations reconciled.", done)
-                              % {"n": done}, messages.SUCCESS if done else messages.INFO)
+                              % {"n": done} + (f" {', '.join(decided[:5])}: {verb}."
+                                               if decided else ""),
+                              messages.SUCCESS if done else messages.INFO)
+            if single and last is not None:  # back to the operation, now decided
+                return HttpResponseRedirect(reverse("admin:guarded_tools_operation_change",
+                                                    args=[last]))
             return None
         return self._form_page(request, eligible, form, action, title, fences)
 
@@ -649,8 +706,10 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                    action: str, title: str, fences: dict[str, int],
                    error: str | None = None) -> TemplateResponse:
         shown = list(objects)
-        for operation in shown:
+        for i, operation in enumerate(shown):
             operation.decided_fence = fences.get(str(operation.pk))
+            if operation._meta.model_name == "operation":
+                operation.evidence = evidence(operation) if i < FORM_OPERATIONS_SHOWN else None
         return TemplateResponse(request, "admin/guarded_tools/reason_form.html", {
             **self.admin_site.each_context(request),
             "title": title,
@@ -714,9 +773,45 @@ class JournalEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return highlight_json(obj.data)
 
 
+def _link(name: str, obj: Any) -> str:
+    if obj is None:
+        return "—"
+    return format_html('<a href="{}">{}</a>',
+                       reverse(f"admin:{obj._meta.app_label}_{name}_change", args=[obj.pk]), obj)
+
+
 @admin.register(AuditEntry)
 class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["created_at", "actor", "action", "operation", "confirmation", "note"]
+    list_display = ["at", "who", "action", "status_then", "operation_link", "confirmation_link",
+                    "note"]
+    ordering = ["-created_at", "-pk"]
+
+    @admin.display(description=_("at"), ordering="created_at")
+    def at(self, obj: AuditEntry) -> str:
+        return when(obj.created_at)
+
+    @admin.display(description=_("who"), ordering="actor")
+    def who(self, obj: AuditEntry) -> str:
+        if obj.actor is None:
+            return str(_("recovery"))
+        user_model = type(obj.actor)._meta
+        return format_html('<a href="{}">{}</a>', reverse(
+            f"admin:{user_model.app_label}_{user_model.model_name}_change",
+            args=[obj.actor.pk]), obj.actor) if self.admin_site.is_registered(
+            type(obj.actor)) else str(obj.actor)
+
+    @admin.display(description=_("status then"), ordering="status")
+    def status_then(self, obj: AuditEntry) -> str:
+        return format_html('<span class="gt-badge gt-{}">{}</span>', obj.status,
+                           obj.status.replace("_", " ")) if obj.status else "—"
+
+    @admin.display(description=_("operation"))
+    def operation_link(self, obj: AuditEntry) -> str:
+        return _link("operation", obj.operation)
+
+    @admin.display(description=_("confirmation"))
+    def confirmation_link(self, obj: AuditEntry) -> str:
+        return _link("confirmation", obj.confirmation)
     list_filter = ["action"]
     list_select_related = ["actor", "operation", "confirmation"]
     search_fields = ["actor__username", "note"]

@@ -116,7 +116,8 @@ def present_request(subject: Any, input: Any, user: Any = None) -> Presentation:
     order = {name: i for i, name in enumerate(props)}
     fields = []
     for name in sorted(data, key=lambda n: order.get(n, len(order)))[:FIELDS_SHOWN]:
-        spec = props.get(name) if isinstance(props.get(name), Mapping) else {}
+        spec = props.get(name)
+        spec = spec if isinstance(spec, Mapping) else {}
         shown = given.get(name)
         text, url = (shown if isinstance(shown, tuple) and len(shown) == 2
                      else (shown, "") if shown is not None else (plain(data[name]), ""))

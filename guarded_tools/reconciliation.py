@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Count, Min
+from django.db.models import Count, Exists, Min, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -228,8 +228,8 @@ def timeline(operation: Operation) -> list[Event]:
     for entry in operation.journal.order_by("id")[:TIMELINE_ROWS]:
         events.append(Event(
             at=entry.created_at, kind="journal", fence=entry.fence, data=entry.data,
-            title=("Late result" if entry.kind == JournalEntry.Kind.LATE_RESULT
-                   else "Journal entry") + (" (removed)" if entry.removed else "")))
+            title=f"Journal: {entry.get_kind_display()}"
+                  + (" (removed by a decision)" if entry.removed else "")))
     confirmations = Confirmation.objects.filter(operation_id=operation.pk).select_related(
         "requested_by", "decided_by").order_by("created_at")[:TIMELINE_ROWS]
     for confirmation in confirmations:
@@ -268,7 +268,7 @@ def effect_may_have_happened(operation: Operation) -> list[Any]:
 
 
 #: What each state's tile counts, in words.
-DASHBOARD_LABELS = {
+DASHBOARD_LABELS: dict[str, str] = {
     OperationState.IN_FLIGHT: "in flight (running now)",
     OperationState.ABANDONED: "abandoned (waiting for recovery)",
     OperationState.SUCCEEDED: "succeeded",
@@ -288,12 +288,14 @@ def dashboard() -> dict[str, Any]:
 
     # An effect-only call waiting for its approval released its claim: it is counted
     # apart, so "released" counts only the calls proven not run.
-    awaiting = Confirmation.objects.pending().filter(
-        operation__state=OperationState.RELEASED).count()
+    # From the few pending requests, each looked up by the claim's unique key.
+    awaiting = Confirmation.objects.pending().filter(Exists(Operation.objects.filter(
+        tool=OuterRef("tool"), scope=OuterRef("scope"), key=OuterRef("key"),
+        state=OperationState.RELEASED))).count()
     counts[OperationState.RELEASED] = max(counts.get(OperationState.RELEASED, 0) - awaiting, 0)
     return {
         "by_state": [
-            (value, DASHBOARD_LABELS.get(value, label), counts.get(value, 0))
+            (value, DASHBOARD_LABELS.get(value, str(label)), counts.get(value, 0))
             for value, label in OperationState.choices
             if value != OperationState.OUTCOME_UNKNOWN  # shown on its own, as an alert
         ],

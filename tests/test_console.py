@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -270,3 +271,60 @@ def test_the_queue_lists_the_oldest_request_first_with_its_age_and_time_left(
     assert [row.input["amount"] for row in rows] == ["2.00", "1.00"]
     page = client.get(CONF_LIST).content.decode()
     assert "5 min" in page and "23 h 59 min" in page  # waiting, and time left
+
+
+# -- the operator's operation page ------------------------------------------------------------
+def test_the_operation_page_shows_the_timeline_the_evidence_and_the_decisions(
+        user_factory: Any, unknown: Any) -> None:
+    client = staff_client(user_factory, *RECONCILER)
+    page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert "guarded_tools/admin.css" in page  # the app's styles, badges and all
+    assert 'data-testid="failure" class="gt-mono">ConnectionError<' in page
+    assert "upstream reset" not in page  # the handler's text is for the log only
+    assert 'data-testid="recover-said">outcome unknown<' in page
+    assert 'data-testid="effect-warning"' in page and "transferred" in page
+    timeline = page.split('data-testid="timeline"')[1].split("</table>")[0]
+    assert timeline.index("Claimed") < timeline.index("Journal: entry") \
+        < timeline.index("Outcome unknown")
+    assert re.search(r"<td class=\"gt-nowrap\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", timeline)
+    for action in ("mark_succeeded", "mark_not_executed", "mark_failed"):
+        assert f'data-testid="{action}"' in page  # the decisions, on the page itself
+    # The not-executed form carries the same evidence, the warning first of all.
+    form = reconcile(client, unknown, "mark_not_executed").content.decode()
+    assert 'data-testid="effect-warning"' in form and "transferred" in form
+    done = reconcile(client, unknown, "mark_not_executed", note="bank: nothing").content
+    assert f"{unknown}: marked not executed." in done.decode()
+    after = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert "Marked operation not executed" in after and 'data-testid="reconcile"' not in after
+    assert "bank: nothing" in after
+
+
+def test_mark_succeeded_starts_from_the_stored_output(
+        user_factory: Any, make_tool: Any, requester: Any, client_for: Any) -> None:
+    from guarded_tools.models import Operation
+
+    definition = make_tool(lambda input, ctx: {"paid": True}, verify=lambda **_: False)
+    answer = ask(client_for, requester, definition)
+    assert answer.json()["error"]["code"] == "verification_failed"
+    operation = Operation.objects.get()
+    assert operation.state == "outcome_unknown" and operation.output == {"paid": True}
+    client = staff_client(user_factory, *RECONCILER)
+    form = reconcile(client, operation, "mark_succeeded")
+    assert form.context["form"]["output"].value().replace(" ", "").replace("\n", "") \
+        == '{"paid":true}'
+
+
+def test_lists_show_neutral_marks_and_tiles_that_say_what_they_count(
+        user_factory: Any, client_for: Any, payer: Any, accounts: tuple[Any, Any]) -> None:
+    from guarded_tools.models import Operation
+
+    source, savings = accounts
+    assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
+    assert Operation.objects.get().state == "released"  # a payment waiting for its approval
+    client = staff_client(user_factory, *RECONCILER, *APPROVER)
+    page = client.get(OPS_LIST).content.decode()
+    assert "icon-no.svg" not in page and "icon-yes.svg" not in page
+    assert 'data-testid="awaiting-approval"><b>1<' in page
+    released = page.split('data-testid="state-released"')[1].split("</a>")[0]
+    assert "<b>0</b>" in released and "proven not run" in released
+    assert "?state__exact=succeeded" in page  # each tile links to its rows

@@ -38,8 +38,16 @@ def age(value: timedelta | None) -> str:
     return f"{seconds} s"
 
 
+def json_value(value: Any) -> str:
+    """``value`` as the admin's highlighted JSON, bounded to a few kilobytes."""
+    from guarded_tools.admin import highlight_json
+
+    return highlight_json(value, limit=4096)
+
+
 register.filter("gt_time", when)
 register.filter("gt_age", age)
+register.filter("gt_json", json_value, is_safe=True)
 
 
 @register.inclusion_tag("admin/guarded_tools/panel.html", takes_context=True)
