@@ -10,6 +10,7 @@ nobody decided does.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
     from guarded_tools.registry import Tool
 
 APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
+logger = logging.getLogger("guarded_tools.confirmations")
 
 
 class DecisionRefused(Exception):
@@ -148,7 +150,47 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
         )
     confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
     signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
+    if gt_settings.CONFIRMATION_NOTIFY_EMAIL:
+        notify_approvers(confirmation)
     return confirmation
+
+
+def approvers(confirmation: Confirmation) -> list[Any]:
+    """The active users who may decide ``confirmation`` and have an email address."""
+    from django.contrib.auth import get_user_model
+
+    manager = get_user_model()._default_manager
+    if not hasattr(manager, "with_perm"):  # a custom user model without ModelBackend's
+        return []
+    users = manager.with_perm(APPROVE_PERMISSION, is_active=True).exclude(email="")
+    return [user for user in users[:100] if can_decide(user, confirmation) is None]
+
+
+def notify_approvers(confirmation: Confirmation) -> int:
+    """Email each approver a new request: its summary and a link to its admin page,
+    where they decide (a link never decides: approving is a POST on that page).
+    A failure to send is logged; the agent's call goes on either way."""
+    from django.core.mail import send_mass_mail
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        path = reverse("admin:guarded_tools_confirmation_change", args=[confirmation.pk])
+    except NoReverseMatch:
+        return 0
+    try:
+        recipients = [user.email for user in approvers(confirmation)]
+        if not recipients:
+            return 0
+        summary = summarize(confirmation, confirmation.input)
+        link = gt_settings.CONSOLE_BASE_URL.rstrip("/") + path
+        who = confirmation.requested_by or "an anonymous caller"
+        body = (f"{summary}\n\nRequested by {who} through {confirmation.tool}; it waits"
+                f" until {timestamp(confirmation.expires_at)}.\n\nDecide on its page: {link}\n")
+        subject = f"Approval requested: {summary}"[:150]
+        return send_mass_mail([(subject, body, None, [email]) for email in recipients])
+    except Exception:
+        logger.exception("could not email approvers about confirmation %s", confirmation.pk)
+        return 0
 
 
 def retry_after() -> int:

@@ -328,3 +328,20 @@ def test_lists_show_neutral_marks_and_tiles_that_say_what_they_count(
     released = page.split('data-testid="state-released"')[1].split("</a>")[0]
     assert "<b>0</b>" in released and "proven not run" in released
     assert "?state__exact=succeeded" in page  # each tile links to its rows
+
+
+def test_approvers_are_emailed_a_link_to_the_request_never_a_decision(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any, mailoutbox: Any,
+        settings: Any) -> None:
+    settings.GUARDED_TOOLS = {"CONSOLE_BASE_URL": "https://ops.example.com"}
+    user_factory("approver", perms=APPROVER, email="approver@example.com")
+    user_factory("viewer", perms=APPROVER[:1], email="viewer@example.com")
+    requester.email = "requester@example.com"
+    requester.save()
+    ask(client_for, requester, refund, amount="9.99")
+    confirmation = Confirmation.objects.get()
+    assert [m.to for m in mailoutbox] == [["approver@example.com"]]
+    mail = mailoutbox[0]
+    assert "Amount 9.99" in mail.subject
+    assert f"https://ops.example.com{CONF_LIST}{confirmation.pk}/change/" in mail.body
+    assert "approve" not in mail.body.split("https://")[1]  # a page to decide on, not a GET
