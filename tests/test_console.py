@@ -345,3 +345,29 @@ def test_approvers_are_emailed_a_link_to_the_request_never_a_decision(
     assert "Amount 9.99" in mail.subject
     assert f"https://ops.example.com{CONF_LIST}{confirmation.pk}/change/" in mail.body
     assert "approve" not in mail.body.split("https://")[1]  # a page to decide on, not a GET
+
+
+# -- demo incidents -----------------------------------------------------------------------------
+def test_demo_incidents_give_an_operator_something_to_reconcile_and_to_recover(
+        user_factory: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from guarded_tools.models import Operation
+    from guarded_tools.recovery import sweep
+    from project.demo.models import LedgerEntry
+
+    call_command("demo_seed", stdout=StringIO())
+    out = StringIO()
+    call_command("demo_incident", "unknown", stdout=out)
+    unknown = Operation.objects.get(state="outcome_unknown")
+    assert f"{OPS_LIST}{unknown.pk}/change/" in out.getvalue()
+    client = staff_client(user_factory, *RECONCILER)
+    page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert "Pay 12.50 from agent&#x27;s Checking" in page
+    assert 'data-testid="effect-warning"' in page
+    call_command("demo_incident", "abandoned", stdout=StringIO())
+    assert sweep().released == 1  # no ledger row: proven not run, the key is fresh again
+    assert Operation.objects.filter(state="released").count() == 1
+    assert not LedgerEntry.objects.exists()
