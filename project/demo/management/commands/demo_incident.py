@@ -18,6 +18,10 @@ from guarded_tools.pipeline import principal_scope
 from guarded_tools.store import fingerprint
 from project.demo.models import Account, PaymentAuthorization
 
+#: What the pipeline stores when the handler died and recover could not read the ledger.
+INCIDENT_ERROR = {"code": "outcome_unknown", "failure": "ConnectionResetError",
+                  "recover": "recover raised OperationalError (the ledger was unreachable)"}
+
 
 class Command(BaseCommand):
     help = (
@@ -49,8 +53,7 @@ class Command(BaseCommand):
                 state=OperationState.OUTCOME_UNKNOWN if unknown else OperationState.IN_FLIGHT,
                 owner="" if unknown else uuid.uuid4().hex,
                 lease_expires_at=None if unknown else timezone.now() - timedelta(seconds=1),
-                error={"code": "outcome_unknown", "failure": "ConnectionResetError",
-                       "recover": "recover raised OperationalError (the ledger was unreachable)"} if unknown else None,
+                error=INCIDENT_ERROR if unknown else None,
             )
             phases = ["transferring", "transferred"] if unknown else ["transferring"]
             for phase in phases:
