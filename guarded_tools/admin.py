@@ -32,7 +32,7 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import escape, format_html
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -302,7 +302,8 @@ class ExpiresFilter(admin.SimpleListFilter):
 
 @admin.register(Confirmation)
 class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["summary", "tool", "requested_by", "status_badge", "age", "time_left",
+    # The summary names the tool's action; the sidebar filters by tool.
+    list_display = ["summary", "requested_by", "status_badge", "age", "time_left",
                     "decided_by"]
     list_display_links = ["summary"]
     list_filter = ["status", ExpiresFilter, ConfirmationToolFilter]
@@ -331,7 +332,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return present_request(obj, obj.input).summary
 
     @admin.display(description=_("waiting"), ordering="created_at")
-    def age(self, obj: Confirmation) -> str:
+    def age(self, obj: Confirmation) -> str:  # the exact time on hover
         return format_html('<span title="{}">{}</span>', when(obj.created_at),
                            age(timezone.now() - obj.created_at))
 
@@ -516,6 +517,12 @@ class FailedForm(ReconcileForm):
                               initial="The operation failed and was reconciled by a person.")
 
 
+def stacked_time(value: Any) -> str:
+    """A list cell's time: the date over the time to the second, so columns stay narrow."""
+    day, _sep, rest = when(value).partition(" ")
+    return format_html('<span class="gt-time">{}<br>{}</span>', day, rest)
+
+
 #: Each reconciliation: its action, what the person says by choosing it, its button.
 RECONCILIATIONS = (
     ("mark_succeeded", _("Mark succeeded"), _("marked succeeded")),
@@ -550,8 +557,7 @@ def evidence(operation: Operation) -> dict[str, Any]:
 
 @admin.register(Operation)
 class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["tool", "short_key", "user", "state_badge", "recovered_mark", "created",
-                    "updated"]
+    list_display = ["tool", "short_key", "user", "state_badge", "created", "updated"]
     list_filter = ["state", ToolFilter, "recovered"]
     search_fields = ["key", "user__username"]
     list_select_related = ["user"]
@@ -583,22 +589,20 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, obj: Operation) -> str:
-        return format_html('<span class="gt-badge gt-{}">{}</span>', obj.state,
-                           obj.get_state_display())
-
-    @admin.display(description=_("recovered"), ordering="recovered")
-    def recovered_mark(self, obj: Operation) -> str:
-        # Not the admin's red ✗: most operations never needed recovering.
-        return format_html('<span class="gt-recovered">{}</span>', _("recovered")) \
-            if obj.recovered else "—"
+        # "recovered" is said beside the state, not as the admin's red ✗ on every row
+        # that never needed recovering.
+        recovered = format_html('<div class="gt-recovered">{}</div>', _("recovered")) \
+            if obj.recovered else ""
+        return format_html('<span class="gt-badge gt-{}">{}</span>{}', obj.state,
+                           obj.get_state_display(), recovered)
 
     @admin.display(description=_("created at"), ordering="created_at")
     def created(self, obj: Operation) -> str:
-        return when(obj.created_at)
+        return stacked_time(obj.created_at)
 
     @admin.display(description=_("updated at"), ordering="updated_at")
     def updated(self, obj: Operation) -> str:
-        return when(obj.updated_at)
+        return stacked_time(obj.updated_at)
 
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: Any = None) -> HttpResponse:
@@ -657,6 +661,15 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                    form_class: type[ReconcileForm], title: str, single: bool = False) -> Any:
         eligible = queryset.filter(state=OperationState.OUTCOME_UNKNOWN)
         if not eligible.exists():
+            if "note" in request.POST:  # a form that was open while someone else decided
+                states = ", ".join(sorted({str(OperationState(state).label) for state in
+                                           queryset.values_list("state", flat=True)[:20]}))
+                self.message_user(request, _(
+                    "None of the selected operations is waiting for reconciliation any more"
+                    " (now: %(states)s; someone may have decided it since the form was"
+                    " opened): nothing was changed.") % {"states": states or "—"},
+                    messages.ERROR)
+                return None
             self.message_user(request, _("None of the selected operations has an unknown"
                                          " outcome; nothing to reconcile."), messages.WARNING)
             return None
@@ -676,7 +689,8 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             str(operation.pk): operation.fence for operation in eligible}
         if form.is_valid():
             done, problems, decided, last = 0, [], [], None
-            for operation in eligible:
+            chosen = list(eligible)
+            for operation in chosen:
                 try:
                     self._apply(action, operation, request.user, form.cleaned_data,
                                 fences.get(str(operation.pk)))
@@ -696,7 +710,7 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                               % {"n": done} + (f" {', '.join(decided[:5])}: {verb}."
                                                if decided else ""),
                               messages.SUCCESS if done else messages.INFO)
-            if single and last is not None:  # back to the operation, now decided
+            if len(chosen) == 1 and last is not None:  # back to the operation, decided
                 return HttpResponseRedirect(reverse("admin:guarded_tools_operation_change",
                                                     args=[last]))
             return None
@@ -782,13 +796,12 @@ def _link(name: str, obj: Any) -> str:
 
 @admin.register(AuditEntry)
 class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["at", "who", "action", "status_then", "operation_link", "confirmation_link",
-                    "note"]
+    list_display = ["at", "who", "action", "status_then", "subject", "note"]
     ordering = ["-created_at", "-pk"]
 
     @admin.display(description=_("at"), ordering="created_at")
     def at(self, obj: AuditEntry) -> str:
-        return when(obj.created_at)
+        return stacked_time(obj.created_at)
 
     @admin.display(description=_("who"), ordering="actor")
     def who(self, obj: AuditEntry) -> str:
@@ -805,13 +818,14 @@ class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return format_html('<span class="gt-badge gt-{}">{}</span>', obj.status,
                            obj.status.replace("_", " ")) if obj.status else "—"
 
-    @admin.display(description=_("operation"))
-    def operation_link(self, obj: AuditEntry) -> str:
-        return _link("operation", obj.operation)
-
-    @admin.display(description=_("confirmation"))
-    def confirmation_link(self, obj: AuditEntry) -> str:
-        return _link("confirmation", obj.confirmation)
+    @admin.display(description=_("about"))
+    def subject(self, obj: AuditEntry) -> str:
+        """The operation and the confirmation the entry is about, each linked."""
+        links = [_link(name, row) for name, row in (("operation", obj.operation),
+                                                   ("confirmation", obj.confirmation))
+                 if row is not None]
+        return format_html_join(mark_safe("<br>"), "{}", ((link,) for link in links)) \
+            if links else "—"
     list_filter = ["action"]
     list_select_related = ["actor", "operation", "confirmation"]
     search_fields = ["actor__username", "note"]

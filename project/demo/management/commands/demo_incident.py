@@ -42,13 +42,14 @@ class Command(BaseCommand):
             raise CommandError("Run `manage.py demo_seed` first: the agent has no accounts.")
         source, receiver = accounts
         auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
-        body = {"operationId": f"incident-{uuid.uuid4().hex[:8]}", "sourceId": source.pk,
+        key = f"incident-{uuid.uuid4().hex[:8]}"
+        body = {"operationId": key, "sourceId": source.pk,
                 "receiverId": receiver.pk, "amount": str(Decimal(options["amount"])),
                 "authorizationId": auth.pk}
         unknown = options["kind"] == "unknown"
         with transaction.atomic():
             operation = Operation.objects.create(
-                tool="send_payment", scope=principal_scope(agent, None), key=body["operationId"],
+                tool="send_payment", scope=principal_scope(agent, None) or "", key=key,
                 user=agent, fingerprint=fingerprint(body), input=body,
                 state=OperationState.OUTCOME_UNKNOWN if unknown else OperationState.IN_FLIGHT,
                 owner="" if unknown else uuid.uuid4().hex,
@@ -58,7 +59,7 @@ class Command(BaseCommand):
             phases = ["transferring", "transferred"] if unknown else ["transferring"]
             for phase in phases:
                 JournalEntry.objects.create(operation=operation, fence=1, data={
-                    "phase": phase, "reference": body["operationId"]})
+                    "phase": phase, "reference": key})
         url = reverse("admin:guarded_tools_operation_change", args=[operation.pk])
         what = ("Outcome unknown: decide it at" if unknown
                 else "Abandoned (lease expired): run `manage.py guarded_tools_sweep`, or look at")
