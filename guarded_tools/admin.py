@@ -667,7 +667,8 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 self.message_user(request, _(
                     "None of the selected operations is waiting for reconciliation any more"
                     " (now: %(states)s; someone may have decided it since the form was"
-                    " opened): nothing was changed.") % {"states": states or "—"},
+                    " opened): nothing to reconcile, nothing was changed.")
+                    % {"states": states or "—"},
                     messages.ERROR)
                 return None
             self.message_user(request, _("None of the selected operations has an unknown"
