@@ -26,12 +26,13 @@ from django.contrib.admin.views.main import (
 )
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db.models import Case, IntegerField, QuerySet, Value, When
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import escape, format_html
+from django.utils import timezone
+from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -45,8 +46,11 @@ from guarded_tools.models import (
     JournalEntry,
     Operation,
     OperationState,
+    unknown_first,
 )
+from guarded_tools.presentation import present_request
 from guarded_tools.registry import registry
+from guarded_tools.templatetags.guarded_tools_admin import age, when
 
 _TOKEN = re.compile(
     r'(?P<key>"(?:\\.|[^"\\])*"(?=\s*:))|(?P<str>"(?:\\.|[^"\\])*")'
@@ -298,12 +302,15 @@ class ExpiresFilter(admin.SimpleListFilter):
 
 @admin.register(Confirmation)
 class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["tool", "requested_by", "status_badge", "created_at", "expires_at",
+    # The summary names the tool's action; the sidebar filters by tool.
+    list_display = ["summary", "requested_by", "status_badge", "age", "time_left",
                     "decided_by"]
+    list_display_links = ["summary"]
     list_filter = ["status", ExpiresFilter, ConfirmationToolFilter]
     search_fields = ["requested_by__username", "requested_by__email"]
     list_select_related = ["requested_by", "decided_by"]
-    ordering = ["-created_at"]
+    # The queue: oldest first, the request that has waited longest at the top.
+    ordering = ["created_at", "pk"]
     show_full_result_count = False
     actions = ["approve_selected", "decline_selected"]
     change_form_template = "admin/guarded_tools/confirmation/detail.html"
@@ -320,6 +327,22 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return format_html('<span class="gt-badge gt-{}">{}</span>', obj.status,
                            obj.get_status_display())
 
+    @admin.display(description=_("request"))
+    def summary(self, obj: Confirmation) -> str:
+        return present_request(obj, obj.input).summary
+
+    @admin.display(description=_("waiting"), ordering="created_at")
+    def age(self, obj: Confirmation) -> str:  # the exact time on hover
+        return format_html('<span title="{}">{}</span>', when(obj.created_at),
+                           age(timezone.now() - obj.created_at))
+
+    @admin.display(description=_("time left"), ordering="expires_at")
+    def time_left(self, obj: Confirmation) -> str:
+        if obj.status not in (ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED):
+            return "—"
+        left = obj.expires_at - timezone.now()
+        return age(left) if left.total_seconds() > 0 else str(_("expired"))
+
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "gt_stats": confirmations.stats()}
         return super().changelist_view(request, extra_context)
@@ -327,6 +350,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def _decide_many(self, request: HttpRequest, queryset: QuerySet[Any], approved: bool,
                      reason: str) -> None:
         done, refused = 0, []
+        selected = queryset.count()  # before deciding: afterwards the queryset is another
         for confirmation in queryset.filter(status=ConfirmationStatus.PENDING):
             try:
                 if approved:
@@ -340,7 +364,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         self.message_user(request, ngettext("%(n)d confirmation %(verb)s.",
                                             "%(n)d confirmations %(verb)s.", done)
                           % {"n": done, "verb": verb}, messages.SUCCESS if done else messages.INFO)
-        skipped = queryset.count() - done
+        skipped = selected - done
         if skipped:
             detail = f" ({refused[0]})" if refused else ""
             self.message_user(request, ngettext(
@@ -426,9 +450,16 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                    args=[confirmation.pk])
             rows, not_shown = input_rows(confirmation.tool, confirmation.input,
                                          limit=self.input_shown_chars)
+            recent = (Operation.objects.filter(tool=confirmation.tool,
+                                               user_id=confirmation.requested_by_id)
+                      .order_by("-created_at")[:5]
+                      if confirmation.requested_by_id is not None else [])
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,
+                "presented": present_request(confirmation, confirmation.input, request.user),
+                "recent_calls": recent,
+                "open": open_,
                 "tool_description": definition.description if definition else "",
                 "input_rows": rows,
                 "input_fields_not_shown": not_shown,
@@ -437,38 +468,15 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "refusal": refusal if open_ else None,
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
                                       args=[confirmation.pk]),
-                "audit": confirmation.audit.select_related("actor"),
+                "audit": confirmation.audit.select_related("actor", "operation"),
             }
         return super().change_view(request, object_id, form_url, extra_context)
 
 
 # -- operations ------------------------------------------------------------------------------
-class OperationPartInline(ReadOnlyMixin, admin.TabularInline):
-    """Journal and audit rows are part of the operation: whoever sees it sees them."""
-
-    extra = 0
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return request.user.has_perm("guarded_tools.view_operation")
-
-
-class JournalInline(OperationPartInline):
-    model = JournalEntry
-    fields = readonly_fields = ("kind", "data_json", "fence", "removed", "created_at",)
-    verbose_name_plural = _("journal entries and late results")
-
-    @admin.display(description=_("data"))
-    def data_json(self, obj: JournalEntry) -> SafeString:
-        return highlight_json(obj.data)
-
-
-class AuditInline(OperationPartInline):
-    model = AuditEntry
-    fk_name = "operation"
-    fields = readonly_fields = ("created_at", "actor", "action", "note",)
-
-
 FENCE_FIELD = "fence-%s"
+#: The most operations one reconcile form shows the evidence of (the rest are decided too).
+FORM_OPERATIONS_SHOWN = 20
 
 
 def posted_fences(request: HttpRequest) -> dict[str, int]:
@@ -509,27 +517,64 @@ class FailedForm(ReconcileForm):
                               initial="The operation failed and was reconciled by a person.")
 
 
+def stacked_time(value: Any) -> str:
+    """A list cell's time: the date over the time to the second, so columns stay narrow."""
+    day, _sep, rest = when(value).partition(" ")
+    return format_html('<span class="gt-time">{}<br>{}</span>', day, rest)
+
+
+#: Each reconciliation: its action, what the person says by choosing it, its button.
+RECONCILIATIONS = (
+    ("mark_succeeded", _("Mark succeeded"), _("marked succeeded")),
+    ("mark_not_executed", _("Mark not executed"), _("marked not executed")),
+    ("mark_failed", _("Mark failed"), _("marked failed")),
+)
+
+
+def evidence(operation: Operation) -> dict[str, Any]:
+    """What an operator decides from, for one operation: the request as people read it,
+    its raw input, output and error (each bounded, downloadable), the live journal (any
+    entry means the effect may have happened) and the timeline."""
+    def shown(part: str) -> SafeString:
+        url = reverse("admin:guarded_tools_operation_download", args=[operation.pk, part])
+        return highlight_json(getattr(operation, part), download_url=url)
+
+    error = operation.error if isinstance(operation.error, dict) else {}
+    return {
+        "presented": present_request(operation, operation.input),
+        "input": shown("input"),
+        "output": shown("output") if operation.output is not None else None,
+        "error": shown("error") if operation.error is not None else None,
+        "failure": error.get("failure", ""),
+        "recover_said": error.get("recover", ""),
+        "verify_said": error.get("message", "") if error.get("code") == "verification_failed"
+        else "",
+        "journal": [highlight_json(data, limit=4096)
+                    for data in reconciliation.effect_may_have_happened(operation)],
+        "timeline": reconciliation.timeline(operation),
+    }
+
+
 @admin.register(Operation)
 class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["tool", "short_key", "user", "state_badge", "recovered", "created_at",
-                    "updated_at"]
+    list_display = ["tool", "short_key", "user", "state_badge", "created", "updated"]
     list_filter = ["state", ToolFilter, "recovered"]
     search_fields = ["key", "user__username"]
     list_select_related = ["user"]
     show_full_result_count = False
-    inlines = [JournalInline, AuditInline]
     actions = ["mark_succeeded", "mark_not_executed", "mark_failed"]
     change_list_template = "admin/guarded_tools/operation/change_list.html"
+    change_form_template = "admin/guarded_tools/operation/detail.html"
     fields = readonly_fields = (
         "id", "tool", "scope", "key", "user", "state", "recovered", "fence", "owner",
         "lease_expires_at", "input_json", "output_json", "error_json", "attempts",
         "created_at", "updated_at", "completed_at",)
 
     def get_ordering(self, request: HttpRequest) -> list[Any]:
-        # Unknown outcomes first: they are the ones waiting for a person.
-        unknown_first = Case(When(state=OperationState.OUTCOME_UNKNOWN, then=Value(0)),
-                             default=Value(1), output_field=IntegerField())
-        return [unknown_first.asc(), "-created_at"]
+        # Unknown outcomes first: they are the ones waiting for a person. The index
+        # gt_operation_unknown_first serves exactly this order (the primary key makes it
+        # total, so the changelist adds nothing the index lacks).
+        return [unknown_first().asc(), "-created_at", "-pk"]
 
     def has_reconcile_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(reconciliation.RECONCILE_PERMISSION)
@@ -544,8 +589,41 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, obj: Operation) -> str:
-        return format_html('<span class="gt-badge gt-{}">{}</span>', obj.state,
-                           obj.get_state_display())
+        # "recovered" is said beside the state, not as the admin's red ✗ on every row
+        # that never needed recovering.
+        recovered = format_html('<div class="gt-recovered">{}</div>', _("recovered")) \
+            if obj.recovered else ""
+        return format_html('<span class="gt-badge gt-{}">{}</span>{}', obj.state,
+                           obj.get_state_display(), recovered)
+
+    @admin.display(description=_("created at"), ordering="created_at")
+    def created(self, obj: Operation) -> str:
+        return stacked_time(obj.created_at)
+
+    @admin.display(description=_("updated at"), ordering="updated_at")
+    def updated(self, obj: Operation) -> str:
+        return stacked_time(obj.updated_at)
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: Any = None) -> HttpResponse:
+        operation = self.get_object(request, object_id)
+        if operation is not None:
+            can = (operation.state == OperationState.OUTCOME_UNKNOWN
+                   and self.has_reconcile_permission(request))
+            ev = evidence(operation)
+            extra_context = {
+                **(extra_context or {}),
+                "operation": operation,
+                "ev": ev,
+                "presented": ev["presented"],
+                "timeline": ev["timeline"],
+                "reconciliations": RECONCILIATIONS if can else (),
+                "changelist_url": reverse("admin:guarded_tools_operation_changelist"),
+                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+                "confirmations": operation.confirmations.select_related(
+                    "requested_by", "decided_by").order_by("created_at")[:20],
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
 
     def get_urls(self) -> list[Any]:
         return [
@@ -583,6 +661,16 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                    form_class: type[ReconcileForm], title: str, single: bool = False) -> Any:
         eligible = queryset.filter(state=OperationState.OUTCOME_UNKNOWN)
         if not eligible.exists():
+            if "note" in request.POST:  # a form that was open while someone else decided
+                states = ", ".join(sorted({str(OperationState(state).label) for state in
+                                           queryset.values_list("state", flat=True)[:20]}))
+                self.message_user(request, _(
+                    "None of the selected operations is waiting for reconciliation any more"
+                    " (now: %(states)s; someone may have decided it since the form was"
+                    " opened): nothing to reconcile, nothing was changed.")
+                    % {"states": states or "—"},
+                    messages.ERROR)
+                return None
             self.message_user(request, _("None of the selected operations has an unknown"
                                          " outcome; nothing to reconcile."), messages.WARNING)
             return None
@@ -590,18 +678,26 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             self.message_user(request, _("Mark one operation at a time as succeeded: each has"
                                          " its own output."), messages.WARNING)
             return None
-        form = form_class(request.POST if "note" in request.POST else None)
+        initial = {}
+        if single and form_class is SucceededForm:
+            stored = eligible.values_list("output", flat=True).first()
+            if stored is not None:  # what verify refused, or a late result: start from it
+                initial["output"] = pretty_json(stored)
+        form = form_class(request.POST if "note" in request.POST else None, initial=initial)
         # The attempt each decision is made on: the fence the form showed, as posted back;
         # a form opened now shows the current one.
         fences = posted_fences(request) if form.is_bound else {
             str(operation.pk): operation.fence for operation in eligible}
         if form.is_valid():
-            done, problems = 0, []
-            for operation in eligible:
+            done, problems, decided, last = 0, [], [], None
+            chosen = list(eligible)
+            for operation in chosen:
                 try:
                     self._apply(action, operation, request.user, form.cleaned_data,
                                 fences.get(str(operation.pk)))
                     done += 1
+                    decided.append(str(operation))
+                    last = operation.pk
                 except reconciliation.ReconcileRefused as exc:
                     problems.append(str(exc))
             if problems and done == 0 and single:
@@ -609,9 +705,15 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                        problems[0])
             if problems:
                 self.message_user(request, problems[0], messages.ERROR)
+            verb = {a: past for a, _label, past in RECONCILIATIONS}[action]
             self.message_user(request, ngettext("%(n)d operation reconciled.",
                                                 "%(n)d operations reconciled.", done)
-                              % {"n": done}, messages.SUCCESS if done else messages.INFO)
+                              % {"n": done} + (f" {', '.join(decided[:5])}: {verb}."
+                                               if decided else ""),
+                              messages.SUCCESS if done else messages.INFO)
+            if len(chosen) == 1 and last is not None:  # back to the operation, decided
+                return HttpResponseRedirect(reverse("admin:guarded_tools_operation_change",
+                                                    args=[last]))
             return None
         return self._form_page(request, eligible, form, action, title, fences)
 
@@ -619,8 +721,10 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                    action: str, title: str, fences: dict[str, int],
                    error: str | None = None) -> TemplateResponse:
         shown = list(objects)
-        for operation in shown:
+        for i, operation in enumerate(shown):
             operation.decided_fence = fences.get(str(operation.pk))
+            if operation._meta.model_name == "operation":
+                operation.evidence = evidence(operation) if i < FORM_OPERATIONS_SHOWN else None
         return TemplateResponse(request, "admin/guarded_tools/reason_form.html", {
             **self.admin_site.each_context(request),
             "title": title,
@@ -684,9 +788,45 @@ class JournalEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return highlight_json(obj.data)
 
 
+def _link(name: str, obj: Any) -> str:
+    if obj is None:
+        return "—"
+    return format_html('<a href="{}">{}</a>',
+                       reverse(f"admin:{obj._meta.app_label}_{name}_change", args=[obj.pk]), obj)
+
+
 @admin.register(AuditEntry)
 class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["created_at", "actor", "action", "operation", "confirmation", "note"]
+    list_display = ["at", "who", "action", "status_then", "subject", "note"]
+    ordering = ["-created_at", "-pk"]
+
+    @admin.display(description=_("at"), ordering="created_at")
+    def at(self, obj: AuditEntry) -> str:
+        return stacked_time(obj.created_at)
+
+    @admin.display(description=_("who"), ordering="actor")
+    def who(self, obj: AuditEntry) -> str:
+        if obj.actor is None:
+            return str(_("recovery"))
+        user_model = type(obj.actor)._meta
+        return format_html('<a href="{}">{}</a>', reverse(
+            f"admin:{user_model.app_label}_{user_model.model_name}_change",
+            args=[obj.actor.pk]), obj.actor) if self.admin_site.is_registered(
+            type(obj.actor)) else str(obj.actor)
+
+    @admin.display(description=_("status then"), ordering="status")
+    def status_then(self, obj: AuditEntry) -> str:
+        return format_html('<span class="gt-badge gt-{}">{}</span>', obj.status,
+                           obj.status.replace("_", " ")) if obj.status else "—"
+
+    @admin.display(description=_("about"))
+    def subject(self, obj: AuditEntry) -> str:
+        """The operation and the confirmation the entry is about, each linked."""
+        links = [_link(name, row) for name, row in (("operation", obj.operation),
+                                                   ("confirmation", obj.confirmation))
+                 if row is not None]
+        return format_html_join(mark_safe("<br>"), "{}", ((link,) for link in links)) \
+            if links else "—"
     list_filter = ["action"]
     list_select_related = ["actor", "operation", "confirmation"]
     search_fields = ["actor__username", "note"]

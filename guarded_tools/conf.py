@@ -33,6 +33,11 @@ DEFAULTS: dict[str, Any] = {
     "CONFIRMATION_ALLOW_SELF_APPROVAL": False,
     "CONFIRMATION_SHARE_DECLINE_REASON": False,
     "CONFIRMATION_REASON_MAX_CHARS": 300,
+    # Email approvers about each new request (Django's mail settings); the signal
+    # confirmation_requested serves any other channel. CONSOLE_BASE_URL makes the
+    # email's link to the request's admin page absolute ("https://ops.example.com").
+    "CONFIRMATION_NOTIFY_EMAIL": True,
+    "CONSOLE_BASE_URL": "",
     "EXECUTE_ON_APPROVAL": False,
     # Extension points (import strings)
     "PIPELINE_CLASS": "guarded_tools.pipeline.Pipeline",

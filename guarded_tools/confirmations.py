@@ -10,6 +10,7 @@ nobody decided does.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from typing import TYPE_CHECKING, Any
@@ -28,23 +29,40 @@ from guarded_tools.exceptions import (
     GuardError,
 )
 from guarded_tools.handlers import timestamp
-from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
+from guarded_tools.models import (
+    AuditEntry,
+    Confirmation,
+    ConfirmationStatus,
+    record_in_admin_history,
+)
+from guarded_tools.presentation import summarize
 from guarded_tools.repair import normalize
-from guarded_tools.store import db_now_plus, user_row
+from guarded_tools.store import db_now_plus, fingerprint, user_row
 
 if TYPE_CHECKING:
     from guarded_tools.pipeline import Invocation
     from guarded_tools.registry import Tool
 
 APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
+logger = logging.getLogger("guarded_tools.confirmations")
 
 
 class DecisionRefused(Exception):
     """A person may not make this decision (permission, four-eyes, or too late)."""
 
 
+def approved_fingerprint(definition: Tool, inv: Invocation) -> str:
+    """What an approval is bound to: the whole input, or only the fields a tool marks as
+    its intent (``intent=``), so a repair of the others keeps the approval."""
+    if definition.intent is None:
+        return inv.fingerprint
+    return fingerprint({name: inv.input[name] for name in definition.intent
+                        if name in inv.input})
+
+
 def _call(definition: Tool, inv: Invocation) -> Q:
-    return Q(tool=definition.name, scope=inv.scope, key=inv.key or "", fingerprint=inv.fingerprint)
+    return Q(tool=definition.name, scope=inv.scope, key=inv.key or "",
+             fingerprint=approved_fingerprint(definition, inv))
 
 
 def describe(confirmation: Confirmation) -> dict[str, Any]:
@@ -55,17 +73,21 @@ def describe(confirmation: Confirmation) -> dict[str, Any]:
     }
 
 
-def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
+def require_approval(definition: Tool, inv: Invocation,
+                     operation_id: Any = None) -> Confirmation:
     """Consume an approval for exactly this call, or raise what the agent must do.
 
     Pending → ``ConfirmationRequired`` (202; waits up to ``inv.wait`` seconds for a
     decision first); declined → ``confirmation_declined``; expired (undecided, or
     approved and not used in time) → ``confirmation_expired``; approved and unexpired
-    → consumed atomically and returned.
+    → consumed atomically and returned. ``operation_id`` is the operation a fresh claim
+    took (``effect-only``): an approval an earlier attempt of that same operation
+    consumed, and which has not expired, is used again, because an attempt is fresh only
+    when the earlier one was released without its effect (a repaired retry).
     """
     deadline = time.monotonic() + max(inv.wait, 0)
     while True:
-        confirmation = _consume_or_request(definition, inv)
+        confirmation = _consume_or_request(definition, inv, operation_id)
         if confirmation.status == ConfirmationStatus.CONSUMED:
             return confirmation
         if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
@@ -76,12 +98,20 @@ def require_approval(definition: Tool, inv: Invocation) -> Confirmation:
 _USED = (ConfirmationStatus.APPROVED, ConfirmationStatus.CONSUMED)
 
 
-def _consume_or_request(definition: Tool, inv: Invocation) -> Confirmation:
+def _consume_or_request(definition: Tool, inv: Invocation,
+                        operation_id: Any = None) -> Confirmation:
     call = _call(definition, inv)
     # From the primary: a replica behind it could miss the approval, or the request.
     confirmations = Confirmation.objects.using(router.db_for_write(Confirmation))
     confirmations.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
     latest = confirmations.filter(call).order_by("-created_at").first()
+    if (
+        latest is not None and operation_id is not None
+        and latest.status == ConfirmationStatus.CONSUMED
+        and latest.operation_id == operation_id
+        and confirmations.filter(pk=latest.pk, expires_at__gt=Now()).exists()
+    ):
+        return latest  # consumed by an earlier attempt of this operation, released since
     if latest is not None and latest.status == ConfirmationStatus.APPROVED:
         # Compare-and-set, on the database's clock: used once, and only while it lasts.
         consumed = confirmations.filter(
@@ -114,7 +144,7 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
                 tool=definition.name,
                 scope=inv.scope,
                 key=inv.key or "",
-                fingerprint=inv.fingerprint,
+                fingerprint=approved_fingerprint(definition, inv),
                 input=dict(inv.input),
                 requested_by=user_row(inv.user),
                 expires_at=db_now_plus(ttl),
@@ -126,7 +156,47 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
         )
     confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
     signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
+    if gt_settings.CONFIRMATION_NOTIFY_EMAIL:
+        notify_approvers(confirmation)
     return confirmation
+
+
+def approvers(confirmation: Confirmation) -> list[Any]:
+    """The active users who may decide ``confirmation`` and have an email address."""
+    from django.contrib.auth import get_user_model
+
+    manager = get_user_model()._default_manager
+    if not hasattr(manager, "with_perm"):  # a custom user model without ModelBackend's
+        return []
+    users = manager.with_perm(APPROVE_PERMISSION, is_active=True).exclude(email="")
+    return [user for user in users[:100] if can_decide(user, confirmation) is None]
+
+
+def notify_approvers(confirmation: Confirmation) -> int:
+    """Email each approver a new request: its summary and a link to its admin page,
+    where they decide (a link never decides: approving is a POST on that page).
+    A failure to send is logged; the agent's call goes on either way."""
+    from django.core.mail import send_mass_mail
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        path = reverse("admin:guarded_tools_confirmation_change", args=[confirmation.pk])
+    except NoReverseMatch:
+        return 0
+    try:
+        recipients = [user.email for user in approvers(confirmation)]
+        if not recipients:
+            return 0
+        summary = summarize(confirmation, confirmation.input)
+        link = gt_settings.CONSOLE_BASE_URL.rstrip("/") + path
+        who = confirmation.requested_by or "an anonymous caller"
+        body = (f"{summary}\n\nRequested by {who} through {confirmation.tool}; it waits"
+                f" until {timestamp(confirmation.expires_at)}.\n\nDecide on its page: {link}\n")
+        subject = f"Approval requested: {summary}"[:150]
+        return send_mass_mail([(subject, body, None, [email]) for email in recipients])
+    except Exception:
+        logger.exception("could not email approvers about confirmation %s", confirmation.pk)
+        return 0
 
 
 def retry_after() -> int:
@@ -232,13 +302,19 @@ def _decide(
         ).update(**changes)
         if not updated:
             raise DecisionRefused("This confirmation is no longer pending.")
+        confirmation.refresh_from_db(using=router.db_for_write(Confirmation))  # as decided
         AuditEntry.objects.create(
             actor=user,
             action=AuditEntry.Action.APPROVE if approved else AuditEntry.Action.DECLINE,
             confirmation_id=confirmation.pk,
+            operation_id=confirmation.operation_id,
             note=reason,
-            data={"tool": confirmation.tool, "key": confirmation.key},
+            status=status,
+            data={"tool": confirmation.tool, "key": confirmation.key,
+                  "summary": summarize(confirmation, confirmation.input)},
         )
+        verb = "Approved" if approved else "Declined"
+        record_in_admin_history(user, confirmation, f"{verb}: {reason}" if reason else verb)
         # The flag as committed now (this row is locked by the update above): a task that
         # began to wait since the page was read is run too (see hold_for_task).
         confirmation.task = Confirmation.objects.using(using).filter(

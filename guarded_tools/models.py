@@ -9,7 +9,7 @@ from typing import Any
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
@@ -27,6 +27,12 @@ class OperationState(models.TextChoices):
     """Recovery could not prove success or non-execution; a person must reconcile."""
     RELEASED = "released", _("released")
     """Proven not executed; the key is fresh again and the next call claims it."""
+
+
+def unknown_first() -> Case:
+    """0 for an operation whose outcome is unknown, 1 for any other: the admin's order."""
+    return Case(When(state=OperationState.OUTCOME_UNKNOWN, then=Value(0)), default=Value(1),
+                output_field=models.IntegerField())
 
 
 class OperationQuerySet(models.QuerySet["Operation"]):
@@ -138,6 +144,12 @@ class Operation(models.Model):
             # the calls that complete by themselves never write to it.
             models.Index(fields=["completed_at"], name="gt_operation_recovered",
                          condition=Q(recovered=True)),
+            # The admin's list: unknown outcomes first, then the newest (and the primary
+            # key the changelist adds to make its order total). The expression is the
+            # one ``unknown_first()`` orders by, so a page reads 100 index entries
+            # instead of sorting the table.
+            models.Index(unknown_first(), F("created_at").desc(), F("id").desc(),
+                         name="gt_operation_unknown_first"),
         ]
         permissions = [("reconcile_operation", _("Can reconcile operations"))]
 
@@ -351,7 +363,7 @@ class Confirmation(models.Model):
 
 
 class AuditEntry(models.Model):
-    """A state change a person made: who, when, what and why."""
+    """A state change a person or a recovery made: who (none for a sweep), when, what, why."""
 
     class Action(models.TextChoices):
         APPROVE = "approve", _("approved confirmation")
@@ -360,6 +372,7 @@ class AuditEntry(models.Model):
         MARK_SUCCEEDED = "mark_succeeded", _("marked operation succeeded")
         MARK_NOT_EXECUTED = "mark_not_executed", _("marked operation not executed")
         MARK_FAILED = "mark_failed", _("marked operation failed")
+        RECOVER = "recover", _("recovered operation")
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -386,6 +399,11 @@ class AuditEntry(models.Model):
         related_name="audit",
     )
     note = models.TextField(_("note"), blank=True)
+    status = models.CharField(
+        _("status then"), max_length=32, blank=True,
+        help_text=_("The operation's state or the confirmation's status this entry left it"
+                    " in, as it was then."),
+    )
     data = models.JSONField(_("data"), encoder=DjangoJSONEncoder, null=True, blank=True)
     created_at = models.DateTimeField(_("at"), auto_now_add=True)
 
@@ -396,3 +414,19 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_action_display()} by {self.actor}"
+
+
+def record_in_admin_history(user: Any, obj: models.Model, message: str) -> None:
+    """``message`` in Django's admin history of ``obj`` (its *History* page and *Recent
+    actions*), as a change by ``user``; nothing without ``django.contrib.admin`` or a user.
+    """
+    from django.apps import apps
+
+    if user is None or getattr(user, "pk", None) is None:
+        return
+    if not apps.is_installed("django.contrib.admin"):
+        return
+    from django.contrib.admin.models import CHANGE, LogEntry
+
+    LogEntry.objects.log_actions(user.pk, [obj], CHANGE, change_message=message[:2000],
+                                 single_object=True)

@@ -1,7 +1,7 @@
 """Provides the guard pipeline: every stage of a tool call, top to bottom, in one class.
 
-    validate ─► context ─► authorize ─► confirm (always) ─► claim
-      ─► confirm (effect-only, fresh claims) ─► execute ─► [raised] recover
+    validate ─► context ─► authorize ─► precheck + confirm (always) ─► claim
+      ─► precheck + confirm (effect-only, fresh claims) ─► execute ─► [raised] recover
       ─► output budget ─► verify ─► complete
 
 Each stage is a method a subclass may override (``PIPELINE_CLASS`` setting).
@@ -308,6 +308,7 @@ class Pipeline:
         if (self.tool.idempotent or self.tool.confirm_mode) and not inv.fingerprint:
             inv.fingerprint = fingerprint(inv.input)
         if self.tool.confirm_mode == "always":
+            self.check_preconditions(inv)
             self.confirm(inv, obs)
         if not self.tool.idempotent:
             return self.execute_unclaimed(inv, obs)
@@ -464,13 +465,24 @@ class Pipeline:
             and permissions_database() == router.db_for_write(Operation)
         )
 
+    def check_preconditions(self, inv: Invocation) -> None:
+        """The tool's business preconditions, before anyone is asked to confirm the call.
+
+        ``precheck(input=, context=, user=)`` raises the tool's ``ToolError`` (with its
+        repair) for a call that cannot succeed, so no person approves it first. It runs
+        for fresh calls only: a replay never reaches it.
+        """
+        if self.tool.precheck is not None:
+            self.tool.precheck(input=inv.input, context=inv.context, user=inv.user)
+
     def confirm(self, inv: Invocation, obs: _Observer, claim: Claim | None = None) -> None:
         obs.emit("confirmation_requested")
         if self.tool.queued_confirmation:
             from guarded_tools.confirmations import require_approval
 
             try:
-                confirmation = require_approval(self.tool, inv)
+                confirmation = require_approval(
+                    self.tool, inv, claim.operation.pk if claim is not None else None)
             except ConfirmationError:
                 obs.emit("declined")
                 raise
@@ -625,6 +637,8 @@ class Pipeline:
 
     # -- execution -----------------------------------------------------------------------
     def execute_unclaimed(self, inv: Invocation, obs: _Observer) -> GuardResult:
+        if self.tool.confirm_mode != "always":
+            self.check_preconditions(inv)
         ctx = self.make_context(inv, None)
         output = self.call_handler(inv, ctx)
         obs.emit("executed")
@@ -633,9 +647,11 @@ class Pipeline:
         return result
 
     def execute_fresh(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
-        if self.tool.confirms_after_claim:
+        if self.tool.confirm_mode != "always":
             try:
-                self.confirm(inv, obs, claim)
+                self.check_preconditions(inv)
+                if self.tool.confirms_after_claim:
+                    self.confirm(inv, obs, claim)
             except BaseException:
                 self.store.release(claim)  # nothing ran: the key is fresh again
                 raise
@@ -702,6 +718,7 @@ class Pipeline:
                 if operation.state == OperationState.RELEASED:
                     return None, None
                 return None, self.store.classify(operation, db_now, inv.fingerprint)
+            self.check_preconditions(inv)  # a refusal rolls back with the lock: nothing left
             claim = self.store.pending(
                 tool=self.tool.name, scope=inv.scope, key=inv.key or "",
                 fp=inv.fingerprint, input=inv.input, user=inv.user,
@@ -776,7 +793,7 @@ class Pipeline:
             self.store.release(claim)
             raise exc
         # Without a recover hook nobody can ever prove the outcome: a person decides.
-        self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+        self.store.mark_unknown(claim, evidence(exc, "no recover hook"))
         raise OutcomeUnknownError(
             extra={"operation": {**claim.operation.summary(), "status": "outcome_unknown"}}
         ) from exc
@@ -809,14 +826,15 @@ class Pipeline:
                 **principal_kwargs(self.tool.recover, inv),
             )
         except Exception as recovery_error:
-            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            self.store.mark_unknown(claim, evidence(exc, "recover raised "
+                                                    + type(recovery_error).__name__))
             raise OutcomeUnknownError(extra={"operation": summary}) from recovery_error
         decision = dict(decision or {})
         if decision.get("recovered"):
             obs.emit("recovered", recovered=True)
             return self.finalize(inv, claim, decision.get("output"), obs, recovered=True)
         if decision.get("outcome") == "unknown":
-            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            self.store.mark_unknown(claim, evidence(exc, "outcome unknown"))
             raise OutcomeUnknownError(extra={"operation": summary}) from exc
         # Asked after recover ran: it may have cleared the journal once it proved that
         # no effect happened.
@@ -826,7 +844,7 @@ class Pipeline:
                 raise exc
             return None  # released: proven not executed
         if terminal:
-            self.store.mark_unknown(claim, {"code": "outcome_unknown"})
+            self.store.mark_unknown(claim, evidence(exc, "not recovered, journal not empty"))
         else:
             self.store.abandon(claim)
         raise OutcomeUnknownError(extra={"operation": summary}) from exc
@@ -1013,6 +1031,16 @@ def _call_with_deadline(
         raise VerificationError("Verification did not finish in time.") from None
     finally:
         pool.shutdown(wait=False)
+
+
+def evidence(exc: BaseException | None, recover: str) -> dict[str, Any]:
+    """The stored error of an outcome nobody could prove, for the operator's page: the
+    handler's failure class (never its text, which replays never carry either) and what
+    recovery answered."""
+    data: dict[str, Any] = {"code": "outcome_unknown", "recover": recover}
+    if exc is not None:
+        data["failure"] = type(exc).__name__
+    return data
 
 
 def get_pipeline(definition: Tool) -> Pipeline:

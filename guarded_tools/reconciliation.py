@@ -10,18 +10,25 @@ replays afterwards return what the person decided, and ``verify`` never re-judge
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Count, Min
+from django.db.models import Count, Exists, Min, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
 from guarded_tools.catalog import is_code
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import MalformedRequest
-from guarded_tools.models import AuditEntry, JournalEntry, Operation, OperationState
+from guarded_tools.models import (
+    AuditEntry,
+    JournalEntry,
+    Operation,
+    OperationState,
+    record_in_admin_history,
+)
 from guarded_tools.registry import registry
 from guarded_tools.store import JSON_ENCODER, storable_json
 from guarded_tools.validation import compile_schema, parse_json
@@ -58,6 +65,9 @@ def _decide(
         raise ReconcileRefused("A note is required: say how you established the outcome.")
     using = router.db_for_write(Operation)
     with transaction.atomic(using=using):
+        # What the decision replaces (the stored output and error), kept in its audit row.
+        before = Operation.objects.using(using).unknown().filter(
+            pk=operation.pk, fence=fence).values("output", "error").first()
         updated = Operation.objects.using(using).unknown().filter(
             pk=operation.pk, fence=fence
         ).update(owner="", lease_expires_at=None, updated_at=Now(), **changes)
@@ -73,9 +83,13 @@ def _decide(
             action=action,
             operation_id=operation.pk,
             note=note,
-            data={"fence": fence,
+            status=changes["state"],
+            data={"fence": fence, "before": before,
                   **{k: v for k, v in changes.items() if k in ("output", "error")}},
         )
+        record_in_admin_history(
+            user, operation, f"{AuditEntry.Action(action).label.capitalize()}"
+            f" (attempt {fence}): {note}")
     operation.refresh_from_db(using=using)
     return operation
 
@@ -182,6 +196,87 @@ def mark_failed(
     )
 
 
+@dataclass(frozen=True)
+class Event:
+    """One thing that happened to an operation, for its timeline."""
+
+    at: datetime
+    kind: str  # claim, journal, confirmation, decision, recovery, state
+    title: str
+    detail: str = ""
+    fence: int | None = None
+    actor: Any = None
+    data: Any = None
+    link: Any = None  # the row it comes from (a confirmation, an audit entry)
+
+
+#: The most journal entries, audit rows and confirmations one timeline shows of each.
+TIMELINE_ROWS = 100
+
+
+def timeline(operation: Operation) -> list[Event]:
+    """Everything recorded about ``operation``, oldest first (ties in recording order).
+
+    The claim, each journal entry with the attempt (fence) that wrote it, confirmations
+    asked and decided, recoveries (by the sweep or a caller) and what ``recover``
+    answered, people's decisions, and the state it is in now with its stored evidence.
+    """
+    from guarded_tools.models import Confirmation
+
+    events = [Event(at=operation.created_at, kind="claim", title="Claimed",
+                    detail=f"by {operation.user or operation.scope}", fence=1)]
+    for entry in operation.journal.order_by("id")[:TIMELINE_ROWS]:
+        events.append(Event(
+            at=entry.created_at, kind="journal", fence=entry.fence, data=entry.data,
+            title=f"Journal: {entry.get_kind_display()}"
+                  + (" (removed by a decision)" if entry.removed else "")))
+    confirmations = Confirmation.objects.filter(operation_id=operation.pk).select_related(
+        "requested_by", "decided_by").order_by("created_at")[:TIMELINE_ROWS]
+    for confirmation in confirmations:
+        events.append(Event(at=confirmation.created_at, kind="confirmation",
+                            title="Approval requested", actor=confirmation.requested_by,
+                            link=confirmation))
+    for row in operation.audit.select_related("actor", "confirmation").order_by("id")[
+            :TIMELINE_ROWS]:
+        data = row.data if isinstance(row.data, dict) else {}
+        if row.action == AuditEntry.Action.RECOVER:
+            title = f"Recovery by the {data.get('by', 'sweep')}: {data.get('outcome', '?')}"
+            kind = "recovery"
+        else:
+            title = AuditEntry.Action(row.action).label.capitalize()
+            kind = "decision"
+        events.append(Event(at=row.created_at, kind=kind, title=title, detail=row.note,
+                            fence=data.get("fence"), actor=row.actor, link=row))
+    error = operation.error if isinstance(operation.error, dict) else {}
+    if operation.state == OperationState.OUTCOME_UNKNOWN:
+        why = ", ".join(f"{k}: {error[k]}" for k in ("failure", "recover", "message", "reason")
+                        if error.get(k))
+        events.append(Event(at=operation.updated_at, kind="state", fence=operation.fence,
+                            title="Outcome unknown", detail=why))
+    elif operation.completed_at is not None:
+        events.append(Event(at=operation.completed_at, kind="state", fence=operation.fence,
+                            title=OperationState(operation.state).label.capitalize()))
+    order = {"claim": 0, "journal": 1, "confirmation": 1, "recovery": 2, "decision": 2,
+             "state": 3}
+    return sorted(events, key=lambda e: (e.at, order.get(e.kind, 2)))
+
+
+def effect_may_have_happened(operation: Operation) -> list[Any]:
+    """The live journal entries of ``operation``: any means its effect may have happened."""
+    return list(JournalEntry.objects.live(operation.pk).order_by("id").values_list(
+        "data", flat=True)[:10])
+
+
+#: What each state's tile counts, in words.
+DASHBOARD_LABELS: dict[str, str] = {
+    OperationState.IN_FLIGHT: "in flight (running now)",
+    OperationState.ABANDONED: "abandoned (waiting for recovery)",
+    OperationState.SUCCEEDED: "succeeded",
+    OperationState.FAILED: "failed (decided by a person)",
+    OperationState.RELEASED: "released (proven not run)",
+}
+
+
 def dashboard() -> dict[str, Any]:
     """Counts by state, oldest in-flight age, unknown outcomes, recoveries in a day."""
     counts = dict(
@@ -189,12 +284,22 @@ def dashboard() -> dict[str, Any]:
     )
     now = timezone.now()
     oldest = Operation.objects.in_flight().aggregate(oldest=Min("created_at"))["oldest"]
+    from guarded_tools.models import Confirmation
+
+    # An effect-only call waiting for its approval released its claim: it is counted
+    # apart, so "released" counts only the calls proven not run.
+    # From the few pending requests, each looked up by the claim's unique key.
+    awaiting = Confirmation.objects.pending().filter(Exists(Operation.objects.filter(
+        tool=OuterRef("tool"), scope=OuterRef("scope"), key=OuterRef("key"),
+        state=OperationState.RELEASED))).count()
+    counts[OperationState.RELEASED] = max(counts.get(OperationState.RELEASED, 0) - awaiting, 0)
     return {
         "by_state": [
-            (label, counts.get(value, 0))
+            (value, DASHBOARD_LABELS.get(value, str(label)), counts.get(value, 0))
             for value, label in OperationState.choices
             if value != OperationState.OUTCOME_UNKNOWN  # shown on its own, as an alert
         ],
+        "awaiting_approval": awaiting,
         "oldest_in_flight_age": (now - oldest) if oldest else None,
         "unknown": counts.get(OperationState.OUTCOME_UNKNOWN, 0),
         "recovered_last_day": Operation.objects.filter(

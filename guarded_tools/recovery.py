@@ -18,7 +18,7 @@ from django.db.models.functions import Now
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import GuardError
-from guarded_tools.models import Confirmation, ConfirmationStatus, Operation
+from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from guarded_tools.registry import Tool, registry
 from guarded_tools.replays import replays
 from guarded_tools.store import Claim, OperationHandle, OperationStore
@@ -74,9 +74,35 @@ def _lease(definition: Tool | None) -> int:
 
 
 def recover_claimed(
+    operation: Operation, claim: Claim, store: OperationStore, definition: Tool | None = None,
+    *, by: str = "sweep",
+) -> Outcome:
+    """Decide an operation this process has just taken over. Never runs the handler.
+
+    What was decided is an audit row (``recover``, no actor): ``by`` says who ran the
+    recovery (``"sweep"`` or ``"caller"``, a caller's retry meeting the claim).
+    """
+    outcome = _recover_claimed(operation, claim, store, definition)
+    _audit_recovery(claim, outcome, by)
+    return outcome
+
+
+def _audit_recovery(claim: Claim, outcome: Outcome, by: str) -> None:
+    try:
+        state = Operation.objects.using(router.db_for_write(Operation)).filter(
+            pk=claim.operation.pk).values_list("state", flat=True).first()
+        AuditEntry.objects.create(
+            action=AuditEntry.Action.RECOVER, operation_id=claim.operation.pk,
+            status=state or "", note=f"Recovery by the {by}: {outcome}.",
+            data={"by": by, "outcome": outcome, "fence": claim.operation.fence},
+        )
+    except Exception:  # the record of a decision never undoes the decision
+        logger.exception("could not record the recovery of operation %s", claim.operation.pk)
+
+
+def _recover_claimed(
     operation: Operation, claim: Claim, store: OperationStore, definition: Tool | None = None
 ) -> Outcome:
-    """Decide an operation this process has just taken over. Never runs the handler."""
     from guarded_tools.pipeline import Invocation, _Observer, get_pipeline
 
     definition = definition or registry.find(operation.tool)
@@ -130,7 +156,7 @@ def recover_operation(
     claim = store.takeover(operation, _lease(definition))
     if claim is None:
         return "skipped"
-    return recover_claimed(claim.operation, claim, store, definition)
+    return recover_claimed(claim.operation, claim, store, definition, by="caller")
 
 
 def take_batch(store: OperationStore, limit: int) -> list[Claim]:

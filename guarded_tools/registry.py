@@ -69,6 +69,19 @@ class Tool:
     #: Over MCP, for a client with the Tasks extension, a call answers a task at once and
     #: runs on Celery (as an approved call does); every other caller waits as before.
     long_running: bool = False
+    #: Business preconditions, checked before a person is asked to confirm (and before
+    #: the handler of a tool without confirmation): ``precheck(input=, context=, user=)``
+    #: raises the tool's ``ToolError`` with a repair when the call cannot succeed.
+    precheck: Callable[..., Any] | None = None
+    #: How a request reads to people: ``present(input=, user=)`` returns a mapping with
+    #: an optional ``"summary"`` and ``"fields"`` ({name: text or (text, admin url)}).
+    present: Callable[..., Any] | None = None
+    #: A one-line summary: a ``str.format`` template over the input fields, or
+    #: ``summary(input=, user=)``; ``present``'s summary wins when it gives one.
+    summary: str | Callable[..., str] | None = None
+    #: The input fields that define what a person approves: an approval survives a
+    #: repaired retry of its operation that changes only other fields.
+    intent: tuple[str, ...] | None = None
     validator: Draft202012Validator = field(init=False, repr=False)
     schema_names: frozenset[str] = field(init=False, repr=False)
 
@@ -80,6 +93,8 @@ class Tool:
             raise ValueError("scopes is a list of OAuth scope names, not one string.")
         object.__setattr__(self, "scopes", tuple(self.scopes))
         self._bind()
+        if self.intent is not None:
+            object.__setattr__(self, "intent", tuple(self.intent))
         schema = dict(self.input_schema)
         object.__setattr__(self, "validator", compile_schema(schema, name=self.name))
         object.__setattr__(self, "schema_names", schema_names(schema))

@@ -104,8 +104,8 @@ def test_the_admin_reads_that_grow_with_the_table_have_indexes(user_factory: Any
     partial ones' conditions match the queries), so that at a million rows they read
     what they show rather than the table. With sequential scans and sorts made
     prohibitively expensive, the planner must still find a plan without them. (The
-    operations list's order has no index: see docs/performance.md,
-    "The admin at 1,000,000 rows".)"""
+    operations list's order has its own index, gt_operation_unknown_first: see
+    tests/test_console.py.)"""
     add_rows(20, [user_factory("u")])
     today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     reads = {

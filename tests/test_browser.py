@@ -157,15 +157,16 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     page.goto(CONF_LIST)
     row = page.locator("#result_list tbody tr", has_text="payer")
     expect(row.locator(".gt-badge")).to_have_text(label("pending"))
-    row.get_by_role("link", name="send_payment").click()
+    row.get_by_role("link", name=re.compile(r"^Pay 12\.50 from payer's Checking")).click()
     expect(page).to_have_url(re.compile(f"{CONF_LIST}{confirmation_id}/change/$"))
     detail = page.locator(".gt-detail")
     expect(detail).to_contain_text("A person approves each payment before it runs.")
     expect(page.get_by_test_id("requester")).to_have_text("payer")
     expect(page.get_by_test_id("status")).to_have_text(label("pending"))
     for title in ("From account", "To account", "Amount", "Authorization", "Operation id"):
-        expect(detail.locator("th", has_text=title)).to_be_visible()
-    expect(detail.locator("tr", has_text="Amount").locator(".gt-str")).to_have_text('"12.50"')
+        expect(detail.locator("th", has_text=title).last).to_be_visible()  # the raw input
+    expect(detail.locator("tr", has_text="Amount").locator(".gt-str").last
+           ).to_have_text('"12.50"')
     screenshot(page, "confirmation_detail.png")
 
     # A <form> nested in the admin's change form is dropped by the browser: the buttons must
@@ -275,6 +276,8 @@ def test_reconcile_an_unknown_outcome_in_the_admin(page: Any, staff: Any, make_t
     page.fill("textarea[name=note]", "The bank statement shows the transfer.")
     page.click("input[type=submit][value='Mark succeeded']")
     expect(page.locator(".messagelist")).to_contain_text("1 operation reconciled.")
+    expect(page.get_by_test_id("state")).to_have_text(label("succeeded"))  # back on its page
+    page.goto(OPS_LIST)
     expect(page.get_by_test_id("unknown-count")).to_have_text("0")
 
     status, headers, replay = agent.call(definition.name, body)

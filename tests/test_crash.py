@@ -145,10 +145,11 @@ def assert_end_state(payment: dict[str, Any], operation: Operation, point: str) 
         replay = send(payment)
         assert replay.replayed and replay.recovered and replay.output == operation.output
     else:
-        # Released: the key is fresh; the retry needs a new approval (the first one was
-        # consumed by the run that died) and then pays exactly once.
-        approve_pending(payment)
+        # Released: the key is fresh, and the run that died proved it never paid, so the
+        # retry of that same operation uses the approval it consumed (send_payment's
+        # intent is unchanged: no second request to a person) and pays exactly once.
         result = send(payment)
+        assert Confirmation.objects.filter(key=payment["body"]["operationId"]).count() == 1
         assert not result.replayed and result.output["amount"] == "12.50"
         operation.refresh_from_db()
         assert operation.state == OperationState.SUCCEEDED
@@ -178,12 +179,14 @@ def test_crash_then_the_callers_retry_recovers_inline(point: str, payment: dict[
     if POINTS[point]["end"] == OperationState.SUCCEEDED:
         result = send(payment)
         assert result.recovered and ledger(payment).count() == 1
+        assert_end_state(payment, operation, point)
     else:
-        with pytest.raises(ConfirmationRequired):
-            send(payment)  # released, then claimed fresh: it needs a new approval
-        # A pending approval releases the claim again; nothing ran.
-        assert Operation.objects.get(pk=operation.pk).state == OperationState.RELEASED
-    assert_end_state(payment, operation, point)
+        # Released (proven not run), then claimed fresh: it runs once on the approval the
+        # dead attempt consumed, with no second request to a person.
+        result = send(payment)
+        assert not result.replayed and not result.recovered and ledger(payment).count() == 1
+        assert Confirmation.objects.filter(key=payment["body"]["operationId"]).count() == 1
+        assert send(payment).replayed and ledger(payment).count() == 1
 
 
 def test_failure_before_the_effect_in_process_keeps_the_error_and_releases(

@@ -1,17 +1,53 @@
-"""Provides the admin panel tag: confirmation and operation numbers at a glance."""
+"""Provides the admin panel tag and the console's filters: times to the second, ages."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
+from django.utils import dateformat, timezone
 
 register = template.Library()
 
+#: The one date format of the console's pages: to the second, with the time zone.
+TIME_FORMAT = "Y-m-d H:i:s T"
 
-def _seconds(stats: dict[str, Any], name: str) -> dict[str, Any]:
-    age = stats.get(name)
-    return {**stats, name: age.total_seconds() if age is not None else None}
+
+def when(value: datetime | None) -> str:
+    """``value`` in the current time zone, to the second ("—" for none)."""
+    if value is None:
+        return "—"
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    return dateformat.format(value, TIME_FORMAT)
+
+
+def age(value: timedelta | None) -> str:
+    """A duration as people say it: "42 s", "3 min 5 s", "2 h 10 min", "4 d 3 h"."""
+    if value is None:
+        return "—"
+    seconds = max(int(value.total_seconds()), 0)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    for big, big_unit, small, small_unit in ((days, "d", hours, "h"), (hours, "h", minutes, "min"),
+                                             (minutes, "min", seconds, "s")):
+        if big:
+            return f"{big} {big_unit}" + (f" {small} {small_unit}" if small else "")
+    return f"{seconds} s"
+
+
+def json_value(value: Any) -> str:
+    """``value`` as the admin's highlighted JSON, bounded to a few kilobytes."""
+    from guarded_tools.admin import highlight_json
+
+    return highlight_json(value, limit=4096)
+
+
+register.filter("gt_time", when)
+register.filter("gt_age", age)
+register.filter("gt_json", json_value, is_safe=True)
 
 
 @register.inclusion_tag("admin/guarded_tools/panel.html", takes_context=True)
@@ -27,7 +63,4 @@ def guarded_tools_panel(
         confirmations = confirmation_queue.stats()
     if operations is None and user.has_perm("guarded_tools.view_operation"):
         operations = reconciliation.dashboard()
-    return {
-        "confirmations": _seconds(confirmations, "oldest_pending_age") if confirmations else None,
-        "operations": _seconds(operations, "oldest_in_flight_age") if operations else None,
-    }
+    return {"confirmations": confirmations or None, "operations": operations or None}

@@ -52,6 +52,15 @@ DEMO_ERRORS = ErrorCatalog(
             " with the same operationId, amount and receiverId.",
             "link": "#payment_source_stale",
         },
+        "receiver_not_found": {
+            "status": 422,
+            "retry": "after_repair",
+            "message": "The receiving account does not exist.",
+            "why": "receiverId names no account.",
+            "fix": "Ask the user which account to pay, then retry with its id and the same"
+            " operationId.",
+            "link": "#receiver_not_found",
+        },
         "insufficient_funds": {
             "status": 409,
             "retry": "never",
@@ -293,6 +302,55 @@ def verify_payment(*, input: dict[str, Any], output: Any, scope: str, **_: Any) 
     ).exists()
 
 
+def _money(amount: Decimal) -> str:
+    return f"{amount:,.2f}"
+
+
+def _account_text(account: Account | None, *, balance: bool = False) -> str:
+    if account is None:
+        return "an account that does not exist"
+    text = f"{account.owner}'s {account.name}"
+    return f"{text} (balance {_money(account.balance)})" if balance else text
+
+
+def _account_url(account: Account | None) -> str:
+    from django.urls import NoReverseMatch, reverse
+
+    if account is None:
+        return ""
+    try:
+        return reverse("admin:demo_account_change", args=[account.pk])
+    except NoReverseMatch:
+        return ""
+
+
+def present_payment(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any]:
+    """The payment in one sentence, with the accounts' names, owners and balance."""
+    ids = [input.get("sourceId"), input.get("receiverId")]
+    accounts = Account.objects.select_related("owner").in_bulk(
+        [i for i in ids if isinstance(i, int)])
+    source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
+    amount = input.get("amount", "?")
+    return {
+        "summary": f"Pay {amount} from {_account_text(source, balance=True)}"
+                   f" to {_account_text(receiver)}",
+        "fields": {
+            "sourceId": (_account_text(source, balance=True), _account_url(source)),
+            "receiverId": (_account_text(receiver), _account_url(receiver)),
+        },
+    }
+
+
+def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
+    """Before anyone approves it: the receiver exists and the balance covers the amount."""
+    if not Account.objects.filter(pk=input["receiverId"]).exists():
+        raise DEMO_ERRORS.error("receiver_not_found", repair={
+            "action": "ask_user", "instruction": "Ask the user which account to pay."})
+    source = Account.objects.filter(pk=input["sourceId"]).first()
+    if source is None or source.balance < Decimal(input["amount"]):
+        raise DEMO_ERRORS.error("insufficient_funds")
+
+
 @tool(
     name="send_payment",
     description="Send money from one of your accounts to another account. A person approves"
@@ -322,6 +380,9 @@ def verify_payment(*, input: dict[str, Any], output: Any, scope: str, **_: Any) 
     authorize=_owns_source,
     idempotency_key="operationId",
     confirm="effect-only",
+    precheck=precheck_payment,
+    present=present_payment,
+    intent=("operationId", "sourceId", "receiverId", "amount"),
     journal=True,
     recover=recover_payment,
     verify=verify_payment,

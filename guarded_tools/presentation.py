@@ -1,0 +1,137 @@
+"""Provides how a tool's request reads to people: a one-line summary and titled fields.
+
+:func:`present_request` is the one entry point every screen that shows a request to a
+person uses (the admin's queue and detail page, notifications, the audit trail, a
+site's own consent page). It needs no admin: a tool's ``present(input=, user=)`` hook
+resolves references to objects (names, owners, balances, admin links), its
+``summary`` says the request in one sentence, and without either the schema's field
+titles and plain values are used. A hook that fails never breaks the page: the
+plain presentation is shown instead, and the failure is logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from guarded_tools.registry import Tool
+
+logger = logging.getLogger("guarded_tools.presentation")
+
+#: The longest summary shown (in characters); longer ones end with "…".
+SUMMARY_MAX_CHARS = 200
+#: The longest value text of one presented field.
+FIELD_MAX_CHARS = 500
+#: The most fields presented (the raw input, bounded, shows the rest).
+FIELDS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class Field:
+    """One input field as a person reads it: its title, its value in words, a link."""
+
+    name: str
+    title: str
+    text: str
+    url: str = ""
+    #: Whether the tool's ``present`` hook gave this text (an object resolved) rather
+    #: than the raw value: a page that shows the raw input too shows only these here.
+    resolved: bool = False
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """A request as people read it: one sentence, then its fields in the schema's order."""
+
+    summary: str
+    fields: tuple[Field, ...]
+
+
+def _bounded(text: str, limit: int) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def plain(value: Any) -> str:
+    """A value in words: a string without JSON's quotes, anything else as compact JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _tool(subject: Any) -> Tool | None:
+    from guarded_tools.registry import Tool, registry
+
+    if isinstance(subject, Tool):
+        return subject
+    name = subject if isinstance(subject, str) else getattr(subject, "tool", None)
+    return registry.find(name) if isinstance(name, str) else None
+
+
+def _hook(definition: Tool, input: Mapping[str, Any], user: Any) -> Mapping[str, Any]:
+    if definition.present is None:
+        return {}
+    try:
+        presented = definition.present(input=input, user=user)
+    except Exception:  # the page still shows the plain request
+        logger.exception("present() of tool %s failed", definition.name)
+        return {}
+    return presented if isinstance(presented, Mapping) else {}
+
+
+def _summary(definition: Tool | None, input: Mapping[str, Any], user: Any,
+             presented: Mapping[str, Any], fields: tuple[Field, ...]) -> str:
+    if presented.get("summary"):
+        return str(presented["summary"])
+    spec = definition.summary if definition is not None else None
+    try:
+        if callable(spec):
+            return str(spec(input=input, user=user))
+        if isinstance(spec, str):
+            return spec.format_map({k: plain(v) for k, v in input.items()})
+    except Exception:
+        logger.exception("summary of tool %s failed", getattr(definition, "name", "?"))
+    title = definition.annotations["title"] if definition is not None else "Request"
+    key_field = definition.key_field if definition is not None else None
+    parts = ", ".join(f"{f.title} {_bounded(f.text, 40)}"
+                      for f in [f for f in fields if f.name != key_field][:4])
+    return f"{title}: {parts}" if parts else str(title)
+
+
+def present_request(subject: Any, input: Any, user: Any = None) -> Presentation:
+    """``input`` of ``subject`` (a tool, its name, or a confirmation or operation row)
+    as ``user`` (the person looking, or None) should read it."""
+    definition = _tool(subject)
+    data: Mapping[str, Any] = input if isinstance(input, Mapping) else {"(input)": input}
+    presented = _hook(definition, data, user) if definition is not None else {}
+    given = presented.get("fields")
+    given = given if isinstance(given, Mapping) else {}
+    schema = dict(definition.input_schema) if definition is not None else {}
+    props = schema.get("properties") or {}
+    props = props if isinstance(props, Mapping) else {}
+    order = {name: i for i, name in enumerate(props)}
+    fields = []
+    for name in sorted(data, key=lambda n: order.get(n, len(order)))[:FIELDS_SHOWN]:
+        spec = props.get(name)
+        spec = spec if isinstance(spec, Mapping) else {}
+        shown = given.get(name)
+        text, url = (shown if isinstance(shown, tuple) and len(shown) == 2
+                     else (shown, "") if shown is not None else (plain(data[name]), ""))
+        fields.append(Field(name=name, title=str(spec.get("title") or name),
+                            text=_bounded(str(text), FIELD_MAX_CHARS), url=str(url or ""),
+                            resolved=shown is not None))
+    frozen = tuple(fields)
+    summary = _summary(definition, data, user, presented, frozen)
+    return Presentation(summary=_bounded(summary, SUMMARY_MAX_CHARS), fields=frozen)
+
+
+def summarize(subject: Any, input: Any, user: Any = None) -> str:
+    """The one-line summary alone (lists, notifications, the audit trail)."""
+    return present_request(subject, input, user).summary
+
+
+__all__ = ["Field", "Presentation", "present_request", "summarize"]

@@ -1,0 +1,373 @@
+"""The approver's and the operator's console (issue 18), through the admin and HTTP."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.test import Client
+from django.utils.html import escape
+
+from guarded_tools.models import Confirmation
+from tests.conftest import key
+
+pytestmark = pytest.mark.django_db
+
+CONF_LIST = "/admin/guarded_tools/confirmation/"
+OPS_LIST = "/admin/guarded_tools/operation/"
+APPROVER = ("guarded_tools.view_confirmation", "guarded_tools.approve_confirmation")
+RECONCILER = ("guarded_tools.view_operation", "guarded_tools.reconcile_operation")
+
+
+def staff_client(user_factory: Any, *perms: str, name: str = "staffer") -> Client:
+    client = Client()
+    client.force_login(user_factory(name, is_staff=True, perms=perms))
+    return client
+
+
+@pytest.fixture
+def requester(user_factory: Any) -> Any:
+    return user_factory("requester")
+
+
+@pytest.fixture
+def refund(make_tool: Any) -> Any:
+    return make_tool(confirm="always", input_schema={"type": "object", "properties": {
+        "operationId": {"type": "string"}, "amount": {"type": "string", "title": "Amount"}}})
+
+
+def ask(client_for: Any, user: Any, definition: Any, **input: Any) -> Any:
+    return client_for(user).post(f"/agent/tools/{definition.name}/",
+                                 {"operationId": key(), **input}, format="json")
+
+
+def test_bulk_approve_counts_what_it_approved_and_skipped(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any) -> None:
+    for amount in ("1.00", "2.00", "3.00"):
+        ask(client_for, requester, refund, amount=amount)
+    first, *others = Confirmation.objects.order_by("created_at")
+    Confirmation.objects.filter(pk=first.pk).update(status="declined")
+    client = staff_client(user_factory, *APPROVER)
+    # From the list of waiting requests: what it approves leaves that list.
+    page = client.post(f"{CONF_LIST}?waiting=yes", {"action": "approve_selected",
+                                   ACTION_CHECKBOX_NAME: [c.pk for c in (first, *others)]},
+                       follow=True).content.decode()
+    assert "2 confirmations approved." in page
+    assert "skipped" not in page  # the declined one is not in the waiting list at all
+    third = ask(client_for, requester, refund, amount="4.00")
+    assert third.status_code == 202
+    fourth = Confirmation.objects.order_by("-created_at").first()
+    assert fourth is not None
+    page = client.post(CONF_LIST + "?status__exact=pending", {
+        "action": "approve_selected", ACTION_CHECKBOX_NAME: [fourth.pk]},
+        follow=True).content.decode()
+    assert "1 confirmation approved." in page and "skipped" not in page
+
+
+# -- nobody approves a call that cannot succeed; an approval survives its repair -------------
+@pytest.fixture
+def payer(user_factory: Any) -> Any:
+    return user_factory("payer", perms=("demo.add_ledgerentry",))
+
+
+@pytest.fixture
+def accounts(payer: Any, user_factory: Any) -> tuple[Any, Any]:
+    from project.demo.models import Account
+
+    return (Account.objects.create(owner=payer, name="Checking", balance=Decimal("1000")),
+            Account.objects.create(owner=user_factory("rita"), name="Savings"))
+
+
+def payment(source: Any, receiver_id: int, amount: str = "12.50") -> dict[str, Any]:
+    from project.demo.models import PaymentAuthorization
+
+    auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
+    return {"operationId": key(), "sourceId": source.pk, "receiverId": receiver_id,
+            "amount": amount, "authorizationId": auth.pk}
+
+
+def pay(client_for: Any, payer: Any, body: dict[str, Any]) -> Any:
+    return client_for(payer).post("/agent/tools/send_payment/", body, format="json")
+
+
+@pytest.mark.parametrize(("receiver", "amount", "code"), [
+    ("missing", "12.50", "receiver_not_found"), ("savings", "1000.01", "insufficient_funds")])
+def test_a_payment_that_cannot_succeed_is_refused_before_anyone_approves_it(
+        client_for: Any, payer: Any, accounts: tuple[Any, Any], receiver: str, amount: str,
+        code: str) -> None:
+    source, savings = accounts
+    body = payment(source, savings.pk + 1000 if receiver == "missing" else savings.pk, amount)
+    response = pay(client_for, payer, body)
+    assert response.status_code in (409, 422)
+    assert response.json()["error"]["code"] == code
+    assert not Confirmation.objects.exists()  # nobody was asked
+    # The key is fresh again: the repaired call asks for approval, as any payment does.
+    repaired = pay(client_for, payer, {**body, "receiverId": savings.pk, "amount": "12.50"})
+    assert repaired.status_code == 202
+
+
+def test_an_approval_survives_a_repaired_retry_of_its_intent(
+        client_for: Any, payer: Any, accounts: tuple[Any, Any], user_factory: Any) -> None:
+    from guarded_tools.confirmations import approve
+    from project.demo.models import Account, LedgerEntry, PaymentAuthorization
+
+    source, savings = accounts
+    body = payment(source, savings.pk)
+    assert pay(client_for, payer, body).status_code == 202
+    approve(Confirmation.objects.get(), user_factory("boss", is_superuser=True))
+    Account.objects.filter(pk=source.pk).update(version=source.version + 1)  # stale now
+    stale = pay(client_for, payer, body)
+    assert stale.json()["error"]["code"] == "payment_source_stale"
+    fresh = PaymentAuthorization.objects.create(source=source, source_version=source.version + 1)
+    done = pay(client_for, payer, {**body, "authorizationId": fresh.pk})
+    assert done.status_code == 200, done.json()
+    assert Confirmation.objects.count() == 1 and LedgerEntry.objects.count() == 1
+    # A retry that changes what was approved (the amount) is a new request to a person.
+    other = pay(client_for, payer, {**payment(source, savings.pk), "amount": "13.00"})
+    assert other.status_code == 202 and Confirmation.objects.count() == 2
+
+
+# -- the operations list at scale ------------------------------------------------------------
+@pytest.mark.postgres
+def test_an_index_serves_the_operations_lists_unknown_first_order(user_factory: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    client = staff_client(user_factory, "guarded_tools.view_operation")
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(OPS_LIST).status_code == 200
+    page = next(q["sql"] for q in queries.captured_queries if "ORDER BY CASE" in q["sql"])
+    with connection.cursor() as cursor:
+        # Whatever an empty table's statistics suggest: can the order come from an index?
+        cursor.execute("SET LOCAL enable_sort = off")
+        cursor.execute("SET LOCAL enable_seqscan = off")
+        cursor.execute(f"EXPLAIN {page} LIMIT 100")
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+    assert "gt_operation_unknown_first" in plan and "Sort" not in plan, plan
+
+
+# -- one audit trail, which is also the admin's history -------------------------------------
+@pytest.fixture
+def unknown(make_tool: Any, requester: Any, client_for: Any) -> Any:
+    """An operation whose handler may have had its effect, and recover cannot tell."""
+    from guarded_tools.models import Operation
+
+    def handler(input: Any, ctx: Any) -> Any:
+        ctx.operation.write({"phase": "transferred"})
+        raise ConnectionError("upstream reset")
+
+    definition = make_tool(handler, recover=lambda **_: {"outcome": "unknown"},
+                           output_schema={"type": "object", "properties": {
+                               "paid": {"type": "boolean"}}})
+    answer = ask(client_for, requester, definition)
+    assert answer.json()["error"]["code"] == "outcome_unknown"
+    return Operation.objects.get(tool=definition.name)
+
+
+def reconcile(client: Client, operation: Any, action: str, **fields: str) -> Any:
+    return client.post(OPS_LIST, {"action": action, ACTION_CHECKBOX_NAME: [operation.pk],
+                                  f"fence-{operation.pk}": operation.fence, **fields},
+                       follow=True)
+
+
+def history(client: Client, url: str) -> str:
+    return str(client.get(f"{url}history/").content.decode())
+
+
+def test_approvals_and_declines_are_the_admins_history_with_the_status_then(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any) -> None:
+    from guarded_tools.models import AuditEntry
+
+    ask(client_for, requester, refund, amount="1.00")
+    ask(client_for, requester, refund, amount="2.00")
+    first, second = Confirmation.objects.order_by("created_at")
+    client = staff_client(user_factory, *APPROVER)
+    client.post(f"{CONF_LIST}{first.pk}/decide/", {"decision": "approve", "reason": "ok"})
+    client.post(f"{CONF_LIST}{second.pk}/decide/", {"decision": "decline",
+                                                   "reason": "not today"})
+    assert "Approved: ok" in history(client, f"{CONF_LIST}{first.pk}/")
+    assert "Declined: not today" in history(client, f"{CONF_LIST}{second.pk}/")
+    second.refresh_from_db()
+    recent = client.get("/admin/").content.decode()  # Recent actions names it, as declined
+    assert escape(str(second)) in recent and "(declined)" in str(second)
+    Confirmation.objects.filter(pk=first.pk).update(status="consumed")  # used since
+    audit = {a.confirmation_id: a.status for a in AuditEntry.objects.all()}
+    assert audit == {first.pk: "approved", second.pk: "declined"}
+
+
+@pytest.mark.parametrize(("action", "fields", "state"), [
+    ("mark_succeeded", {"output": '{"paid": true}'}, "succeeded"),
+    ("mark_not_executed", {}, "released"),
+    ("mark_failed", {"code": "payment_bounced", "message": "Bounced."}, "failed")])
+def test_each_reconciliation_is_the_admins_history_and_keeps_what_it_replaced(
+        user_factory: Any, unknown: Any, action: str, fields: dict[str, str],
+        state: str) -> None:
+    from guarded_tools.models import AuditEntry
+
+    stored_error = unknown.error
+    assert stored_error  # what the failed attempt left, before a person decides
+    client = staff_client(user_factory, *RECONCILER)
+    reconcile(client, unknown, action, note="asked the bank", **fields)
+    unknown.refresh_from_db()
+    assert unknown.state == state
+    page = history(client, f"{OPS_LIST}{unknown.pk}/")
+    assert "asked the bank" in page and f"attempt {unknown.fence}" in page
+    decision = AuditEntry.objects.get(action=action)
+    assert decision.status == state and decision.data["before"]["error"] == stored_error
+
+
+def test_a_sweep_recovery_is_in_the_audit_trail(make_tool: Any, requester: Any) -> None:
+    from guarded_tools.models import AuditEntry, Operation
+    from guarded_tools.recovery import sweep
+
+    definition = make_tool(recover=lambda **_: {"recovered": True, "output": {"ok": True}})
+    k = key()
+    Operation.objects.create(
+        tool=definition.name, scope=f"auth.user:{requester.pk}", key=k, user=requester,
+        fingerprint="f", input={"operationId": k}, state="abandoned")
+    assert sweep().completed == 1
+    entry = AuditEntry.objects.get()
+    assert entry.action == "recover" and entry.actor is None and entry.status == "succeeded"
+    assert entry.data["by"] == "sweep" and entry.data["outcome"] == "completed"
+
+
+# -- the approver's queue ---------------------------------------------------------------------
+def test_the_approver_reads_the_payment_in_one_sentence_with_the_accounts(
+        user_factory: Any, client_for: Any, payer: Any, accounts: tuple[Any, Any]) -> None:
+    source, savings = accounts
+    assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
+    confirmation = Confirmation.objects.get()
+    client = staff_client(user_factory, *APPROVER, "demo.view_account")
+    sentence = "Pay 12.50 from payer&#x27;s Checking (balance 1,000.00) to rita&#x27;s Savings"
+    queue = client.get(CONF_LIST).content.decode()
+    assert sentence in queue
+    page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert f'data-testid="summary">{sentence}<' in page
+    assert f'href="/admin/demo/account/{savings.pk}/change/"' in page  # objects, linked
+    assert "Expires at" in page and "left to decide" in page
+    client.post(f"{CONF_LIST}{confirmation.pk}/decide/", {"decision": "decline",
+                                                          "reason": "not this month"})
+    decided = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert "Expires at" not in decided and "left to decide" not in decided
+    assert "not this month" in decided and 'data-testid="decided"' in decided
+
+
+def test_the_queue_lists_the_oldest_request_first_with_its_age_and_time_left(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    for amount in ("1.00", "2.00"):
+        ask(client_for, requester, refund, amount=amount)
+    older = Confirmation.objects.get(input__amount="2.00")
+    Confirmation.objects.filter(pk=older.pk).update(
+        created_at=timezone.now() - timedelta(minutes=5))
+    client = staff_client(user_factory, *APPROVER)
+    rows = client.get(CONF_LIST).context["cl"].result_list
+    assert [row.input["amount"] for row in rows] == ["2.00", "1.00"]
+    page = client.get(CONF_LIST).content.decode()
+    assert "5 min" in page and "23 h 59 min" in page  # waiting, and time left
+
+
+# -- the operator's operation page ------------------------------------------------------------
+def test_the_operation_page_shows_the_timeline_the_evidence_and_the_decisions(
+        user_factory: Any, unknown: Any) -> None:
+    client = staff_client(user_factory, *RECONCILER)
+    page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert "guarded_tools/admin.css" in page  # the app's styles, badges and all
+    assert 'data-testid="failure" class="gt-mono">ConnectionError<' in page
+    assert "upstream reset" not in page  # the handler's text is for the log only
+    assert 'data-testid="recover-said">outcome unknown<' in page
+    assert 'data-testid="effect-warning"' in page and "transferred" in page
+    timeline = page.split('data-testid="timeline"')[1].split("</table>")[0]
+    assert timeline.index("Claimed") < timeline.index("Journal: entry") \
+        < timeline.index("Outcome unknown")
+    assert re.search(r"<td class=\"gt-nowrap\">\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", timeline)
+    for action in ("mark_succeeded", "mark_not_executed", "mark_failed"):
+        assert f'data-testid="{action}"' in page  # the decisions, on the page itself
+    # The not-executed form carries the same evidence, the warning first of all.
+    form = reconcile(client, unknown, "mark_not_executed").content.decode()
+    assert 'data-testid="effect-warning"' in form and "transferred" in form
+    done = reconcile(client, unknown, "mark_not_executed", note="bank: nothing").content
+    assert f"{unknown}: marked not executed." in done.decode()
+    after = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert "Marked operation not executed" in after and 'data-testid="reconcile"' not in after
+    assert "bank: nothing" in after
+
+
+def test_mark_succeeded_starts_from_the_stored_output(
+        user_factory: Any, make_tool: Any, requester: Any, client_for: Any) -> None:
+    from guarded_tools.models import Operation
+
+    definition = make_tool(lambda input, ctx: {"paid": True}, verify=lambda **_: False)
+    answer = ask(client_for, requester, definition)
+    assert answer.json()["error"]["code"] == "verification_failed"
+    operation = Operation.objects.get()
+    assert operation.state == "outcome_unknown" and operation.output == {"paid": True}
+    client = staff_client(user_factory, *RECONCILER)
+    form = reconcile(client, operation, "mark_succeeded")
+    assert form.context["form"]["output"].value().replace(" ", "").replace("\n", "") \
+        == '{"paid":true}'
+
+
+def test_lists_show_neutral_marks_and_tiles_that_say_what_they_count(
+        user_factory: Any, client_for: Any, payer: Any, accounts: tuple[Any, Any]) -> None:
+    from guarded_tools.models import Operation
+
+    source, savings = accounts
+    assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
+    assert Operation.objects.get().state == "released"  # a payment waiting for its approval
+    client = staff_client(user_factory, *RECONCILER, *APPROVER)
+    page = client.get(OPS_LIST).content.decode()
+    assert "icon-no.svg" not in page and "icon-yes.svg" not in page
+    assert 'data-testid="awaiting-approval"><b>1<' in page
+    released = page.split('data-testid="state-released"')[1].split("</a>")[0]
+    assert "<b>0</b>" in released and "proven not run" in released
+    assert "?state__exact=succeeded" in page  # each tile links to its rows
+
+
+def test_approvers_are_emailed_a_link_to_the_request_never_a_decision(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any, mailoutbox: Any,
+        settings: Any) -> None:
+    settings.GUARDED_TOOLS = {"CONSOLE_BASE_URL": "https://ops.example.com"}
+    user_factory("approver", perms=APPROVER, email="approver@example.com")
+    user_factory("viewer", perms=APPROVER[:1], email="viewer@example.com")
+    requester.email = "requester@example.com"
+    requester.save()
+    ask(client_for, requester, refund, amount="9.99")
+    confirmation = Confirmation.objects.get()
+    assert [m.to for m in mailoutbox] == [["approver@example.com"]]
+    mail = mailoutbox[0]
+    assert "Amount 9.99" in mail.subject
+    assert f"https://ops.example.com{CONF_LIST}{confirmation.pk}/change/" in mail.body
+    assert "approve" not in mail.body.split("https://")[1]  # a page to decide on, not a GET
+
+
+# -- demo incidents -----------------------------------------------------------------------------
+def test_demo_incidents_give_an_operator_something_to_reconcile_and_to_recover(
+        user_factory: Any) -> None:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from guarded_tools.models import Operation
+    from guarded_tools.recovery import sweep
+    from project.demo.models import LedgerEntry
+
+    call_command("demo_seed", stdout=StringIO())
+    out = StringIO()
+    call_command("demo_incident", "unknown", stdout=out)
+    unknown = Operation.objects.get(state="outcome_unknown")
+    assert f"{OPS_LIST}{unknown.pk}/change/" in out.getvalue()
+    client = staff_client(user_factory, *RECONCILER)
+    page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
+    assert "Pay 12.50 from agent&#x27;s Checking" in page
+    assert 'data-testid="effect-warning"' in page
+    call_command("demo_incident", "abandoned", stdout=StringIO())
+    assert sweep().released == 1  # no ledger row: proven not run, the key is fresh again
+    assert Operation.objects.filter(state="released").count() == 1
+    assert not LedgerEntry.objects.exists()

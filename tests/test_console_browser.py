@@ -1,0 +1,244 @@
+"""The approver's and operator's console walked in headless Chromium, page by page.
+
+Every page is checked at 1280 px: the content area is no wider than it is
+(``scrollWidth <= clientWidth``), the presented summary and the evidence are on it, and
+each decision shows in *History* and the audit trail. ``GT_CONSOLE_SCREENSHOTS=docs``
+saves the README's screenshots (1280 and 1920 px, light and dark).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Iterator
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from guarded_tools.models import Confirmation, Operation
+from project.demo.models import Account, PaymentAuthorization
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, sync_api
+
+expect = sync_api.expect
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+CONF_LIST = "/admin/guarded_tools/confirmation/"
+OPS_LIST = "/admin/guarded_tools/operation/"
+AUDIT_LIST = "/admin/guarded_tools/auditentry/"
+SCREENSHOTS = os.environ.get("GT_CONSOLE_SCREENSHOTS")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_api.sync_playwright() as playwright:
+            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                                  args=CHROMIUM_ARGS)
+            yield chromium
+            chromium.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+def open_page(browser: Any, base_url: str, width: int = 1280, scheme: str = "light") -> Any:
+    context = browser.new_context(base_url=base_url, viewport={"width": width, "height": 900},
+                                  color_scheme=scheme)
+    context.set_default_timeout(10_000)
+    return context.new_page()
+
+
+@pytest.fixture
+def page(browser: Any, live_server: Any) -> Iterator[Any]:
+    page = open_page(browser, live_server.url)
+    try:
+        yield page
+    finally:
+        page.context.close()
+
+
+@pytest.fixture
+def demo(django_user_model: Any) -> dict[str, Any]:
+    """The demo's users and accounts (``demo_seed``): agent, staff and approver."""
+    call_command("demo_seed", stdout=StringIO())
+    agent = django_user_model.objects.get(username="agent")
+    source, receiver = Account.objects.filter(owner=agent).order_by("pk")
+    return {"agent": agent, "source": source, "receiver": receiver}
+
+
+def fits(page: Any, where: str) -> None:
+    """The content area holds its content at this width: nothing overflows sideways."""
+    widths = page.evaluate("""() => [document.documentElement,
+        ...document.querySelectorAll('#content, #content .results, #content table')]
+        .map(e => [e.id || e.className || e.tagName, e.scrollWidth, e.clientWidth])""")
+    assert all(scroll <= client for _, scroll, client in widths), (where, widths)
+
+
+def shoot(page: Any, name: str) -> None:
+    if SCREENSHOTS:
+        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=False)
+
+
+def request_payment(demo: dict[str, Any], amount: str = "12.50") -> Confirmation:
+    """What the agent's call leaves: a pending request (through the real pipeline)."""
+    from guarded_tools.exceptions import ConfirmationRequired
+    from guarded_tools.registry import registry
+
+    source = demo["source"]
+    auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
+    body = {"operationId": str(uuid.uuid4()), "sourceId": source.pk,
+            "receiverId": demo["receiver"].pk, "amount": amount, "authorizationId": auth.pk}
+    with pytest.raises(ConfirmationRequired):
+        registry.get("send_payment")(body, user=demo["agent"])
+    return Confirmation.objects.get(key=body["operationId"])
+
+
+def in_history(page: Any, url: str, text: str) -> None:
+    page.goto(f"{url}history/")
+    fits(page, "history")
+    expect(page.locator("#change-history")).to_contain_text(text)
+
+
+def in_audit_trail(page: Any, text: str, status: str) -> None:
+    page.goto(AUDIT_LIST)
+    fits(page, "audit trail")
+    row = page.locator("#result_list tbody tr", has_text=text).first
+    expect(row.locator(".gt-badge")).to_have_text(re.compile(status, re.IGNORECASE))
+    expect(row.locator("td.field-subject a").first).to_be_visible()
+
+
+SENTENCE = "Pay 12.50 from agent's Checking (balance 1,000.00) to agent's Savings"
+
+
+def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
+    first, second = request_payment(demo), request_payment(demo, "20.00")
+    third, fourth = request_payment(demo, "30.00"), request_payment(demo, "40.00")
+    log_in(page, "approver", "approver")
+
+    page.goto(CONF_LIST)
+    fits(page, "queue")
+    expect(page.locator("#result_list tbody tr").first).to_contain_text(SENTENCE)
+    shoot(page, "console-queue-1280.png")
+
+    page.locator("#result_list a", has_text=SENTENCE).click()
+    expect(page.get_by_test_id("summary")).to_have_text(SENTENCE)
+    expect(page.get_by_test_id("field-receiverId").locator("a")).to_have_text("agent's Savings")
+    expect(page.get_by_test_id("input-download")).to_be_visible()
+    fits(page, "request")
+    shoot(page, "console-request-1280.png")
+    page.fill("#gt-reason", "Rent, as agreed.")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messagelist")).to_contain_text("Approved")
+    expect(page.get_by_test_id("decided")).to_contain_text("approver")
+    expect(page.get_by_test_id("time-left")).to_have_count(0)
+    in_history(page, f"{CONF_LIST}{first.pk}/", "Approved: Rent, as agreed.")
+    in_audit_trail(page, "Rent, as agreed.", "approved")
+
+    page.goto(f"{CONF_LIST}{second.pk}/change/")
+    page.fill("#gt-reason", "Not this month.")
+    page.get_by_role("button", name="Decline").click()
+    expect(page.get_by_test_id("status")).to_have_text(re.compile("declined", re.I))
+    in_history(page, f"{CONF_LIST}{second.pk}/", "Declined: Not this month.")
+    in_audit_trail(page, "Not this month.", "declined")
+
+    page.goto(f"{CONF_LIST}?waiting=yes")
+    for confirmation in (third, fourth):
+        page.check(f"input[name=_selected_action][value='{confirmation.pk}']")
+    page.select_option("select[name=action]", "approve_selected")
+    page.click("button[name=index]")
+    expect(page.locator(".messagelist")).to_contain_text("2 confirmations approved.")
+    expect(page.locator(".messagelist")).not_to_contain_text("skipped")
+    in_history(page, f"{CONF_LIST}{fourth.pk}/", "Approved")
+    assert Confirmation.objects.filter(status="approved").count() == 3
+
+
+def incident(kind: str = "unknown") -> Operation:
+    call_command("demo_incident", kind, stdout=StringIO())
+    return Operation.objects.order_by("-created_at").first()  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("action", ["mark_succeeded", "mark_not_executed", "mark_failed"])
+def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, Any],
+                                                     action: str) -> None:
+    operation = incident()
+    log_in(page, "staff", "staff")
+    page.goto(OPS_LIST)
+    fits(page, "operations")
+    page.goto(f"{OPS_LIST}{operation.pk}/change/")
+    fits(page, "operation")
+    expect(page.get_by_test_id("summary")).to_contain_text("Pay 12.50 from agent's Checking")
+    expect(page.get_by_test_id("failure")).to_have_text("ConnectionResetError")
+    expect(page.get_by_test_id("effect-warning")).to_contain_text("transferred")
+    expect(page.get_by_test_id("timeline")).to_contain_text("Journal: entry")
+    if action == "mark_succeeded":
+        shoot(page, "console-operation-1280.png")
+    page.get_by_test_id(action).click()
+    fits(page, "reconcile form")
+    expect(page.locator(".gt-form-evidence")).to_contain_text("Pay 12.50")
+    expect(page.get_by_test_id("effect-warning")).to_be_visible()
+    page.fill("#id_note", f"Checked the ledger ({action}).")
+    if action == "mark_succeeded":
+        page.fill("#id_output", json.dumps({"paymentId": 1, "amount": "12.50",
+                                            "receiverId": demo["receiver"].pk}))
+        shoot(page, "console-reconcile-1280.png")
+    if action == "mark_failed":
+        page.fill("#id_code", "payment_reversed")
+    page.locator("input[type=submit]").click()
+    expect(page.locator(".messagelist")).to_contain_text("1 operation reconciled.")
+    expect(page.get_by_test_id("reconcile")).to_have_count(0)
+    expect(page.get_by_test_id("timeline")).to_contain_text(f"Checked the ledger ({action}).")
+    state = {"mark_succeeded": "succeeded", "mark_not_executed": "released",
+             "mark_failed": "failed"}[action]
+    in_history(page, f"{OPS_LIST}{operation.pk}/", f"Checked the ledger ({action}).")
+    in_audit_trail(page, f"Checked the ledger ({action}).", state)
+
+
+def test_a_stale_reconcile_form_is_refused(browser: Any, live_server: Any, page: Any,
+                                          demo: dict[str, Any]) -> None:
+    operation = incident()
+    log_in(page, "staff", "staff")
+    page.goto(f"{OPS_LIST}{operation.pk}/change/")
+    page.get_by_test_id("mark_not_executed").click()  # opened on attempt 1, left open
+    other = open_page(browser, live_server.url)
+    try:
+        log_in(other, "approver", "approver")
+        other.goto(f"{OPS_LIST}{operation.pk}/change/")
+        other.get_by_test_id("mark_failed").click()
+        other.fill("#id_note", "Reversed by the bank.")
+        other.locator("input[type=submit]").click()
+        expect(other.locator(".messagelist")).to_contain_text("1 operation reconciled.")
+    finally:
+        other.context.close()
+    page.fill("#id_note", "No record at the bank.")
+    page.locator("input[type=submit]").click()
+    expect(page.locator(".errornote, .messagelist")).to_contain_text("nothing was changed")
+    operation.refresh_from_db()
+    assert operation.state == "failed"
+
+
+@pytest.mark.skipif(not SCREENSHOTS, reason="set GT_CONSOLE_SCREENSHOTS to save them")
+@pytest.mark.parametrize(("width", "scheme"), [(1920, "light"), (1280, "dark")])
+def test_screenshots_wide_and_dark(browser: Any, live_server: Any, demo: dict[str, Any],
+                                   width: int, scheme: str) -> None:
+    confirmation = request_payment(demo)
+    operation = incident()
+    page = open_page(browser, live_server.url, width, scheme)
+    try:
+        log_in(page, "staff", "staff")
+        for url, name in ((f"{CONF_LIST}{confirmation.pk}/change/", "request"),
+                          (f"{OPS_LIST}{operation.pk}/change/", "operation")):
+            page.goto(url)
+            fits(page, f"{name} at {width} {scheme}")
+            shoot(page, f"console-{name}-{width}-{scheme}.png")
+    finally:
+        page.context.close()
