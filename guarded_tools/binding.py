@@ -163,34 +163,31 @@ class OutputBinding(Protocol):
     def dump(self, value: Any, ctx: Any) -> Any: ...
 
 
-def input_binding(spec: Any, handler: Callable[..., Any]) -> Binding:
-    """The binding for ``input=``: a DRF serializer class or a Pydantic model class."""
+def _class_binding(spec: Any, option: str, direction: str) -> Any:
+    """A DRF serializer class's or a Pydantic model class's binding, for ``option=``."""
     from guarded_tools.serializers import SerializerBinding, is_serializer
 
     if is_serializer(spec):
-        return SerializerBinding(spec, direction="request")
+        return SerializerBinding(spec, direction=direction)
     from guarded_tools.pydantic import ModelBinding, is_model
 
     if is_model(spec):
         return ModelBinding(spec)
     raise ValueError(
-        f"input={spec!r} is neither a DRF serializer class nor a Pydantic model class."
+        f"{option}={spec!r} is neither a DRF serializer class nor a Pydantic model class."
     )
+
+
+def input_binding(spec: Any, handler: Callable[..., Any]) -> Binding:
+    """The binding for ``input=``: a DRF serializer class or a Pydantic model class."""
+    binding: Binding = _class_binding(spec, "input", "request")
+    return binding
 
 
 def output_binding(spec: Any) -> OutputBinding:
     """The binding for ``output=``: a DRF serializer class or a Pydantic model class."""
-    from guarded_tools.serializers import SerializerBinding, is_serializer
-
-    if is_serializer(spec):
-        return SerializerBinding(spec, direction="response")
-    from guarded_tools.pydantic import ModelBinding, is_model
-
-    if is_model(spec):
-        return ModelBinding(spec)
-    raise ValueError(
-        f"output={spec!r} is neither a DRF serializer class nor a Pydantic model class."
-    )
+    binding: OutputBinding = _class_binding(spec, "output", "response")
+    return binding
 
 
 def wants_type_hints(handler: Callable[..., Any]) -> bool:

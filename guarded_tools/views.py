@@ -233,20 +233,30 @@ class ToolCallView(GuardedAPIView):
         return get_pipeline(definition).run(invocation)
 
 
+def own_row(request: Request, model: type[Any], pk: uuid.UUID | str,
+            not_found: type[Exception]) -> Any:
+    """The caller's own row of ``model`` (an operation, a confirmation) with id ``pk``.
+
+    Anonymous callers are not authenticated; a malformed id, a missing row and another
+    principal's row all answer ``not_found`` alike.
+    """
+    scope = principal_scope(request.user, None)
+    if scope is None:
+        raise NotAuthenticated()
+    if not isinstance(pk, uuid.UUID):
+        try:  # the malformed-id route: not an id, so no such row
+            pk = uuid.UUID(pk)
+        except ValueError:
+            raise not_found() from None
+    row = model.objects.filter(pk=pk, scope=scope).first()
+    if row is None:
+        raise not_found()
+    return row
+
+
 class OperationDetailView(GuardedAPIView):
     def get(self, request: Request, pk: uuid.UUID | str) -> Response:
-        scope = principal_scope(request.user, None)
-        if scope is None:
-            raise NotAuthenticated()
-        if not isinstance(pk, uuid.UUID):
-            try:  # the malformed-id route: not an id, so no such operation
-                pk = uuid.UUID(pk)
-            except ValueError:
-                raise OperationNotFound() from None
-        # Another principal's operation answers exactly like a missing one.
-        operation = Operation.objects.filter(pk=pk, scope=scope).first()
-        if operation is None:
-            raise OperationNotFound()
+        operation = own_row(request, Operation, pk, OperationNotFound)
         data = {**operation.summary(), "tool": operation.tool,
                 "created_at": timestamp(operation.created_at),
                 "completed_at": timestamp(operation.completed_at)}
@@ -259,8 +269,9 @@ class OperationDetailView(GuardedAPIView):
                 data["error"] = error.as_dict(docs_url(request), Audience(transport="rest"))
         # The call's latest confirmation: a pending one is what the operation waits for.
         confirmation = (
-            Confirmation.objects.filter(tool=operation.tool, scope=scope, key=operation.key)
-            .order_by("-created_at").first()
+            Confirmation.objects.filter(
+                tool=operation.tool, scope=operation.scope, key=operation.key
+            ).order_by("-created_at").first()
         )
         if confirmation is not None:
             data["confirmation"] = describe(confirmation)
@@ -274,23 +285,12 @@ class ConfirmationDetailView(GuardedAPIView):
     """
 
     def get(self, request: Request, pk: uuid.UUID | str) -> Response:
-        scope = principal_scope(request.user, None)
-        if scope is None:
-            raise NotAuthenticated()
-        if not isinstance(pk, uuid.UUID):
-            try:
-                pk = uuid.UUID(pk)
-            except ValueError:
-                raise ConfirmationNotFound() from None
-        # Another principal's confirmation answers exactly like a missing one.
-        confirmation = Confirmation.objects.filter(pk=pk, scope=scope).first()
-        if confirmation is None:
-            raise ConfirmationNotFound()
+        confirmation = own_row(request, Confirmation, pk, ConfirmationNotFound)
         operation_id = confirmation.operation_id
         if operation_id is None and confirmation.key:
             # An effect-only call claims its key before it asks: that operation waits too.
             operation_id = Operation.objects.filter(
-                tool=confirmation.tool, scope=scope, key=confirmation.key
+                tool=confirmation.tool, scope=confirmation.scope, key=confirmation.key
             ).values_list("pk", flat=True).first()
         return Response({
             **describe(confirmation),
