@@ -41,23 +41,24 @@ def consent_url(request: Any, confirmation: Confirmation) -> str:
     return hosts.absolute_url(request, path) if request is not None else path
 
 
-def present_request(confirmation: Confirmation) -> dict[str, Any]:
-    """How a request is shown to a person: the tool, what it does, and its input.
-
-    The one place that decides it for the consent page (the admin's confirmation page
-    shows the same parts): the tool's title and description, and a row per input field
-    under its schema title. Objects the input names are not resolved yet.
-    """
-    from guarded_tools.admin import input_rows
+def present_request(confirmation: Confirmation, user: Any = None) -> dict[str, Any]:
+    """How the consent page shows a request: the tool, what it does, and the request as
+    people read it (``guarded_tools.presentation``, as the approver's page does: the
+    tool's one-line summary, and its input under the schema's titles with the objects it
+    names resolved), shown once and bounded."""
+    from guarded_tools.presentation import FIELDS_SHOWN
+    from guarded_tools.presentation import present_request as present
 
     definition = registry.find(confirmation.tool)
-    rows, not_shown = input_rows(confirmation.tool, confirmation.input)
+    presented = present(confirmation, confirmation.input, user)
+    count = len(confirmation.input) if isinstance(confirmation.input, dict) else 1
     return {
         "title": definition.annotations["title"] if definition else confirmation.tool,
         "tool": confirmation.tool,
         "description": definition.description if definition else "",
-        "rows": rows,  # bounded, as on the approver's page: the input is shown once
-        "not_shown": not_shown,
+        "summary": presented.summary,
+        "fields": presented.fields,
+        "not_shown": max(0, count - min(count, FIELDS_SHOWN)),
     }
 
 
@@ -95,7 +96,7 @@ class ConsentView(View):
                  and Confirmation.objects.pending().filter(pk=confirmation.pk).exists())
         return render(request, self.template_name, {
             "confirmation": confirmation,
-            "request_shown": present_request(confirmation),
+            "request_shown": present_request(confirmation, request.user),
             "open": open_,
             "done": request.GET.get("done") == "1",
         })
@@ -115,7 +116,7 @@ class ConsentView(View):
         except confirmations.DecisionRefused as exc:
             return render(request, self.template_name, {
                 "confirmation": confirmation,
-                "request_shown": present_request(confirmation),
+                "request_shown": present_request(confirmation, request.user),
                 "open": False,
                 "refusal": str(exc),
             }, status=409)

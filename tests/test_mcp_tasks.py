@@ -337,7 +337,8 @@ def test_owner_consent_over_mrtr_page_and_retry(
         agent: APIClient, alice: Any, bob: Any, approver: Any, make_tool: Any) -> None:
     handler = Effects()
     definition = make_tool(handler, confirm="owner", input_schema=ITEM,
-                           description="Orders the items for you.")
+                           description="Orders the items for you.",
+                           summary="Order {qty} items from the supplier")
     arguments = {"operationId": key(), "qty": 3}
     asked = call(agent, definition.name, arguments, url_elicitation=True)
     validate_call_result("tools/call", asked)
@@ -361,6 +362,8 @@ def test_owner_consent_over_mrtr_page_and_retry(
     assert shown.status_code == 200
     text = shown.content.decode()
     assert "Orders the items for you." in text and "Quantity" in text and "Operation" in text
+    # The request reads as the approver's page presents it: the tool's one-line summary.
+    assert "Order 3 items from the supplier" in text
     assert own.post(page, {"decision": "approve"}).status_code == 403
     assert handler.count == 0
     token = own.cookies["csrftoken"].value
