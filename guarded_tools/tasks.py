@@ -111,7 +111,13 @@ def _keep_for_the_task(confirmation: Any, exc: Exception) -> None:
     from guarded_tools.registry import registry
     from guarded_tools.repair import Audience
 
+    error = to_guard_error(exc)
+    if error.code == "operation_in_flight":
+        # Another caller's call of the same operation holds the key (an agent's retry that
+        # consumed this approval first): that call runs it, and the task's state is read
+        # from the operation it is running, not from this run's refusal.
+        return
     definition = registry.find(confirmation.tool)
     audience = Audience(transport="mcp", keyed=bool(definition and definition.idempotent))
     Confirmation.objects.filter(pk=confirmation.pk).update(
-        task_error=to_guard_error(exc).as_dict("", audience))
+        task_error=error.as_dict("", audience))

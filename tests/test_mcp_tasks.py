@@ -415,6 +415,63 @@ def test_owner_consent_url_over_rest_and_older_mcp(agent: APIClient, make_tool: 
     assert old["isError"] is True and "/consent/" in old["content"][0]["text"]
 
 
+@pytest.mark.django_db(transaction=True)  # the agent's retry runs on a thread of its own
+def test_an_approval_run_that_finds_the_call_in_flight_leaves_the_task_to_that_call(
+        agent: APIClient, alice: Any, client_for: Any, make_tool: Any, approver: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The approval's Celery run and an agent's retry of the same call race: the retry
+    took the key first, so the run is refused as in flight. The task must follow the
+    call that runs, never end with the run's refusal as its result."""
+    import threading
+
+    from django.db import connection
+
+    from guarded_tools import tasks
+
+    started, release = threading.Event(), threading.Event()
+
+    def handler(input: Any, ctx: Any) -> Any:
+        started.set()
+        assert release.wait(30)
+        return {"ordered": input["qty"]}
+
+    definition = make_tool(handler, confirm="effect-only", input_schema=ITEM)
+    arguments = {"operationId": key(), "qty": 7}
+    task_id = call(agent, definition.name, arguments)["taskId"]
+    sent: list[str] = []  # the approval's task, held until the retry is running
+    monkeypatch.setattr(tasks, "enqueue_execute_approved", sent.append)
+    confirmations.approve(Confirmation.objects.get(), approver)
+    answers: list[dict[str, Any]] = []
+
+    def retry() -> None:  # a client without the extension: the plain synchronous call
+        try:
+            answers.append(call(client_for(alice), definition.name, arguments, tasks=False))
+        finally:
+            connection.close()
+
+    retrying = threading.Thread(target=retry)
+    real_execute = confirmations.execute
+
+    def execute_after_the_retry_took_the_key(confirmation: Any) -> Any:
+        # The run read the approval still unused; the retry claims the key meanwhile.
+        retrying.start()
+        assert started.wait(30)
+        return real_execute(confirmation)
+
+    monkeypatch.setattr(confirmations, "execute", execute_after_the_retry_took_the_key)
+    try:
+        tasks.execute_approved(sent[0])  # the worker's run, refused: the call is in flight
+        assert get_task(agent, task_id)["status"] == "working"
+    finally:
+        release.set()
+        if retrying.is_alive():
+            retrying.join(30)
+    assert answers[0]["isError"] is False and answers[0]["structuredContent"] == {"ordered": 7}
+    done = get_task(agent, task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["structuredContent"] == {"ordered": 7}
+
+
 # -- exactly once, however many clients poll and retry (PostgreSQL, one connection each) --------
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
