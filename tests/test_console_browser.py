@@ -183,8 +183,9 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
     if action == "mark_succeeded":
         shoot(page, "console-operation-1280.png")
     page.get_by_test_id(action).click()
-    fits(page, "reconcile form")
+    # The form's page first (the click navigates; measuring before it loads reads no page).
     expect(page.locator(".gt-form-evidence")).to_contain_text("Pay 12.50")
+    fits(page, "reconcile form")
     expect(page.get_by_test_id("effect-warning")).to_be_visible()
     page.fill("#id_note", f"Checked the ledger ({action}).")
     if action == "mark_succeeded":
