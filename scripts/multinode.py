@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import http.client
 import json
 import os
 import random
@@ -107,12 +108,15 @@ def call(port: int, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         headers={"Authorization": f"Token {TOKEN}", "Content-Type": "application/json"},
     )
     try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status, json.loads(response.read())
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.loads(exc.read() or b"{}")
-    except (OSError, ValueError):
-        return 0, {}  # the node died under us: the client does not know what happened
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                return response.status, json.loads(response.read())
+        except urllib.error.HTTPError as exc:
+            return exc.code, json.loads(exc.read() or b"{}")
+    except (OSError, ValueError, http.client.HTTPException):
+        # The node died under us, before or while it answered (IncompleteRead): the
+        # client does not know what happened.
+        return 0, {}
 
 
 def main() -> int:
