@@ -163,7 +163,7 @@ def status_url(request: Any, name: str, pk: str) -> str | None:
         path = reverse(f"{namespace}:{name}", kwargs={"pk": pk})
     except NoReverseMatch:
         return None
-    return str(request.build_absolute_uri(path))
+    return hosts.absolute_url(request, path)
 
 
 def log_once(error: GuardError, response: HttpResponseBase) -> None:
