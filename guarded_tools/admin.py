@@ -48,7 +48,7 @@ from guarded_tools.models import (
     OperationState,
     unknown_first,
 )
-from guarded_tools.presentation import present_request
+from guarded_tools.presentation import present_request, summarize
 from guarded_tools.registry import registry
 from guarded_tools.templatetags.guarded_tools_admin import age, when
 
@@ -329,7 +329,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description=_("request"))
     def summary(self, obj: Confirmation) -> str:
-        return present_request(obj, obj.input).summary
+        return summarize(obj, obj.input)
 
     @admin.display(description=_("waiting"), ordering="created_at")
     def age(self, obj: Confirmation) -> str:  # the exact time on hover
@@ -723,8 +723,7 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         shown = list(objects)
         for i, operation in enumerate(shown):
             operation.decided_fence = fences.get(str(operation.pk))
-            if operation._meta.model_name == "operation":
-                operation.evidence = evidence(operation) if i < FORM_OPERATIONS_SHOWN else None
+            operation.evidence = evidence(operation) if i < FORM_OPERATIONS_SHOWN else None
         return TemplateResponse(request, "admin/guarded_tools/reason_form.html", {
             **self.admin_site.each_context(request),
             "title": title,

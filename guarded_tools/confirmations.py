@@ -315,10 +315,8 @@ def _decide(
         )
         verb = "Approved" if approved else "Declined"
         record_in_admin_history(user, confirmation, f"{verb}: {reason}" if reason else verb)
-        # The flag as committed now (this row is locked by the update above): a task that
-        # began to wait since the page was read is run too (see hold_for_task).
-        confirmation.task = Confirmation.objects.using(using).filter(
-            pk=confirmation.pk).values_list("task", flat=True).get()
+        # ``task`` as committed now (the refresh above reads the row the update locked): a
+        # task that began to wait since the page was read is run too (see hold_for_task).
         if approved and runs_when_approved(confirmation):
             from guarded_tools.tasks import enqueue_execute_approved
 
