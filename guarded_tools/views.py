@@ -267,12 +267,14 @@ class OperationDetailView(GuardedAPIView):
             if tool is not None:
                 error = get_pipeline(tool).stored_error(operation)
                 data["error"] = error.as_dict(docs_url(request), Audience(transport="rest"))
-        # The call's latest confirmation: a pending one is what the operation waits for.
-        confirmation = (
-            Confirmation.objects.filter(
+        # The call's latest confirmation: a pending one is what the operation waits for
+        # (only a tool that asks for one, or a retired tool, can have it: agents poll here).
+        definition = registry.find(operation.tool)
+        confirmation = None
+        if definition is None or definition.confirm_mode is not None:
+            confirmation = Confirmation.objects.filter(
                 tool=operation.tool, scope=operation.scope, key=operation.key
             ).order_by("-created_at").first()
-        )
         if confirmation is not None:
             data["confirmation"] = describe(confirmation)
         return Response(data)
