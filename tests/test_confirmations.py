@@ -147,8 +147,28 @@ def test_decline_requires_a_reason(make_tool: Any, alice: Any, approver: Any,
         confirmations.decline(Confirmation.objects.get(), approver, "  ")
 
 
+class FakeClock:
+    """Stands in for ``time`` in the confirmation wait: ``sleep`` advances ``monotonic``
+    and calls ``on_sleep`` first, so a test acts while the request is really waiting."""
+
+    def __init__(self, on_sleep: Callable[[], None] = lambda: None) -> None:
+        self.now = 1000.0
+        self.sleeps: list[float] = []
+        self.on_sleep = on_sleep
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.on_sleep()
+        self.now += seconds
+
+
+@pytest.mark.django_db(transaction=True)
 def test_prefer_wait_returns_the_result_when_approved_meanwhile(
-        make_tool: Any, alice: Any, approver: Any, client_for: Any, settings: Any) -> None:
+        make_tool: Any, alice: Any, approver: Any, client_for: Any, settings: Any,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "CONFIRMATION_POLL_INTERVAL": 0.05}
     handler = Effects()
     definition = make_tool(handler, confirm="always")
@@ -157,32 +177,40 @@ def test_prefer_wait_returns_the_result_when_approved_meanwhile(
     call(client, definition.name, body)
     confirmation = Confirmation.objects.get()
 
-    def approve_soon() -> None:
-        confirmations.approve(confirmation, approver)
+    def approve_on_another_connection() -> None:
+        confirmations.approve(Confirmation.objects.get(pk=confirmation.pk), approver)
+        connection.close()
 
-    timer = threading.Timer(0.3, approve_soon)
-    if connection.vendor == "sqlite":  # a second connection cannot see the test transaction
-        approve_soon()
-    else:
-        timer.start()
+    def approve_while_waiting() -> None:
+        if clock.sleeps[1:]:
+            return
+        if connection.vendor == "sqlite":  # one in-memory database: approve right here
+            confirmations.approve(Confirmation.objects.get(pk=confirmation.pk), approver)
+            return
+        person = threading.Thread(target=approve_on_another_connection)
+        person.start()
+        person.join()
+
+    clock = FakeClock(approve_while_waiting)
+    monkeypatch.setattr(confirmations, "time", clock)
     response = call(client, definition.name, body, Prefer="wait=5")
-    timer.cancel()
-    assert response.status_code in (200, 202)
-    if connection.vendor == "sqlite":
-        assert response.status_code == 200 and handler.count == 1
+    assert response.status_code == 200, response.json()
+    assert handler.count == 1
+    assert clock.sleeps, "the request answered before it waited"
+    assert len(clock.sleeps) == 1, "the approval was seen at the first poll after it"
 
 
 def test_prefer_wait_is_bounded(make_tool: Any, alice: Any, client_for: Any,
-                                settings: Any) -> None:
+                                settings: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "CONFIRMATION_MAX_WAIT_SECONDS": 1,
                               "CONFIRMATION_POLL_INTERVAL": 0.1}
     definition = make_tool(Effects(), confirm="always")
-    import time
-
-    started = time.monotonic()
+    clock = FakeClock()
+    monkeypatch.setattr(confirmations, "time", clock)
     response = call(client_for(alice), definition.name, {"operationId": key()}, Prefer="wait=600")
     assert response.status_code == 202
-    assert 0.9 <= time.monotonic() - started < 5
+    assert sum(clock.sleeps) == pytest.approx(1.0)  # the setting's bound, not the 600 asked
+    assert max(clock.sleeps) <= 0.1 + 1e-9
 
 
 @pytest.fixture
