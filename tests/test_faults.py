@@ -6,12 +6,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from django.db import DatabaseError, connection, connections
+from django.db.models.functions import Now
 
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.recovery import sweep
@@ -21,6 +21,12 @@ from tests.test_celery_worker import CELERY, Worker, abandoned, recovered, worke
 from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, recover_rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def leases_expired() -> bool:
+    """No claim's lease is still running on the database clock, the one sweeps read."""
+    return not Operation.objects.filter(state=OperationState.IN_FLIGHT,
+                                        lease_expires_at__gte=Now()).exists()
 
 
 def sqlite_only() -> None:
@@ -122,7 +128,7 @@ def test_connection_killed_mid_operation_never_runs_twice(point: str, make_tool:
     with pytest.raises(DatabaseError):
         definition(body, principal="svc")
     connection.close()  # what Django does at the end of a request with a broken connection
-    time.sleep(1.2)
+    wait_until(leases_expired)
     sweep()
     rows = Operation.objects.filter(key=body["operationId"])
     if point == "claim":
@@ -164,7 +170,7 @@ def test_a_sweeper_killed_mid_sweep_leaves_nothing_half_done(subprocess_env: dic
         os.killpg(stalled.pid, signal.SIGKILL)
         stalled.wait(10)
     assert not recovered(rows)
-    time.sleep(1.2)  # the dead sweeper's takeovers expire on the database clock
+    wait_until(leases_expired)  # the dead sweeper's takeovers, on the database clock
     env["GT_RECOVER_SLEEP"] = "0"
     done = subprocess.run([sys.executable, "-c", SWEEP], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
