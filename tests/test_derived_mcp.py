@@ -23,7 +23,7 @@ from project.demo.models import Order, OrderNote
 from tests.conftest import key
 from tests.test_pydantic import make_refund_tool
 from tests.test_serializers import order_of
-from tests.test_viewsets import PERMS, publish
+from tests.test_viewsets import PERMS, Flaky, publish, publish_atomic
 
 
 @pytest.fixture
@@ -167,3 +167,37 @@ def test_a_nested_serializer_schema_survives_tools_list(
     assert address["additionalProperties"] is False
     assert mine["additionalProperties"] is False
     assert mine == derived.input_schema
+
+
+@pytest.fixture
+def flaky(atomic_path: str) -> Iterator[Flaky]:
+    yield from publish_atomic()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_official_mcp_client_retries_an_atomic_view_that_failed(
+    live_server: Any, user_factory: Any, flaky: Flaky
+) -> None:
+    """atomic=True over MCP: the failed run left nothing, so its retry runs it, once."""
+    flaky.failures = 1
+    token = Token.objects.create(user=user_factory("mcp-atomic", perms=PERMS))
+    body = {"operationId": key(), "number": "M-A", "total": "2.00"}
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"}, timeout=30)
+        transport = streamable_http_client(f"{live_server.url}/agent/mcp/", http_client=http)
+        async with Client(transport) as client:
+            seen["failed"] = await client.call_tool("atomic_create", body)
+            seen["orders_after_failure"] = await client.call_tool("order_list", {})
+            seen["retry"] = await client.call_tool("atomic_create", body)
+            seen["replay"] = await client.call_tool("atomic_create", body)
+
+    anyio.run(main)
+    assert seen["failed"].is_error is True
+    assert "internal_error" in seen["failed"].content[0].text
+    assert "secret-host" not in seen["failed"].content[0].text
+    assert seen["orders_after_failure"].structured_content == {"results": []}
+    assert seen["retry"].is_error is False, seen["retry"].content
+    assert seen["replay"].structured_content == seen["retry"].structured_content
+    assert flaky.runs == 2 and Order.objects.filter(number="M-A").count() == 1
