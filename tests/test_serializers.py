@@ -12,8 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from jsonschema import Draft202012Validator
 from rest_framework import serializers
 
+from guarded_tools import confirmations
 from guarded_tools.checks import check_derived_schemas
-from guarded_tools.models import Operation
+from guarded_tools.models import Confirmation, Operation
 from guarded_tools.registry import registry
 from guarded_tools.serializers import spectacular_components
 from project.demo.api import OrderNoteInput, OrderNoteSerializer
@@ -306,3 +307,38 @@ def test_an_async_handler_gets_validated_data_and_its_output_serialized(
                                     {**body, "operationId": key(), "order": order.pk + 99},
                                     format="json")
     assert theirs.status_code == 422
+
+
+@pytest.mark.django_db
+def test_an_effect_only_call_the_serializer_refuses_asks_nobody(
+    make_tool: Any, alice: Any, client_for: Any, django_user_model: Any
+) -> None:
+    """The serializer validates before the confirmation: the approver never sees a call
+    that cannot succeed; a good one waits, and once approved runs with validated_data."""
+    order = order_of(alice)
+    seen: list[Any] = []
+
+    def handler(data: Any, ctx: Any) -> dict[str, Any]:
+        seen.append(data)
+        return {"order": data["order"].pk, "text": data["text"]}
+
+    definition = make_tool(handler, input=OrderNoteInput, confirm="effect-only",
+                           input_schema={"type": "object"})
+    url = f"/agent/tools/{definition.name}/"
+    client = client_for(alice)
+    bad = client.post(url, {"operationId": key(), "order": order.pk + 99, "text": "x"},
+                      format="json")
+    assert bad.status_code == 422, bad.json()
+    assert bad.json()["error"]["code"] == "invalid_input"
+    assert [(i["path"], i["keyword"]) for i in bad.json()["error"]["issues"]] == [
+        (["order"], "does_not_exist")]
+    assert not Confirmation.objects.exists()  # nobody was asked
+    body = {"operationId": key(), "order": order.pk, "text": "fine"}
+    pending = client.post(url, body, format="json")
+    assert pending.status_code == 202, pending.json()
+    boss = django_user_model.objects.create_superuser("boss", password="pw")
+    confirmations.approve(Confirmation.objects.get(), boss)
+    done = client.post(url, body, format="json")
+    assert done.status_code == 200, done.json()
+    assert done.json()["output"] == {"order": order.pk, "text": "fine"}
+    assert len(seen) == 1 and seen[0]["order"] == order  # validated_data: the object itself

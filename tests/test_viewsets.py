@@ -560,3 +560,49 @@ def test_an_atomic_plain_view_answering_500_keeps_no_effect(atomic_path: str,
     assert order.number == "P-9"  # the view's update rolled back with the operation
     assert not Operation.objects.filter(key=body["operationId"], state__in=(
         "in_flight", "succeeded", "outcome_unknown")).exists()
+
+
+@pytest.fixture
+def approved_actions() -> Iterator[dict[str, Any]]:
+    """The demo viewset's create and partial update, each approved by a person."""
+    made = guarded_viewset(OrderViewSet, basename="approved", actions={
+        "create": {"confirm": "effect-only"}, "partial_update": {"confirm": "effect-only"}})
+    yield made
+    for definition in made.values():
+        registry.unregister(definition.name)
+
+
+@pytest.mark.django_db
+def test_an_effect_only_view_call_its_serializer_refuses_asks_nobody(
+    approved_actions: dict[str, Any], user_factory: Any, bob: Any, django_user_model: Any
+) -> None:
+    editor = user_factory("editor", perms=("demo.add_order", "demo.change_order"))
+    Order.objects.create(number="TAKEN", customer=editor, total="1.00")
+    mine = Order.objects.create(number="E-1", customer=editor, total="1.00")
+    theirs = Order.objects.create(number="B-2", customer=bob, total="1.00")
+    client = token_client(editor)
+    duplicate = call(client, "approved_create",
+                     {"operationId": key(), "number": "TAKEN", "total": "2.00"})
+    assert duplicate.status_code == 422, duplicate.json()
+    assert [(i["path"], i["keyword"]) for i in duplicate.json()["error"]["issues"]] == [
+        (["number"], "unique")]
+    renamed = call(client, "approved_partial_update",
+                   {"operationId": key(), "pk": mine.pk, "number": "TAKEN"})
+    assert renamed.status_code == 422 and renamed.json()["error"]["issues"][0]["path"] == [
+        "number"]
+    unchanged = call(client, "approved_partial_update",  # unique among the others only
+                     {"operationId": key(), "pk": mine.pk, "number": "E-1"})
+    assert unchanged.status_code == 202, unchanged.json()
+    hidden = call(client, "approved_partial_update",  # get_queryset() scopes it
+                  {"operationId": key(), "pk": theirs.pk, "number": "MINE"})
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "object_not_found"
+    assert Confirmation.objects.count() == 1  # the approver sees only the call that can run
+    body = {"operationId": key(), "number": "E-2", "total": "3.00"}
+    pending = call(client, "approved_create", body)
+    assert pending.status_code == 202, pending.json()
+    boss = django_user_model.objects.create_superuser("boss", password="pw")
+    confirmations.approve(Confirmation.objects.get(tool="approved_create"), boss)
+    done = call(client, "approved_create", body)
+    assert done.status_code == 200, done.json()
+    assert Order.objects.get(number="E-2").customer == editor
+    assert not Order.objects.filter(customer=bob).exclude(number="B-2").exists()
