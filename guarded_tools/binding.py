@@ -190,6 +190,15 @@ def output_binding(spec: Any) -> OutputBinding:
     return binding
 
 
+def input_check(binding: Binding, known: frozenset[str]) -> Callable[[Mapping[str, Any], Any], Any]:
+    """The binding's validation alone (``Tool.input_check``): nothing is saved or run."""
+
+    def check(input: Mapping[str, Any], ctx: Any) -> Any:
+        return binding.bind(input, ctx, known)
+
+    return check
+
+
 def wants_type_hints(handler: Callable[..., Any]) -> bool:
     """A handler written ``def f(order_id: int, reason: str = "", *, ctx)``."""
     try:

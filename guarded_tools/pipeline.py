@@ -471,7 +471,15 @@ class Pipeline:
         ``precheck(input=, context=, user=)`` raises the tool's ``ToolError`` (with its
         repair) for a call that cannot succeed, so no person approves it first. It runs
         for fresh calls only: a replay never reaches it.
+
+        Before a confirmation asked after the claim (``effect-only``, ``owner``), the
+        input's own validation (``Tool.input_check``: a serializer's, a model's, a
+        published view's) runs first, without saving: a call it refuses answers
+        ``invalid_input`` and no person is asked to approve it. It runs again, as
+        always, right before the handler (what it looks up may change meanwhile).
         """
+        if self.tool.input_check is not None and self.tool.confirms_after_claim:
+            self.tool.input_check(dict(inv.input), self.make_context(inv, None))
         if self.tool.precheck is not None:
             self.tool.precheck(input=inv.input, context=inv.context, user=inv.user)
 

@@ -66,6 +66,12 @@ class Tool:
     output: Any = None
     #: Fields the ``input``/``output`` mapping could not express (system check E011).
     schema_problems: tuple[str, ...] = field(init=False, repr=False, default=())
+    #: ``input_check(input, ctx)``: the serializer's, model's or view's own validation,
+    #: without the effect, raising ``InputRejected``; set for ``input=``, type hints and
+    #: published views. It runs before a confirmation asked after the claim, so that
+    #: nobody is asked to approve a call its own validation refuses.
+    input_check: Callable[[Mapping[str, Any], Any], Any] | None = field(
+        init=False, repr=False, default=None)
     #: Over MCP, for a client with the Tasks extension, a call answers a task at once and
     #: runs on Celery (as an approved call does); every other caller waits as before.
     long_running: bool = False
@@ -139,6 +145,8 @@ class Tool:
         object.__setattr__(
             self, "handler", binding.bound_handler(self.handler, inputs, outputs, known)
         )
+        if inputs is not None:
+            object.__setattr__(self, "input_check", binding.input_check(inputs, known))
 
     def disabled_guards(self) -> Iterator[tuple[str, str]]:
         """``(problem, hint)`` for each guard this definition declares but would never run.

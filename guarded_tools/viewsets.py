@@ -266,10 +266,7 @@ def view_handler(
     """
 
     def handler(input: Mapping[str, Any], ctx: Any) -> Any:
-        fields = dict(input)
-        kwargs = {arg: str(fields.pop(arg)) for arg in url_kwargs if arg in fields}
-        if key_field is not None:
-            fields.pop(key_field, None)
+        kwargs, fields = split_input(input, url_kwargs, key_field)
         body = fields if method in ("post", "put", "patch") else None
         query = "" if body is not None or not fields else urlencode(
             {k: v if isinstance(v, str) else json.dumps(v) for k, v in fields.items()}
@@ -299,6 +296,55 @@ def view_handler(
 
     handler.__name__ = name
     return handler
+
+
+def split_input(input: Mapping[str, Any], url_kwargs: tuple[str, ...],
+                key_field: str | None) -> tuple[dict[str, str], dict[str, Any]]:
+    """``(the view's URL keyword arguments, the rest of the input)``, without the key."""
+    fields = dict(input)
+    kwargs = {arg: str(fields.pop(arg)) for arg in url_kwargs if arg in fields}
+    if key_field is not None:
+        fields.pop(key_field, None)
+    return kwargs, fields
+
+
+def serializer_check(
+    viewset: type[viewsets.GenericViewSet], *, action: str, method: str,
+    url_kwargs: tuple[str, ...], key_field: str | None,
+) -> Callable[[Mapping[str, Any], Any], None]:
+    """``Tool.input_check`` for a create or update action: the view's serializer, unsaved.
+
+    The view is set up as for the call (the agent's request, its authentication and
+    permission classes, ``get_object()`` for an update, so ``get_queryset()`` scopes it
+    and a ``unique`` validator leaves the object itself out) and its serializer validates
+    the input; nothing is saved, no throttle counts it. Its refusals are the view's, as
+    the call's would be: ``invalid_input`` with paths, ``object_not_found``...
+    """
+    detail = ACTIONS[action][1]
+
+    def check(input: Mapping[str, Any], ctx: Any) -> None:
+        kwargs, fields = split_input(input, url_kwargs, key_field)
+        view = viewset(action_map={method: action})
+        original = view_request(ctx, method, fields)
+        view.setup(original, **kwargs)
+        request = view.initialize_request(original, **kwargs)
+        view.request = request
+        view.format_kwarg = None
+        try:
+            view.perform_authentication(request)
+            view.check_permissions(request)
+            instance = view.get_object() if detail else None
+            serializer = view.get_serializer(instance, data=fields,
+                                             partial=action == "partial_update")
+            valid = serializer.is_valid()
+        except Exception as exc:  # the view's own answer; an unknown exception propagates
+            response = view.handle_exception(exc)
+            raise refusal(response, _safe_data(response), known(ctx)) from None
+        if not valid:
+            issues = issues_from_errors(serializer.errors, known(ctx))
+            raise InputRejected(issues or [issue([], "invalid", known(ctx))])
+
+    return check
 
 
 def _safe_data(response: HttpResponse) -> Any:
@@ -387,6 +433,10 @@ def guarded_viewset(
             **spec,
         )
         object.__setattr__(definition, "schema_problems", problems)
+        if action in ("create", "update", "partial_update"):
+            object.__setattr__(definition, "input_check", serializer_check(
+                viewset, action=action, method=method, url_kwargs=(lookup,) if detail else (),
+                key_field=key_field))
         made[action] = target.register(definition)
     return made
 

@@ -23,7 +23,7 @@ from project.demo.models import Order, OrderNote
 from tests.conftest import key
 from tests.test_pydantic import make_refund_tool
 from tests.test_serializers import order_of
-from tests.test_viewsets import PERMS, publish
+from tests.test_viewsets import PERMS, Flaky, publish, publish_atomic
 
 
 @pytest.fixture
@@ -141,26 +141,12 @@ class Person(serializers.Serializer):
     address = Address(help_text="Where they live.")
 
 
-#: The schema the MCP conformance suite's ``json-schema-2020-12`` scenario (SEP-1613) asks
-#: a server's ``json_schema_2020_12_tool`` to list unchanged.
-SEP_1613 = {
-    "$schema": "https://json-schema.org/draft/2020-12/schema",
-    "type": "object",
-    "$defs": {"address": {"type": "object", "properties": {
-        "street": {"type": "string"}, "city": {"type": "string"}}}},
-    "properties": {"name": {"type": "string"}, "address": {"$ref": "#/$defs/address"}},
-    "additionalProperties": False,
-}
-
-
 @pytest.mark.django_db(transaction=True)
-def test_json_schema_2020_12_keywords_survive_tools_list(
+def test_a_nested_serializer_schema_survives_tools_list(
     live_server: Any, user_factory: Any, make_tool: Any
 ) -> None:
-    """The conformance scenario's three checks, here: its CLI (``npx
-    @modelcontextprotocol/conformance``) needs Node 22's ``fs.globSync``; this machine has 20."""
-    make_tool(name="json_schema_2020_12_tool", input_schema=SEP_1613, read_only=True,
-              idempotency_key=None)
+    """A nested serializer's schema reaches the official client whole (the conformance
+    suite's own ``json-schema-2020-12`` scenario runs in tests/test_conformance.py)."""
     derived = make_tool(input=Person, input_schema={"type": "object"}, read_only=True,
                         idempotency_key=None)
     token = Token.objects.create(user=user_factory("mcp-schemas"))
@@ -173,9 +159,6 @@ def test_json_schema_2020_12_keywords_survive_tools_list(
             listed.update({t.name: t.input_schema for t in (await client.list_tools()).tools})
 
     anyio.run(main)
-    scenario = listed["json_schema_2020_12_tool"]
-    assert scenario["$schema"] == "https://json-schema.org/draft/2020-12/schema"
-    assert "address" in scenario["$defs"] and scenario["additionalProperties"] is False
     mine = listed[derived.name]
     Draft202012Validator.check_schema(mine)
     address = mine["properties"]["address"]  # a nested serializer, inlined
@@ -184,3 +167,37 @@ def test_json_schema_2020_12_keywords_survive_tools_list(
     assert address["additionalProperties"] is False
     assert mine["additionalProperties"] is False
     assert mine == derived.input_schema
+
+
+@pytest.fixture
+def flaky(atomic_path: str) -> Iterator[Flaky]:
+    yield from publish_atomic()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_official_mcp_client_retries_an_atomic_view_that_failed(
+    live_server: Any, user_factory: Any, flaky: Flaky
+) -> None:
+    """atomic=True over MCP: the failed run left nothing, so its retry runs it, once."""
+    flaky.failures = 1
+    token = Token.objects.create(user=user_factory("mcp-atomic", perms=PERMS))
+    body = {"operationId": key(), "number": "M-A", "total": "2.00"}
+    seen: dict[str, Any] = {}
+
+    async def main() -> None:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"}, timeout=30)
+        transport = streamable_http_client(f"{live_server.url}/agent/mcp/", http_client=http)
+        async with Client(transport) as client:
+            seen["failed"] = await client.call_tool("atomic_create", body)
+            seen["orders_after_failure"] = await client.call_tool("order_list", {})
+            seen["retry"] = await client.call_tool("atomic_create", body)
+            seen["replay"] = await client.call_tool("atomic_create", body)
+
+    anyio.run(main)
+    assert seen["failed"].is_error is True
+    assert "internal_error" in seen["failed"].content[0].text
+    assert "secret-host" not in seen["failed"].content[0].text
+    assert seen["orders_after_failure"].structured_content == {"results": []}
+    assert seen["retry"].is_error is False, seen["retry"].content
+    assert seen["replay"].structured_content == seen["retry"].structured_content
+    assert flaky.runs == 2 and Order.objects.filter(number="M-A").count() == 1

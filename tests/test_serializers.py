@@ -12,8 +12,9 @@ from django.test.utils import CaptureQueriesContext
 from jsonschema import Draft202012Validator
 from rest_framework import serializers
 
+from guarded_tools import confirmations
 from guarded_tools.checks import check_derived_schemas
-from guarded_tools.models import Operation
+from guarded_tools.models import Confirmation, Operation
 from guarded_tools.registry import registry
 from guarded_tools.serializers import spectacular_components
 from project.demo.api import OrderNoteInput, OrderNoteSerializer
@@ -221,10 +222,10 @@ UNSUPPORTED = ("allOf", "not", "if", "then", "else", "dependentRequired", "depen
 
 
 def strict_problems(schema: Any, path: str = "") -> list[str]:
-    """OpenAI's strict function-calling rules that LangChain's strict conversion passes on
-    (written from their documentation: no converter is installed here): every object
-    closed, every property described by a title or a description, no unsupported
-    composition keyword."""
+    """OpenAI's strict function-calling rules that its converters do not enforce, written
+    from its documentation: every object closed, every property described by a title or
+    a description, no unsupported composition keyword. The converters themselves run in
+    ``test_every_demo_tool_passes_langchains_and_openais_strict_conversion``."""
     found: list[str] = []
     if isinstance(schema, dict):
         found += [f"{path}: {word} is not supported" for word in UNSUPPORTED if word in schema]
@@ -255,6 +256,73 @@ def test_every_demo_tool_schema_is_2020_12_and_strict_convertible(
             Draft202012Validator.check_schema(entry["outputSchema"])
     for definition in registry:  # the demo's tools, hand-written and derived alike
         assert strict_problems(definition.input_schema) == [], definition.name
+
+
+def strict_conversions(name: str, schema: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """``schema`` as LangChain's and OpenAI's own strict conversions send it.
+
+    LangChain: ``convert_to_openai_tool(..., strict=True)``, for a tool in OpenAI's
+    function format. OpenAI: the package has no public strict helper that takes a JSON
+    Schema (``pydantic_function_tool`` takes a model), so this calls the function it runs
+    on the model's schema, ``openai.lib._pydantic._ensure_strict_json_schema``, on ours.
+    Both raise on what they cannot convert (a sub-schema that is not an object, a
+    ``$ref`` that is not local) and rewrite the rest.
+    """
+    import copy
+
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from openai.lib._pydantic import _ensure_strict_json_schema
+
+    tool = {"name": name, "description": "", "parameters": copy.deepcopy(schema)}
+    langchain = convert_to_openai_tool(tool, strict=True)
+    assert langchain["function"]["strict"] is True
+    mine = copy.deepcopy(schema)
+    return {"langchain": langchain["function"]["parameters"],
+            "openai": _ensure_strict_json_schema(mine, path=(), root=mine)}
+
+
+def rewritten(schema: Any) -> Any:
+    """``schema`` without what strict mode rewrites whatever the schema says: every
+    property required (an optional one must then be sent, as null where null is allowed),
+    ``"default": null`` dropped (null is then what is sent)."""
+    if isinstance(schema, list):
+        return [rewritten(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    return {k: rewritten(v) for k, v in schema.items()
+            if k != "required" and not (k == "default" and v is None)}
+
+
+@pytest.mark.django_db
+def test_every_demo_tool_passes_langchains_and_openais_strict_conversion(
+    client_for: Any, django_user_model: Any
+) -> None:
+    """Each input schema an agent gets from ``GET tools/`` converts, and neither converter
+    has to change its meaning: no object to close, no ``allOf`` or ``$ref`` to inline."""
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("openai")
+    everyone = django_user_model.objects.create_superuser("strict", password="pw")
+    tools = client_for(everyone).get("/agent/tools/").json()["tools"]
+    assert {t["name"] for t in tools} == {definition.name for definition in registry}
+    for entry in tools:
+        for converter, sent in strict_conversions(entry["name"], entry["inputSchema"]).items():
+            Draft202012Validator.check_schema(sent)
+            assert rewritten(sent) == rewritten(entry["inputSchema"]), (converter, entry["name"])
+            assert strict_problems(sent) == [], (converter, entry["name"])
+
+
+def test_the_strict_converters_refuse_or_rewrite_a_schema_strict_mode_cannot_take() -> None:
+    """What makes the test above able to fail: an open nested object is closed by both
+    converters (its meaning changes), and a property that is no schema object is refused."""
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("openai")
+    open_object = {"type": "object", "additionalProperties": False, "properties": {
+        "tags": {"type": "object", "description": "Anything.", "properties": {}}}}
+    for sent in strict_conversions("loose", open_object).values():
+        assert rewritten(sent) != rewritten(open_object)
+        assert sent["properties"]["tags"]["additionalProperties"] is False
+    with pytest.raises(TypeError):
+        strict_conversions("broken", {"type": "object", "properties": {"a": True}})
 
 
 def test_input_and_input_schema_together_are_refused(make_tool: Any) -> None:
@@ -306,3 +374,38 @@ def test_an_async_handler_gets_validated_data_and_its_output_serialized(
                                     {**body, "operationId": key(), "order": order.pk + 99},
                                     format="json")
     assert theirs.status_code == 422
+
+
+@pytest.mark.django_db
+def test_an_effect_only_call_the_serializer_refuses_asks_nobody(
+    make_tool: Any, alice: Any, client_for: Any, django_user_model: Any
+) -> None:
+    """The serializer validates before the confirmation: the approver never sees a call
+    that cannot succeed; a good one waits, and once approved runs with validated_data."""
+    order = order_of(alice)
+    seen: list[Any] = []
+
+    def handler(data: Any, ctx: Any) -> dict[str, Any]:
+        seen.append(data)
+        return {"order": data["order"].pk, "text": data["text"]}
+
+    definition = make_tool(handler, input=OrderNoteInput, confirm="effect-only",
+                           input_schema={"type": "object"})
+    url = f"/agent/tools/{definition.name}/"
+    client = client_for(alice)
+    bad = client.post(url, {"operationId": key(), "order": order.pk + 99, "text": "x"},
+                      format="json")
+    assert bad.status_code == 422, bad.json()
+    assert bad.json()["error"]["code"] == "invalid_input"
+    assert [(i["path"], i["keyword"]) for i in bad.json()["error"]["issues"]] == [
+        (["order"], "does_not_exist")]
+    assert not Confirmation.objects.exists()  # nobody was asked
+    body = {"operationId": key(), "order": order.pk, "text": "fine"}
+    pending = client.post(url, body, format="json")
+    assert pending.status_code == 202, pending.json()
+    boss = django_user_model.objects.create_superuser("boss", password="pw")
+    confirmations.approve(Confirmation.objects.get(), boss)
+    done = client.post(url, body, format="json")
+    assert done.status_code == 200, done.json()
+    assert done.json()["output"] == {"order": order.pk, "text": "fine"}
+    assert len(seen) == 1 and seen[0]["order"] == order  # validated_data: the object itself

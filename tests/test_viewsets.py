@@ -432,3 +432,177 @@ def test_a_call_the_schema_rejects_runs_no_sql(carol: Any, client_for: Any) -> N
     assert response.status_code == 422
     assert response.json()["error"]["issues"][0]["path"] == ["number"]
     assert queries.captured_queries == []
+
+
+# -- atomic=True: the view's effect and the operation commit together ------------------------
+
+class Flaky:
+    """Counts the view's runs; the first ``failures`` runs raise after the effect."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.failures = 0
+
+
+FLAKY = Flaky()
+
+
+class FlakyOrderViewSet(OrderViewSet):
+    """Orders whose creation may fail after it saved the order."""
+
+    def perform_create(self, serializer: Any) -> None:
+        FLAKY.runs += 1
+        super().perform_create(serializer)
+        if FLAKY.runs <= FLAKY.failures:
+            raise RuntimeError("postgres://secret-host/after-the-effect")
+
+
+def publish_atomic(**options: Any) -> Iterator[Flaky]:
+    """``FlakyOrderViewSet``'s create published with ``atomic=True``, while the caller runs."""
+    global FLAKY
+    FLAKY = Flaky()
+    made = guarded_viewset(FlakyOrderViewSet, basename="atomic",
+                           actions={"create": {"atomic": True, **options}})
+    yield FLAKY
+    for definition in made.values():
+        registry.unregister(definition.name)
+
+
+@pytest.fixture
+def flaky(atomic_path: str) -> Iterator[Flaky]:
+    yield from publish_atomic()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_view_commits_its_effect_with_the_operation(flaky: Flaky, carol: Any) -> None:
+    client = token_client(carol)
+    body = {"operationId": key(), "number": "A-1", "total": "2.00"}
+    done = call(client, "atomic_create", body)
+    assert done.status_code == 200, done.json()
+    order = Order.objects.get(number="A-1")
+    operation = Operation.objects.get(key=body["operationId"])
+    assert operation.state == "succeeded" and operation.output["id"] == order.pk
+    assert call(client, "atomic_create", body)["Idempotent-Replayed"] == "true"
+    assert flaky.runs == 1 and Order.objects.filter(number="A-1").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_view_that_fails_rolls_back_and_its_retry_runs_once(
+    flaky: Flaky, carol: Any, caplog: Any
+) -> None:
+    flaky.failures = 1
+    client = token_client(carol)
+    body = {"operationId": key(), "number": "A-2", "total": "2.00"}
+    failed = call(client, "atomic_create", body)
+    assert failed.status_code == 500
+    assert failed.json()["error"]["code"] == "internal_error"  # nothing happened: not unknown
+    assert "secret-host" not in json.dumps(failed.json()) and "secret-host" in caplog.text
+    assert not Order.objects.filter(number="A-2").exists()  # the effect rolled back
+    assert not Operation.objects.filter(key=body["operationId"], state__in=(
+        "in_flight", "succeeded", "outcome_unknown")).exists()  # the claim released
+    retry = call(client, "atomic_create", body)
+    assert retry.status_code == 200, retry.json()
+    assert flaky.runs == 2 and Order.objects.filter(number="A-2").count() == 1
+    assert call(client, "atomic_create", body)["Idempotent-Replayed"] == "true"
+    assert flaky.runs == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_view_refused_by_its_serializer_releases_the_key(
+    flaky: Flaky, carol: Any
+) -> None:
+    Order.objects.create(number="A-3", customer=carol, total="1.00")
+    client = token_client(carol)
+    k = key()
+    refused = call(client, "atomic_create", {"operationId": k, "number": "A-3", "total": "2.00"})
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_input"
+    assert refused.json()["error"]["issues"][0]["path"] == ["number"]
+    repaired = call(client, "atomic_create", {"operationId": k, "number": "A-4", "total": "2.00"})
+    assert repaired.status_code == 200, repaired.json()
+    assert Order.objects.filter(number="A-4").count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_view_whose_verification_fails_keeps_no_effect(
+    atomic_path: str, carol: Any
+) -> None:
+    """Verify runs before the commit: a refusal rolls the view's effect back with it."""
+    runs = publish_atomic(verify=lambda **_: False)
+    next(runs)
+    try:
+        failed = call(token_client(carol), "atomic_create",
+                      {"operationId": key(), "number": "A-5", "total": "2.00"})
+    finally:
+        next(runs, None)
+    assert failed.json()["error"]["code"] == "verification_failed", failed.json()
+    assert not Order.objects.filter(number="A-5").exists()
+
+
+def rename_then_fail(request: HttpRequest, pk: str) -> JsonResponse:
+    """A plain view that renames the order, then answers 500."""
+    Order.objects.filter(pk=pk, customer=request.user).update(number="RENAMED")
+    return JsonResponse({"detail": "postgres://secret-host/rename"}, status=500)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_atomic_plain_view_answering_500_keeps_no_effect(atomic_path: str,
+                                                            carol: Any) -> None:
+    order = Order.objects.create(number="P-9", customer=carol, total="1.00")
+    made = guarded_view(rename_then_fail, name="rename_atomic", input_schema=RENAME_SCHEMA,
+                        url_kwargs=("pk",), atomic=True)
+    body = {"operationId": key(), "pk": order.pk, "number": "P-10"}
+    try:
+        failed = call(token_client(carol), "rename_atomic", body)
+    finally:
+        registry.unregister(made.name)
+    assert failed.status_code == 500 and failed.json()["error"]["code"] == "internal_error"
+    order.refresh_from_db()
+    assert order.number == "P-9"  # the view's update rolled back with the operation
+    assert not Operation.objects.filter(key=body["operationId"], state__in=(
+        "in_flight", "succeeded", "outcome_unknown")).exists()
+
+
+@pytest.fixture
+def approved_actions() -> Iterator[dict[str, Any]]:
+    """The demo viewset's create and partial update, each approved by a person."""
+    made = guarded_viewset(OrderViewSet, basename="approved", actions={
+        "create": {"confirm": "effect-only"}, "partial_update": {"confirm": "effect-only"}})
+    yield made
+    for definition in made.values():
+        registry.unregister(definition.name)
+
+
+@pytest.mark.django_db
+def test_an_effect_only_view_call_its_serializer_refuses_asks_nobody(
+    approved_actions: dict[str, Any], user_factory: Any, bob: Any, django_user_model: Any
+) -> None:
+    editor = user_factory("editor", perms=("demo.add_order", "demo.change_order"))
+    Order.objects.create(number="TAKEN", customer=editor, total="1.00")
+    mine = Order.objects.create(number="E-1", customer=editor, total="1.00")
+    theirs = Order.objects.create(number="B-2", customer=bob, total="1.00")
+    client = token_client(editor)
+    duplicate = call(client, "approved_create",
+                     {"operationId": key(), "number": "TAKEN", "total": "2.00"})
+    assert duplicate.status_code == 422, duplicate.json()
+    assert [(i["path"], i["keyword"]) for i in duplicate.json()["error"]["issues"]] == [
+        (["number"], "unique")]
+    renamed = call(client, "approved_partial_update",
+                   {"operationId": key(), "pk": mine.pk, "number": "TAKEN"})
+    assert renamed.status_code == 422 and renamed.json()["error"]["issues"][0]["path"] == [
+        "number"]
+    unchanged = call(client, "approved_partial_update",  # unique among the others only
+                     {"operationId": key(), "pk": mine.pk, "number": "E-1"})
+    assert unchanged.status_code == 202, unchanged.json()
+    hidden = call(client, "approved_partial_update",  # get_queryset() scopes it
+                  {"operationId": key(), "pk": theirs.pk, "number": "MINE"})
+    assert hidden.status_code == 404 and hidden.json()["error"]["code"] == "object_not_found"
+    assert Confirmation.objects.count() == 1  # the approver sees only the call that can run
+    body = {"operationId": key(), "number": "E-2", "total": "3.00"}
+    pending = call(client, "approved_create", body)
+    assert pending.status_code == 202, pending.json()
+    boss = django_user_model.objects.create_superuser("boss", password="pw")
+    confirmations.approve(Confirmation.objects.get(tool="approved_create"), boss)
+    done = call(client, "approved_create", body)
+    assert done.status_code == 200, done.json()
+    assert Order.objects.get(number="E-2").customer == editor
+    assert not Order.objects.filter(customer=bob).exclude(number="B-2").exists()
