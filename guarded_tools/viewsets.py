@@ -308,17 +308,19 @@ def split_input(input: Mapping[str, Any], url_kwargs: tuple[str, ...],
     return kwargs, fields
 
 
-def serializer_check(
+def view_check(
     viewset: type[viewsets.GenericViewSet], *, action: str, method: str,
     url_kwargs: tuple[str, ...], key_field: str | None,
 ) -> Callable[[Mapping[str, Any], Any], None]:
-    """``Tool.input_check`` for a create or update action: the view's serializer, unsaved.
+    """``Tool.input_check`` for a create, update or destroy action: the view, unsaved.
 
     The view is set up as for the call (the agent's request, its authentication and
     permission classes, ``get_object()`` for an update, so ``get_queryset()`` scopes it
     and a ``unique`` validator leaves the object itself out) and its serializer validates
-    the input; nothing is saved, no throttle counts it. Its refusals are the view's, as
-    the call's would be: ``invalid_input`` with paths, ``object_not_found``...
+    the input; nothing is saved, no throttle counts it. A destroy stops after
+    ``get_object()``: nobody is asked to delete what the agent cannot see. Its refusals
+    are the view's, as the call's would be: ``invalid_input`` with paths,
+    ``object_not_found``...
     """
     detail = ACTIONS[action][1]
 
@@ -334,6 +336,8 @@ def serializer_check(
             view.perform_authentication(request)
             view.check_permissions(request)
             instance = view.get_object() if detail else None
+            if action == "destroy":
+                return
             serializer = view.get_serializer(instance, data=fields,
                                              partial=action == "partial_update")
             valid = serializer.is_valid()
@@ -433,8 +437,8 @@ def guarded_viewset(
             **spec,
         )
         object.__setattr__(definition, "schema_problems", problems)
-        if action in ("create", "update", "partial_update"):
-            object.__setattr__(definition, "input_check", serializer_check(
+        if action in ("create", "update", "partial_update", "destroy"):
+            object.__setattr__(definition, "input_check", view_check(
                 viewset, action=action, method=method, url_kwargs=(lookup,) if detail else (),
                 key_field=key_field))
         made[action] = target.register(definition)

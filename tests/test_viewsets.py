@@ -131,9 +131,15 @@ def test_model_permissions_are_checked_on_replays_too(carol: Any, user_factory: 
 
 
 @pytest.mark.django_db
-def test_destroy_waits_for_a_person(carol: Any, django_user_model: Any) -> None:
+def test_destroy_waits_for_a_person(carol: Any, bob: Any, django_user_model: Any) -> None:
     order = Order.objects.create(number="D-1", customer=carol, total="1.00")
+    theirs = Order.objects.create(number="D-2", customer=bob, total="1.00")
     client = token_client(carol)
+    for pk in (theirs.pk, theirs.pk + 1000):  # get_queryset() scopes it; none at all
+        hidden = call(client, "order_destroy", {"operationId": key(), "pk": pk})
+        assert hidden.status_code == 404, hidden.json()
+        assert hidden.json()["error"]["code"] == "object_not_found"
+    assert not Confirmation.objects.exists()  # nobody is asked to delete what is not there
     body = {"operationId": key(), "pk": order.pk}
     pending = call(client, "order_destroy", body)
     assert pending.status_code == 202
