@@ -162,7 +162,9 @@ def test_approval_completes_the_task_with_the_calls_result(
     assert handler.count == 1
     done = get_task(agent, task_id)
     assert done["status"] == "completed" and done["taskId"] == task_id
-    validate_call_result("tools/call", {**done["result"], "resultType": "complete"})
+    # The task's result is the CallToolResult as 2026-07-28 frames it (resultType included).
+    validate_call_result("tools/call", done["result"])
+    assert done["result"]["resultType"] == "complete"
     assert done["result"]["isError"] is False
     assert done["result"]["structuredContent"] == {"done": 1}
     operation = Operation.objects.get()
@@ -239,6 +241,7 @@ def test_a_tool_error_completes_the_task_with_an_error_result(
     eager(confirmations.approve, Confirmation.objects.get(), approver)
     done = get_task(agent, task_id)
     assert done["status"] == "completed" and done["result"]["isError"] is True
+    validate_call_result("tools/call", done["result"])
     assert done["result"]["_meta"][gt_mcp.ERROR_META]["code"] == "out_of_stock"
 
 

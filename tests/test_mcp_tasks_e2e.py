@@ -1,0 +1,160 @@
+"""End to end with the official Tasks client: ``@modelcontextprotocol/ext-tasks`` on the
+TypeScript SDK's 2026-07-28 ``Client`` (``tests/js/tasks_client.mjs``), against a live server.
+
+A person decides in the admin or on the consent page (headless Chromium); the client polls
+``tasks/get`` at the server's interval, cancels, resumes a handed-off task after the web
+process restarted, and answers the URL elicitation of ``confirm="owner"`` by its retry.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from guarded_tools import mcp as gt_mcp
+from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
+from tests.conftest import Effects, Lines
+from tests.test_browser import CONF_LIST, browser, expect, label, log_in, page, staff  # noqa: F401
+from tests.test_mcp_tasks import ITEM, URL
+from tests.test_mcp_tasks_browser import eager_celery  # noqa: F401
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+class TasksClient:
+    """One run of ``tasks_client.mjs``: a scenario, its lines, and its exit."""
+
+    def __init__(self, js: Path, url: str, user: Any, scenario: str, *args: str) -> None:
+        token = Token.objects.get_or_create(user=user)[0].key
+        self.process = subprocess.Popen(
+            ["node", str(js / "tasks_client.mjs"), url, token, scenario, *args],
+            cwd=js, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.lines = Lines(self.process)
+        connected = self.lines.next()["connected"]
+        # The client negotiated 2026-07-28 and found the extension in server/discover.
+        assert connected["era"] == "modern", connected
+        assert connected["capabilities"]["execution"] is True, connected
+
+    def next(self, key: str, timeout: float = 60) -> Any:
+        message = self.lines.next(timeout)
+        assert key in message, message
+        return message
+
+    def finish(self) -> None:
+        try:
+            assert self.process.wait(timeout=30) == 0
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+
+
+@pytest.fixture
+def run(typescript_sdk: Path, live_server: Any) -> Any:
+    started: list[TasksClient] = []
+
+    def start(user: Any, scenario: str, *args: str, url: str | None = None) -> TasksClient:
+        client = TasksClient(typescript_sdk, url or f"{live_server.url}{URL}", user, scenario,
+                             *args)
+        started.append(client)
+        return client
+
+    yield start
+    for client in started:
+        if client.process.poll() is None:
+            client.process.kill()
+
+
+def arguments(qty: int = 4) -> str:
+    return json.dumps({"operationId": uuid.uuid4().hex, "qty": qty})
+
+
+def decide_in_the_admin(page: Any, decision: str, requester: str) -> None:  # noqa: F811
+    log_in(page)
+    page.goto(CONF_LIST)
+    page.locator("#result_list tbody tr", has_text=requester).locator("a").first.click()
+    if decision == "approve":
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
+    else:
+        page.fill("#gt-reason", "Over budget.")
+        page.get_by_role("button", name="Decline").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+
+
+# -- a person approves or declines in the admin; the client's poll returns it --------------------
+@pytest.mark.parametrize("decision", ["approve", "decline"])
+def test_the_tasks_client_settles_with_the_decision_made_in_the_admin(
+        decision: str, run: Any, page: Any, staff: Any, user_factory: Any,  # noqa: F811
+        make_tool: Any, eager_celery: None) -> None:  # noqa: F811
+    handler = Effects()
+    definition = make_tool(handler, confirm="effect-only", input_schema=ITEM,
+                           description="Orders stock from the supplier.")
+    client = run(user_factory("buyer"), "call", definition.name, arguments())
+    created = client.next("created")["created"]
+    assert created["kind"] == "task" and created["reference"]["generation"] == "v2"
+    assert Confirmation.objects.get().task is True and handler.count == 0
+
+    decide_in_the_admin(page, decision, "buyer")
+
+    settled = client.next("outcome")
+    client.finish()
+    outcome = settled["outcome"]
+    if decision == "approve":
+        assert outcome["status"] == "completed" and handler.count == 1, outcome
+        assert outcome["result"]["isError"] is False
+        assert outcome["result"]["structuredContent"] == {"done": 1}
+        operation = Operation.objects.get()
+        assert outcome["result"]["_meta"][gt_mcp.OPERATION_META]["id"] == str(operation.pk)
+    else:
+        assert outcome["status"] == "failed" and handler.count == 0
+        error = outcome["error"]
+        assert error["code"] == gt_mcp.TASK_CALL_FAILED
+        assert error["data"]["code"] == "confirmation_declined"
+        assert "declined" in error["message"]
+    # The client waited the server's pollIntervalMs between its polls (never faster).
+    polls = settled["polls"]
+    assert len(polls) >= 1
+    interval = gt_mcp._poll_interval_ms()
+    assert all(b - a >= interval * 0.9 for a, b in itertools.pairwise(polls))
+
+
+def test_the_tasks_client_cancels_before_anyone_decides(run: Any, user_factory: Any,
+                                                        make_tool: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm="effect-only", input_schema=ITEM)
+    buyer = user_factory("buyer")
+    client = run(buyer, "cancel", definition.name, arguments())
+    assert client.next("created")["created"]["kind"] == "task"
+    assert client.next("outcome")["outcome"] == {"status": "cancelled"}
+    client.finish()
+    withdrawn = Confirmation.objects.get()
+    assert withdrawn.status == ConfirmationStatus.WITHDRAWN and handler.count == 0
+    audit = AuditEntry.objects.get(confirmation=withdrawn)
+    assert audit.action == AuditEntry.Action.WITHDRAW and audit.actor == buyer
+
+
+def test_another_principals_snapshot_reads_as_an_unknown_task(run: Any, user_factory: Any,
+                                                              make_tool: Any) -> None:
+    definition = make_tool(confirm="effect-only", input_schema=ITEM)
+    owner, other = user_factory("buyer"), user_factory("other")
+    first = run(owner, "handoff", definition.name, arguments())
+    task_id = first.next("created")["created"]["taskId"]
+    first.finish()
+    seen = {}
+    for name, user, tid in (("theirs", other, task_id), ("unknown", other, task_id[:-4] + "AAAA"),
+                            ("own", owner, task_id)):
+        client = run(user, "snapshot", tid)
+        seen[name] = client.lines.next()
+        client.finish()
+    assert seen["own"] == {"snapshot": {"status": "working", "statusMessage": seen["own"][
+        "snapshot"]["statusMessage"]}}
+    assert "error" in seen["theirs"] and seen["theirs"] == seen["unknown"]
+    assert seen["theirs"]["error"]["code"] == gt_mcp.INVALID_PARAMS
+    assert Confirmation.objects.get().status == ConfirmationStatus.PENDING
