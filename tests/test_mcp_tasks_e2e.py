@@ -158,3 +158,83 @@ def test_another_principals_snapshot_reads_as_an_unknown_task(run: Any, user_fac
     assert "error" in seen["theirs"] and seen["theirs"] == seen["unknown"]
     assert seen["theirs"]["error"]["code"] == gt_mcp.INVALID_PARAMS
     assert Confirmation.objects.get().status == ConfirmationStatus.PENDING
+
+
+# -- the web process restarts between the task's creation and the client's polling ---------------
+def test_a_handed_off_task_resumes_after_the_web_process_restarted(
+        run: Any, tmp_path: Any, test_database_url: str, alice: Any, staff: Any,  # noqa: F811
+        make_tool: Any, eager_celery: None) -> None:  # noqa: F811
+    from guarded_tools import confirmations
+    from tests.test_mcp_tasks import _start_web
+
+    arguments = json.dumps({"operationId": uuid.uuid4().hex})
+    web, port = _start_web(tmp_path, test_database_url)
+    try:
+        first = run(alice, "handoff", "tasks_after_restart", arguments,
+                    url=f"http://127.0.0.1:{port}{URL}")
+        reference = first.next("created")["created"]["reference"]
+        first.finish()  # the client process is gone too: only the serialized reference is left
+    finally:
+        web.terminate()
+        web.wait(10)
+    # A person approves while no web process runs (this process runs the call, as a
+    # worker would, with the same tool).
+    make_tool(lambda input, ctx: {"ran": input["operationId"]}, name="tasks_after_restart",
+              input_schema={"type": "object", "properties": {"operationId": {"type": "string"}},
+                            "required": ["operationId"]}, confirm="effect-only")
+    confirmations.approve(Confirmation.objects.get(), staff)
+    web, port = _start_web(tmp_path, test_database_url)
+    try:
+        resumed = run(alice, "resume", json.dumps(reference), url=f"http://127.0.0.1:{port}{URL}")
+        assert resumed.next("resumed")["resumed"]["taskId"] == reference["taskId"]
+        outcome = resumed.next("outcome")["outcome"]
+        resumed.finish()
+    finally:
+        web.terminate()
+        web.wait(10)
+    assert outcome["status"] == "completed", outcome
+    assert outcome["result"]["structuredContent"] == {"ran": json.loads(arguments)["operationId"]}
+    assert Operation.objects.get().state == "succeeded"
+
+
+# -- consent by the user themself: the URL elicitation, the page, the client's retry -------------
+@pytest.mark.parametrize("answer", ["accept", "decline"])
+def test_the_client_opens_the_consent_url_and_its_retry_runs_the_call(
+        answer: str, run: Any, page: Any, live_server: Any, user_factory: Any,  # noqa: F811
+        make_tool: Any) -> None:
+    from django.test import Client
+
+    handler = Effects()
+    definition = make_tool(handler, confirm="owner", input_schema=ITEM,
+                           description="Orders stock from the supplier.")
+    buyer = user_factory("buyer")
+    client = run(buyer, "consent", definition.name, arguments(3))
+    elicit = client.next("elicit")["elicit"]
+    confirmation = Confirmation.objects.get()
+    assert elicit["mode"] == "url" and elicit["delivery"] == "request-retry"
+    assert elicit["url"] == f"{live_server.url}/agent/confirmations/{confirmation.pk}/consent/"
+    if answer == "accept":
+        # The host opens the URL in the user's browser, where they are signed in.
+        session = Client()
+        session.force_login(buyer)
+        page.context.add_cookies([{"name": "sessionid", "url": live_server.url,
+                                   "value": session.cookies["sessionid"].value}])
+        page.goto(elicit["url"])
+        expect(page.locator("body")).to_contain_text("Orders stock from the supplier.")
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
+    client.lines.send(answer)  # the user tells the client they are done (or declines there)
+    assert client.next("created")["created"] == {"kind": "immediate"}  # the retry's answer
+    outcome = client.next("outcome")["outcome"]
+    client.finish()
+    assert outcome["status"] == "completed"
+    confirmation.refresh_from_db()
+    if answer == "accept":
+        assert outcome["result"]["isError"] is False, outcome
+        assert outcome["result"]["structuredContent"] == {"done": 1} and handler.count == 1
+        audit = AuditEntry.objects.get(confirmation=confirmation)
+        assert audit.action == AuditEntry.Action.APPROVE and audit.actor == buyer
+        assert confirmation.status == ConfirmationStatus.CONSUMED
+    else:
+        assert outcome["result"]["isError"] is True and handler.count == 0
+        assert confirmation.status == ConfirmationStatus.WITHDRAWN

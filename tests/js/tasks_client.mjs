@@ -45,7 +45,6 @@ async function rawDispatch(request, options = {}) {
     body: JSON.stringify({ jsonrpc: "2.0", id: nextId++, ...request }),
   });
   const reply = await response.json();
-  if (process.env.TASKS_DEBUG) process.stderr.write(JSON.stringify(reply) + "\n");
   return "error" in reply ? { kind: "error", error: reply.error }
                           : { kind: "result", result: reply.result };
 }
