@@ -418,6 +418,66 @@ def test_owner_consent_url_over_rest_and_older_mcp(agent: APIClient, make_tool: 
     assert old["isError"] is True and "/consent/" in old["content"][0]["text"]
 
 
+# -- the demo's own confirm="owner" tool: moving money between the user's own accounts ---------
+def _approve_on_the_page(user: Any, url: str, expected_summary: str) -> None:
+    """The user opens the URL in their own session, reads the request, approves it."""
+    own = DjangoClient(enforce_csrf_checks=True)
+    own.force_login(user)
+    page = own.get(_consent_page(url))
+    assert page.status_code == 200
+    assert expected_summary in page.content.decode()
+    decided = own.post(_consent_page(url), {"decision": "approve",
+                                            "csrfmiddlewaretoken": own.cookies["csrftoken"].value})
+    assert decided.status_code == 302
+
+
+def test_the_demos_move_between_my_accounts_asks_its_owner_over_rest_and_mcp(
+        agent: APIClient, alice: Any, bob: Any) -> None:
+    from decimal import Decimal
+
+    from project.demo.models import Account, LedgerEntry
+
+    checking = Account.objects.create(owner=alice, name="Checking", balance=Decimal("1000"))
+    savings = Account.objects.create(owner=alice, name="Savings", balance=Decimal("250"))
+    theirs = Account.objects.create(owner=bob, name="Checking", balance=Decimal("5"))
+    name = "move_between_my_accounts"
+    body = {"operationId": key(), "sourceId": checking.pk, "receiverId": savings.pk,
+            "amount": "50.00"}
+    sentence = "Move 50.00 from your Checking (balance 1,000.00) to your Savings (balance 250.00)"
+    # REST: the 202 names the consent page; the retry after the user approved runs it once.
+    asked = agent.post(f"/agent/tools/{name}/", body, format="json")
+    assert asked.status_code == 202, asked.content
+    url = asked.json()["error"]["confirmation"]["url"]
+    assert url.endswith("/consent/") and url in asked.json()["error"]["message"]
+    _approve_on_the_page(alice, url, sentence)
+    done = agent.post(f"/agent/tools/{name}/", body, format="json")
+    assert done.status_code == 200, done.content
+    assert done.json()["output"]["amount"] == "50.00"
+    # MCP 2026-07-28: a URL elicitation to the same kind of page, then the retry.
+    arguments = {**body, "operationId": key(), "amount": "25.00"}
+    elicited = call(agent, name, arguments, url_elicitation=True)
+    assert elicited["resultType"] == "input_required"
+    url = elicited["inputRequests"][gt_mcp.CONSENT_REQUEST]["params"]["url"]
+    _approve_on_the_page(alice, url, "Move 25.00 from your Checking (balance 950.00)")
+    retried = result(send(agent, "tools/call", {
+        "name": name, "arguments": arguments,
+        "inputResponses": {gt_mcp.CONSENT_REQUEST: {"action": "accept"}}}, url_elicitation=True))
+    validate_call_result("tools/call", retried)
+    assert retried["isError"] is False and retried["structuredContent"]["amount"] == "25.00"
+    checking.refresh_from_db()
+    savings.refresh_from_db()
+    assert (checking.balance, savings.balance) == (Decimal("925"), Decimal("325"))
+    assert LedgerEntry.objects.count() == 2
+    # Only between the user's own accounts, and nobody is asked for a move that cannot run.
+    other = agent.post(f"/agent/tools/{name}/", {**body, "operationId": key(),
+                                                 "receiverId": theirs.pk}, format="json")
+    assert other.status_code == 403
+    broke = agent.post(f"/agent/tools/{name}/", {**body, "operationId": key(),
+                                                 "amount": "5000"}, format="json")
+    assert broke.json()["error"]["code"] == "insufficient_funds"
+    assert Confirmation.objects.count() == 2
+
+
 @pytest.mark.django_db(transaction=True)  # the agent's retry runs on a thread of its own
 def test_an_approval_run_that_finds_the_call_in_flight_leaves_the_task_to_that_call(
         agent: APIClient, alice: Any, client_for: Any, make_tool: Any, approver: Any,

@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from pydantic import Field
 
 from guarded_tools import ToolError, tool
@@ -410,6 +410,11 @@ def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
                 "update": ["authorizationId"],
             },
         )
+    return _transfer(input, ctx, source)
+
+
+def _transfer(input: dict[str, Any], ctx: Any, source: Account) -> dict[str, Any]:
+    """Move ``amount`` from ``source`` to ``receiverId``, journaled, as one ledger row."""
     amount = Decimal(input["amount"])
     if source.balance < amount:
         raise DEMO_ERRORS.error("insufficient_funds")
@@ -430,6 +435,83 @@ def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
         Account.objects.filter(pk=receiver.pk).update(balance=F("balance") + amount)
     effects.after_effect(input["operationId"])
     return _payment_output(entry)
+
+
+# -- consent by the user themself (confirm="owner") ----------------------------------------
+def _owns_both(*, input: dict[str, Any], user: Any, **_: Any) -> bool:
+    source, receiver = input["sourceId"], input["receiverId"]
+    # Exact lookups (not pk__in): an id past the column's range then matches nothing.
+    return source != receiver and Account.objects.filter(
+        Q(pk=source) | Q(pk=receiver), owner=user).count() == 2
+
+
+def _own_account_text(account: Account | None, user: Any) -> str:
+    if account is None or account.owner_id != getattr(user, "pk", None):
+        return _account_text(account, balance=True)
+    return f"your {account.name} (balance {_money(account.balance)})"
+
+
+def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any]:
+    """The move in one sentence, as its owner reads it on the consent page ("your …")."""
+    ids = [input.get("sourceId"), input.get("receiverId")]
+    accounts = Account.objects.select_related("owner").in_bulk(
+        [i for i in ids if isinstance(i, int)])
+    source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
+    staff = bool(getattr(user, "is_staff", False))  # the admin's links are for staff only
+    return {
+        "summary": f"Move {input.get('amount', '?')} from {_own_account_text(source, user)}"
+                   f" to {_own_account_text(receiver, user)}",
+        "fields": {
+            "sourceId": (_own_account_text(source, user), _account_url(source) if staff else ""),
+            "receiverId": (_own_account_text(receiver, user),
+                           _account_url(receiver) if staff else ""),
+        },
+    }
+
+
+def precheck_move(*, input: dict[str, Any], **_: Any) -> None:
+    """Before the user is asked: the balance covers the amount."""
+    source = Account.objects.filter(pk=input["sourceId"]).first()
+    if source is None or source.balance < Decimal(input["amount"]):
+        raise DEMO_ERRORS.error("insufficient_funds")
+
+
+@tool(
+    name="move_between_my_accounts",
+    description="Move money between two of your own accounts. You approve each move"
+    " yourself, signed in to the site.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            "operationId": OPERATION_ID,
+            "sourceId": {"type": "integer", "minimum": 1, "title": "From account"},
+            "receiverId": {"type": "integer", "minimum": 1, "title": "To account"},
+            "amount": {"type": "string", "pattern": r"^\d{1,9}(\.\d{1,2})?$", "title": "Amount"},
+        },
+        "required": ["operationId", "sourceId", "receiverId", "amount"],
+        "additionalProperties": False,
+    },
+    output_schema={
+        "type": "object",
+        "properties": {
+            "paymentId": {"type": "integer"},
+            "amount": {"type": "string"},
+            "receiverId": {"type": "integer"},
+        },
+        "required": ["paymentId", "amount", "receiverId"],
+    },
+    authorize=_owns_both,
+    idempotency_key="operationId",
+    confirm="owner",
+    precheck=precheck_move,
+    present=present_move,
+    journal=True,
+    recover=recover_payment,
+    verify=verify_payment,
+    verify_timeout=None,
+)
+def move_between_my_accounts(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return _transfer(input, ctx, Account.objects.get(pk=input["sourceId"]))
 
 
 # -- the site's own building blocks as tools ---------------------------------------------
