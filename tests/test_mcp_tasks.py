@@ -172,6 +172,38 @@ def test_approval_completes_the_task_with_the_calls_result(
     assert get_task(agent, task_id)["result"] == done["result"] and handler.count == 1
 
 
+def test_a_poll_is_one_indexed_read_and_a_finished_task_then_the_replay_cache(
+        agent: APIClient, make_tool: Any, approver: Any, eager: Any, settings: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from guarded_tools.replays import replays
+
+    settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),
+                              "CONFIRMATION_POLL_INTERVAL": 3}
+    definition = make_tool(Effects(), confirm="effect-only", input_schema=ITEM)
+    created = call(agent, definition.name, {"operationId": key(), "qty": 1})
+    assert created["pollIntervalMs"] == 3000  # the site's interval, told to every poller
+    with CaptureQueriesContext(connection) as pending:
+        polled = get_task(agent, created["taskId"])
+    assert polled["status"] == "working" and polled["pollIntervalMs"] == 3000
+    # Waiting: the confirmation, by its primary key.
+    assert [q["sql"].split(" FROM ")[1].split()[0] for q in pending] == [
+        '"guarded_tools_confirmation"']
+    assert '"guarded_tools_confirmation"."id" = ' in pending[0]["sql"]
+    eager(confirmations.approve, Confirmation.objects.get(), approver)
+    replays.clear()  # the call ran on a worker: this web process has not seen its result
+    with CaptureQueriesContext(connection) as first:
+        assert get_task(agent, created["taskId"])["status"] == "completed"
+    # Finished: the confirmation by its key, the operation by its unique (tool, scope, key).
+    assert [q["sql"].split(" FROM ")[1].split()[0] for q in first] == [
+        '"guarded_tools_confirmation"', '"guarded_tools_operation"']
+    with CaptureQueriesContext(connection) as later:
+        again = get_task(agent, created["taskId"])
+    assert again["status"] == "completed" and len(later) == 0  # from memory, as replays are
+    assert again["result"]["structuredContent"] == {"done": 1}
+
+
 def test_without_the_extension_a_pending_call_is_unchanged(agent: APIClient,
                                                            make_tool: Any) -> None:
     definition = make_tool(confirm="effect-only", input_schema=ITEM)
