@@ -198,20 +198,24 @@ def test_a_handed_off_task_resumes_after_the_web_process_restarted(
 
 
 # -- consent by the user themself: the URL elicitation, the page, the client's retry -------------
-@pytest.mark.parametrize("answer", ["accept", "decline"])
+@pytest.mark.parametrize(("scenario", "answer"), [
+    ("consent", "accept"), ("consent", "decline"), ("consent-sdk", "accept")])
 def test_the_client_opens_the_consent_url_and_its_retry_runs_the_call(
-        answer: str, run: Any, page: Any, live_server: Any, user_factory: Any,  # noqa: F811
-        make_tool: Any) -> None:
+        scenario: str, answer: str, run: Any, page: Any, live_server: Any,  # noqa: F811
+        user_factory: Any, make_tool: Any) -> None:
+    """ext-tasks' loop (``consent``), and the SDK Client's own auto-fulfilment through its
+    ``elicitation/create`` handler (``consent-sdk``)."""
     from django.test import Client
 
     handler = Effects()
     definition = make_tool(handler, confirm="owner", input_schema=ITEM,
                            description="Orders stock from the supplier.")
     buyer = user_factory("buyer")
-    client = run(buyer, "consent", definition.name, arguments(3))
+    client = run(buyer, scenario, definition.name, arguments(3))
     elicit = client.next("elicit")["elicit"]
     confirmation = Confirmation.objects.get()
-    assert elicit["mode"] == "url" and elicit["delivery"] == "request-retry"
+    assert elicit["mode"] == "url"
+    assert elicit["delivery"] == ("request-retry" if scenario == "consent" else "sdk-auto-fulfil")
     assert elicit["url"] == f"{live_server.url}/agent/confirmations/{confirmation.pk}/consent/"
     if answer == "accept":
         # The host opens the URL in the user's browser, where they are signed in.

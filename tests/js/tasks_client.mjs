@@ -9,6 +9,8 @@
 //   snapshot TASK_ID         one tasks/get through a task controller; {"snapshot"} or {"error"}
 //   consent TOOL ARGS        call; on the URL elicitation print {"elicit"}, read the user's
 //                            answer (accept/decline) from stdin; print {"outcome"}
+//   consent-sdk TOOL ARGS    the same with the SDK Client's own callTool and elicitation
+//                            handler (its multi round-trip auto-fulfilment), no ext-tasks
 // The 2026-07-28 Tasks wire goes through rawDispatch (a plain fetch of the JSON-RPC
 // message), as ext-tasks requires: the SDK Client's own codecs reject V2 task shapes.
 import { createInterface } from "node:readline";
@@ -73,16 +75,18 @@ const client = new Client(clientInfo, {
   capabilities: clientCapabilities,
   versionNegotiation: { mode: { pin: PROTOCOL } },
 });
+const answer = async (params, delivery) => {
+  say({ elicit: { ...params, delivery } });
+  return { action: (await lines.next()).value }; // the user decided on the page
+};
+client.setRequestHandler("elicitation/create", async (request) =>
+  answer(request.params, "sdk-auto-fulfil"));
 await client.connect(new StreamableHTTPClientTransport(new URL(url), { requestInit: { headers } }));
 const session = createTaskSessionFromClient(client, {
   endpointId: ENDPOINT,
   rawDispatch,
   v2RequestFraming: { protocolVersion: PROTOCOL, clientInfo, clientCapabilities },
-  onInputRequest: async (request, context) => {
-    say({ elicit: { ...request.params, delivery: context.delivery } });
-    const answer = (await lines.next()).value; // the user decided on the page
-    return { action: answer };
-  },
+  onInputRequest: async (request, context) => answer(request.params, context.delivery),
 });
 
 try {
@@ -94,6 +98,11 @@ try {
     } catch (error) {
       say({ error: described(error) });
     }
+  } else if (scenario === "consent-sdk") {
+    const [tool, args] = rest;
+    const result = await client.callTool({ name: tool, arguments: JSON.parse(args) });
+    say({ created: { kind: "immediate" } });
+    say({ outcome: { status: "completed", result } });
   } else if (scenario === "resume") {
     const execution = await session.resumeTask(JSON.parse(rest[0]));
     say({ resumed: created(execution) });
