@@ -55,6 +55,23 @@ def eager_celery() -> Iterator[None]:
     app.conf.task_always_eager = False
 
 
+def decide_in_the_admin(page: Any, decision: str, requester: str,  # noqa: F811
+                        shows: tuple[str, ...] = ()) -> None:
+    """A staff member opens the requester's pending call in the admin, reads it, decides."""
+    log_in(page)
+    page.goto(CONF_LIST)
+    page.locator("#result_list tbody tr", has_text=requester).locator("a").first.click()
+    for text in shows:
+        expect(page.locator(".gt-detail")).to_contain_text(text)
+    if decision == "approve":
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
+    else:
+        page.fill("#gt-reason", "Over budget.")
+        page.get_by_role("button", name="Decline").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+
+
 @pytest.mark.parametrize("decision", ["approve", "decline"])
 def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
         decision: str, page: Any, staff: Any, live_server: Any, user_factory: Any,  # noqa: F811
@@ -69,19 +86,8 @@ def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
     assert created["resultType"] == "task"
     assert agent.get_task(created["taskId"])["status"] == "working"
 
-    log_in(page)
-    page.goto(CONF_LIST)
-    page.locator("#result_list tbody tr", has_text="buyer").locator("a").first.click()
-    expect(page.locator(".gt-detail")).to_contain_text("Orders stock from the supplier.")
-    expect(page.locator(".gt-detail th", has_text="Quantity")).to_be_visible()
-    expect(page.locator(".gt-detail")).to_contain_text(definition.name)
-    if decision == "approve":
-        page.get_by_role("button", name="Approve").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
-    else:
-        page.fill("#gt-reason", "Over budget.")
-        page.get_by_role("button", name="Decline").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+    decide_in_the_admin(page, decision, "buyer", shows=(
+        "Orders stock from the supplier.", "Quantity", definition.name))
 
     done = agent.get_task(created["taskId"])
     if decision == "approve":

@@ -21,9 +21,9 @@ from rest_framework.authtoken.models import Token
 from guarded_tools import mcp as gt_mcp
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from tests.conftest import Effects, Lines
-from tests.test_browser import CONF_LIST, browser, expect, label, log_in, page, staff  # noqa: F401
+from tests.test_browser import browser, expect, page, staff  # noqa: F401
 from tests.test_mcp_tasks import ITEM, URL
-from tests.test_mcp_tasks_browser import eager_celery  # noqa: F401
+from tests.test_mcp_tasks_browser import decide_in_the_admin, eager_celery  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -75,19 +75,6 @@ def arguments(qty: int = 4) -> str:
     return json.dumps({"operationId": uuid.uuid4().hex, "qty": qty})
 
 
-def decide_in_the_admin(page: Any, decision: str, requester: str) -> None:  # noqa: F811
-    log_in(page)
-    page.goto(CONF_LIST)
-    page.locator("#result_list tbody tr", has_text=requester).locator("a").first.click()
-    if decision == "approve":
-        page.get_by_role("button", name="Approve").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
-    else:
-        page.fill("#gt-reason", "Over budget.")
-        page.get_by_role("button", name="Decline").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
-
-
 # -- a person approves or declines in the admin; the client's poll returns it --------------------
 @pytest.mark.parametrize("decision", ["approve", "decline"])
 def test_the_tasks_client_settles_with_the_decision_made_in_the_admin(
@@ -101,7 +88,7 @@ def test_the_tasks_client_settles_with_the_decision_made_in_the_admin(
     assert created["kind"] == "task" and created["reference"]["generation"] == "v2"
     assert Confirmation.objects.get().task is True and handler.count == 0
 
-    decide_in_the_admin(page, decision, "buyer")
+    decide_in_the_admin(page, decision, "buyer", shows=("Orders stock from the supplier.",))
 
     settled = client.next("outcome")
     client.finish()

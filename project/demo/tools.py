@@ -74,6 +74,22 @@ DEMO_ERRORS = ErrorCatalog(
 
 OPERATION_ID = {"type": "string", "minLength": 1, "maxLength": 255,
                 "title": "Operation id", "description": "A new UUID per intended operation."}
+#: The fields of a transfer between accounts (send_payment, move_between_my_accounts).
+TRANSFER = {
+    "operationId": OPERATION_ID,
+    "sourceId": {"type": "integer", "minimum": 1, "title": "From account"},
+    "receiverId": {"type": "integer", "minimum": 1, "title": "To account"},
+    "amount": {"type": "string", "pattern": r"^\d{1,9}(\.\d{1,2})?$", "title": "Amount"},
+}
+PAYMENT_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "paymentId": {"type": "integer"},
+        "amount": {"type": "string"},
+        "receiverId": {"type": "integer"},
+    },
+    "required": ["paymentId", "amount", "receiverId"],
+}
 
 
 def _owns_source(*, input: dict[str, Any], user: Any, **_: Any) -> bool:
@@ -341,14 +357,19 @@ def present_payment(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, 
     }
 
 
+def precheck_balance(*, input: dict[str, Any], **_: Any) -> None:
+    """Before anyone is asked: the source's balance covers the amount."""
+    source = Account.objects.filter(pk=input["sourceId"]).first()
+    if source is None or source.balance < Decimal(input["amount"]):
+        raise DEMO_ERRORS.error("insufficient_funds")
+
+
 def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
     """Before anyone approves it: the receiver exists and the balance covers the amount."""
     if not Account.objects.filter(pk=input["receiverId"]).exists():
         raise DEMO_ERRORS.error("receiver_not_found", repair={
             "action": "ask_user", "instruction": "Ask the user which account to pay."})
-    source = Account.objects.filter(pk=input["sourceId"]).first()
-    if source is None or source.balance < Decimal(input["amount"]):
-        raise DEMO_ERRORS.error("insufficient_funds")
+    precheck_balance(input=input)
 
 
 @tool(
@@ -358,24 +379,13 @@ def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
     input_schema={
         "type": "object",
         "properties": {
-            "operationId": OPERATION_ID,
-            "sourceId": {"type": "integer", "minimum": 1, "title": "From account"},
-            "receiverId": {"type": "integer", "minimum": 1, "title": "To account"},
-            "amount": {"type": "string", "pattern": r"^\d{1,9}(\.\d{1,2})?$", "title": "Amount"},
+            **TRANSFER,
             "authorizationId": {"type": "integer", "minimum": 1, "title": "Authorization"},
         },
         "required": ["operationId", "sourceId", "receiverId", "amount", "authorizationId"],
         "additionalProperties": False,
     },
-    output_schema={
-        "type": "object",
-        "properties": {
-            "paymentId": {"type": "integer"},
-            "amount": {"type": "string"},
-            "receiverId": {"type": "integer"},
-        },
-        "required": ["paymentId", "amount", "receiverId"],
-    },
+    output_schema=PAYMENT_OUTPUT,
     permissions=["demo.add_ledgerentry"],
     authorize=_owns_source,
     idempotency_key="operationId",
@@ -469,13 +479,6 @@ def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any
     }
 
 
-def precheck_move(*, input: dict[str, Any], **_: Any) -> None:
-    """Before the user is asked: the balance covers the amount."""
-    source = Account.objects.filter(pk=input["sourceId"]).first()
-    if source is None or source.balance < Decimal(input["amount"]):
-        raise DEMO_ERRORS.error("insufficient_funds")
-
-
 @tool(
     name="move_between_my_accounts",
     description="Move money between two of your own accounts. You approve each move"
@@ -483,27 +486,16 @@ def precheck_move(*, input: dict[str, Any], **_: Any) -> None:
     input_schema={
         "type": "object",
         "properties": {
-            "operationId": OPERATION_ID,
-            "sourceId": {"type": "integer", "minimum": 1, "title": "From account"},
-            "receiverId": {"type": "integer", "minimum": 1, "title": "To account"},
-            "amount": {"type": "string", "pattern": r"^\d{1,9}(\.\d{1,2})?$", "title": "Amount"},
+            **TRANSFER,
         },
         "required": ["operationId", "sourceId", "receiverId", "amount"],
         "additionalProperties": False,
     },
-    output_schema={
-        "type": "object",
-        "properties": {
-            "paymentId": {"type": "integer"},
-            "amount": {"type": "string"},
-            "receiverId": {"type": "integer"},
-        },
-        "required": ["paymentId", "amount", "receiverId"],
-    },
+    output_schema=PAYMENT_OUTPUT,
     authorize=_owns_both,
     idempotency_key="operationId",
     confirm="owner",
-    precheck=precheck_move,
+    precheck=precheck_balance,
     present=present_move,
     journal=True,
     recover=recover_payment,
