@@ -127,6 +127,55 @@ def test_the_tasks_client_cancels_before_anyone_decides(run: Any, user_factory: 
     assert audit.action == AuditEntry.Action.WITHDRAW and audit.actor == buyer
 
 
+def test_the_tasks_client_is_told_why_a_started_call_is_not_cancelled_and_gets_its_result(
+        run: Any, user_factory: Any, make_tool: Any, staff: Any,  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ext-tasks ends an execution locally on a cancel's acknowledgement: were a started
+    call acknowledged, the client would drop the result of an effect that still ran. The
+    refusal keeps it polling, and it settles with the result."""
+    import threading
+
+    from django.db import connection
+
+    from guarded_tools import confirmations, tasks
+
+    started, release = threading.Event(), threading.Event()
+
+    def handler(input: Any, ctx: Any) -> Any:
+        started.set()
+        assert release.wait(30)
+        return {"ran": True}
+
+    definition = make_tool(handler, confirm="effect-only", input_schema=ITEM)
+    client = run(user_factory("buyer"), "cancel-later", definition.name, arguments())
+    assert client.next("created")["created"]["kind"] == "task"
+    workers: list[threading.Thread] = []
+
+    def worker(pk: str) -> None:  # the approval's Celery task, on a worker of its own
+        try:
+            tasks.execute_approved(pk)
+        finally:
+            connection.close()
+
+    monkeypatch.setattr(tasks, "enqueue_execute_approved", lambda pk: (
+        workers.append(threading.Thread(target=worker, args=(pk,))), workers[-1].start()))
+    confirmations.approve(Confirmation.objects.get(), staff)
+    try:
+        assert started.wait(30)
+        client.lines.send("cancel")
+        refused = client.next("cancel")["cancel"]
+    finally:
+        release.set()
+        for thread in workers:
+            thread.join(30)
+    assert refused["code"] == gt_mcp.TASK_NOT_CANCELLABLE and "started" in refused["message"]
+    outcome = client.next("outcome")["outcome"]
+    client.finish()
+    assert outcome["status"] == "completed" and outcome["result"]["structuredContent"] == {
+        "ran": True}
+    assert Confirmation.objects.get().status == ConfirmationStatus.CONSUMED
+
+
 def test_another_principals_snapshot_reads_as_an_unknown_task(run: Any, user_factory: Any,
                                                               make_tool: Any) -> None:
     definition = make_tool(confirm="effect-only", input_schema=ITEM)

@@ -4,6 +4,8 @@
 // from stdin where the scenario waits for a person (the consent page's decision).
 //   call TOOL ARGS           call; print {"created"}; settle by polling; print {"outcome"}
 //   cancel TOOL ARGS         call; print {"created"}; cancel; settle; print {"outcome"}
+//   cancel-later TOOL ARGS   call; print {"created"}; on a line from stdin cancel, print
+//                            {"cancel"} (the ack, or the refusal); settle; {"outcome"}
 //   handoff TOOL ARGS        call; print {"created"} with the serialized reference; exit
 //   resume REFERENCE         resume a handed-off task in a new process; settle; {"outcome"}
 //   snapshot TASK_ID         one tasks/get through a task controller; {"snapshot"} or {"error"}
@@ -115,6 +117,10 @@ try {
       await execution.detach();
     } else {
       if (scenario === "cancel") await execution.cancel();
+      if (scenario === "cancel-later") {
+        await lines.next(); // the call has started meanwhile
+        say({ cancel: await execution.cancel().then(() => ({ acknowledged: true }), described) });
+      }
       say({ outcome: outcomeOf(await execution.settle()), polls });
     }
   }
