@@ -607,11 +607,14 @@ def _get_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     data = _task_fields(task_id, ref, st)
     if st.status == tasks_ext.COMPLETED:
         if st.error is not None:
-            data["result"] = error_result_from(definition, _structured(ex, definition, st.error))
+            call = error_result_from(definition, _structured(ex, definition, st.error))
         else:
-            data["result"] = success_result(definition, GuardResult(
+            call = success_result(definition, GuardResult(
                 output=st.output, operation=st.operation, replayed=True,
                 recovered=st.recovered), modern=True)
+        # The CallToolResult the call would have answered, as 2026-07-28 frames every
+        # result (the official Tasks client parses it with that schema).
+        data["result"] = {**call, "resultType": "complete"}
     elif st.status == tasks_ext.FAILED:
         structured = _structured(ex, definition, st.error or {})
         data["error"] = {"code": TASK_CALL_FAILED, "message": structured.get("message", ""),

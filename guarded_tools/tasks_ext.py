@@ -2,9 +2,10 @@
 
 A task id is a signed handle on ``(tool, principal scope, key, fingerprint)``: the call,
 not a row of its own. Its state is what the call's confirmation and operation rows say,
-so it survives any restart and needs no table, and a poll costs the replay cache or one
-or two indexed reads. The signature makes ids unguessable, and the scope in it binds a
-task to its principal: another principal's id reads exactly as an unknown one.
+so it survives any restart and needs no table, and a poll costs one indexed read while
+the call waits, two the first time after it ended, then the replay cache. The signature
+makes ids unguessable, and the scope in it binds a task to its principal: another
+principal's id reads exactly as an unknown one.
 """
 
 from __future__ import annotations
@@ -137,10 +138,17 @@ def _operation(ref: TaskRef) -> Operation | None:
     )
 
 
-def _from_operation(operation: Operation, pipeline: Any) -> TaskState:
+def _from_operation(ref: TaskRef, operation: Operation, pipeline: Any) -> TaskState:
     if operation.state == OperationState.SUCCEEDED:
+        summary = operation.summary()
+        # The call ran elsewhere (a Celery worker): this process answers the next polls,
+        # and the agent's replay, from its replay cache (a succeeded row never changes).
+        replays.put(ref.tool, ref.scope, ref.key, fingerprint=ref.fingerprint,
+                    output=operation.output, operation=summary, recovered=operation.recovered,
+                    reconciled=pipeline.tool.verify is not None
+                    and pipeline.reconciled(operation))
         return TaskState(COMPLETED, "The call ran; this is its result.", operation.updated_at,
-                         output=operation.output, operation=operation.summary(),
+                         output=operation.output, operation=summary,
                          recovered=operation.recovered)
     return TaskState(FAILED, "The call ended without a result it can prove.",
                      operation.updated_at, error=pipeline.stored_error(operation))
@@ -175,7 +183,7 @@ def state(ref: TaskRef, definition: Tool) -> TaskState | None:
         if confirmation.task_error is not None:
             operation = _operation(ref)
             if operation is not None and operation.state in _TERMINAL_OPERATION:
-                return _from_operation(operation, get_pipeline(definition))
+                return _from_operation(ref, operation, get_pipeline(definition))
             error = dict(confirmation.task_error)
             if error.get("code") in FAILING_CODES:
                 return TaskState(FAILED, "The call failed.", changed, error=error)
@@ -188,7 +196,7 @@ def state(ref: TaskRef, definition: Tool) -> TaskState | None:
         return None if confirmation is None else TaskState(
             WORKING, "Approved; the call is starting.", confirmation.created_at)
     if operation.state in _TERMINAL_OPERATION:
-        return _from_operation(operation, get_pipeline(definition))
+        return _from_operation(ref, operation, get_pipeline(definition))
     return TaskState(WORKING, "The call is running.", operation.updated_at)
 
 

@@ -272,3 +272,55 @@ def subprocess_env(test_database_url: str, tmp_path: Any) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     return env
+
+
+# -- the TypeScript SDK's clients (tests/js) ---------------------------------------------------
+JS_DIR = REPO_ROOT / "tests" / "js"
+
+
+@pytest.fixture(scope="session")
+def typescript_sdk() -> Any:
+    """``tests/js`` with its packages (the TypeScript SDK, the Tasks client) from the lock file."""
+    import json
+    import shutil
+    import subprocess
+
+    if shutil.which("node") is None or shutil.which("npm") is None:
+        pytest.skip("node and npm are needed for the TypeScript SDK's clients")
+    wanted = json.loads((JS_DIR / "package.json").read_text())["dependencies"]
+    if not all((JS_DIR / "node_modules" / name).is_dir() for name in wanted):
+        done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_DIR,
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            pytest.skip(f"npm ci failed in tests/js (offline?): {done.stderr[-300:]}")
+    return JS_DIR
+
+
+class Lines:
+    """A child process's stdout, one JSON object per line, read in a thread."""
+
+    def __init__(self, process: Any) -> None:
+        import queue
+        import threading
+
+        self.process = process
+        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        import json
+
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            if line.startswith("{"):
+                self.queue.put(json.loads(line))
+
+    def next(self, timeout: float = 60) -> dict[str, Any]:
+        message = self.queue.get(timeout=timeout)
+        assert "failed" not in message, message["failed"]
+        return message
+
+    def send(self, text: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(text + "\n")
+        self.process.stdin.flush()

@@ -162,12 +162,46 @@ def test_approval_completes_the_task_with_the_calls_result(
     assert handler.count == 1
     done = get_task(agent, task_id)
     assert done["status"] == "completed" and done["taskId"] == task_id
-    validate_call_result("tools/call", {**done["result"], "resultType": "complete"})
+    # The task's result is the CallToolResult as 2026-07-28 frames it (resultType included).
+    validate_call_result("tools/call", done["result"])
+    assert done["result"]["resultType"] == "complete"
     assert done["result"]["isError"] is False
     assert done["result"]["structuredContent"] == {"done": 1}
     operation = Operation.objects.get()
     assert done["result"]["_meta"][gt_mcp.OPERATION_META]["id"] == str(operation.pk)
     assert get_task(agent, task_id)["result"] == done["result"] and handler.count == 1
+
+
+def test_a_poll_is_one_indexed_read_and_a_finished_task_then_the_replay_cache(
+        agent: APIClient, make_tool: Any, approver: Any, eager: Any, settings: Any) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from guarded_tools.replays import replays
+
+    settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),
+                              "CONFIRMATION_POLL_INTERVAL": 3}
+    definition = make_tool(Effects(), confirm="effect-only", input_schema=ITEM)
+    created = call(agent, definition.name, {"operationId": key(), "qty": 1})
+    assert created["pollIntervalMs"] == 3000  # the site's interval, told to every poller
+    with CaptureQueriesContext(connection) as pending:
+        polled = get_task(agent, created["taskId"])
+    assert polled["status"] == "working" and polled["pollIntervalMs"] == 3000
+    # Waiting: the confirmation, by its primary key.
+    assert [q["sql"].split(" FROM ")[1].split()[0] for q in pending] == [
+        '"guarded_tools_confirmation"']
+    assert '"guarded_tools_confirmation"."id" = ' in pending[0]["sql"]
+    eager(confirmations.approve, Confirmation.objects.get(), approver)
+    replays.clear()  # the call ran on a worker: this web process has not seen its result
+    with CaptureQueriesContext(connection) as first:
+        assert get_task(agent, created["taskId"])["status"] == "completed"
+    # Finished: the confirmation by its key, the operation by its unique (tool, scope, key).
+    assert [q["sql"].split(" FROM ")[1].split()[0] for q in first] == [
+        '"guarded_tools_confirmation"', '"guarded_tools_operation"']
+    with CaptureQueriesContext(connection) as later:
+        again = get_task(agent, created["taskId"])
+    assert again["status"] == "completed" and len(later) == 0  # from memory, as replays are
+    assert again["result"]["structuredContent"] == {"done": 1}
 
 
 def test_without_the_extension_a_pending_call_is_unchanged(agent: APIClient,
@@ -239,6 +273,7 @@ def test_a_tool_error_completes_the_task_with_an_error_result(
     eager(confirmations.approve, Confirmation.objects.get(), approver)
     done = get_task(agent, task_id)
     assert done["status"] == "completed" and done["result"]["isError"] is True
+    validate_call_result("tools/call", done["result"])
     assert done["result"]["_meta"][gt_mcp.ERROR_META]["code"] == "out_of_stock"
 
 
@@ -413,6 +448,66 @@ def test_owner_consent_url_over_rest_and_older_mcp(agent: APIClient, make_tool: 
     old = agent.post(URL, data=json.dumps(body), content_type="application/json",
                      headers={"MCP-Protocol-Version": "2025-11-25"}).json()["result"]
     assert old["isError"] is True and "/consent/" in old["content"][0]["text"]
+
+
+# -- the demo's own confirm="owner" tool: moving money between the user's own accounts ---------
+def _approve_on_the_page(user: Any, url: str, expected_summary: str) -> None:
+    """The user opens the URL in their own session, reads the request, approves it."""
+    own = DjangoClient(enforce_csrf_checks=True)
+    own.force_login(user)
+    page = own.get(_consent_page(url))
+    assert page.status_code == 200
+    assert expected_summary in page.content.decode()
+    decided = own.post(_consent_page(url), {"decision": "approve",
+                                            "csrfmiddlewaretoken": own.cookies["csrftoken"].value})
+    assert decided.status_code == 302
+
+
+def test_the_demos_move_between_my_accounts_asks_its_owner_over_rest_and_mcp(
+        agent: APIClient, alice: Any, bob: Any) -> None:
+    from decimal import Decimal
+
+    from project.demo.models import Account, LedgerEntry
+
+    checking = Account.objects.create(owner=alice, name="Checking", balance=Decimal("1000"))
+    savings = Account.objects.create(owner=alice, name="Savings", balance=Decimal("250"))
+    theirs = Account.objects.create(owner=bob, name="Checking", balance=Decimal("5"))
+    name = "move_between_my_accounts"
+    body = {"operationId": key(), "sourceId": checking.pk, "receiverId": savings.pk,
+            "amount": "50.00"}
+    sentence = "Move 50.00 from your Checking (balance 1,000.00) to your Savings (balance 250.00)"
+    # REST: the 202 names the consent page; the retry after the user approved runs it once.
+    asked = agent.post(f"/agent/tools/{name}/", body, format="json")
+    assert asked.status_code == 202, asked.content
+    url = asked.json()["error"]["confirmation"]["url"]
+    assert url.endswith("/consent/") and url in asked.json()["error"]["message"]
+    _approve_on_the_page(alice, url, sentence)
+    done = agent.post(f"/agent/tools/{name}/", body, format="json")
+    assert done.status_code == 200, done.content
+    assert done.json()["output"]["amount"] == "50.00"
+    # MCP 2026-07-28: a URL elicitation to the same kind of page, then the retry.
+    arguments = {**body, "operationId": key(), "amount": "25.00"}
+    elicited = call(agent, name, arguments, url_elicitation=True)
+    assert elicited["resultType"] == "input_required"
+    url = elicited["inputRequests"][gt_mcp.CONSENT_REQUEST]["params"]["url"]
+    _approve_on_the_page(alice, url, "Move 25.00 from your Checking (balance 950.00)")
+    retried = result(send(agent, "tools/call", {
+        "name": name, "arguments": arguments,
+        "inputResponses": {gt_mcp.CONSENT_REQUEST: {"action": "accept"}}}, url_elicitation=True))
+    validate_call_result("tools/call", retried)
+    assert retried["isError"] is False and retried["structuredContent"]["amount"] == "25.00"
+    checking.refresh_from_db()
+    savings.refresh_from_db()
+    assert (checking.balance, savings.balance) == (Decimal("925"), Decimal("325"))
+    assert LedgerEntry.objects.count() == 2
+    # Only between the user's own accounts, and nobody is asked for a move that cannot run.
+    other = agent.post(f"/agent/tools/{name}/", {**body, "operationId": key(),
+                                                 "receiverId": theirs.pk}, format="json")
+    assert other.status_code == 403
+    broke = agent.post(f"/agent/tools/{name}/", {**body, "operationId": key(),
+                                                 "amount": "5000"}, format="json")
+    assert broke.json()["error"]["code"] == "insufficient_funds"
+    assert Confirmation.objects.count() == 2
 
 
 @pytest.mark.django_db(transaction=True)  # the agent's retry runs on a thread of its own

@@ -55,6 +55,23 @@ def eager_celery() -> Iterator[None]:
     app.conf.task_always_eager = False
 
 
+def decide_in_the_admin(page: Any, decision: str, requester: str,  # noqa: F811
+                        shows: tuple[str, ...] = ()) -> None:
+    """A staff member opens the requester's pending call in the admin, reads it, decides."""
+    log_in(page)
+    page.goto(CONF_LIST)
+    page.locator("#result_list tbody tr", has_text=requester).locator("a").first.click()
+    for text in shows:
+        expect(page.locator(".gt-detail")).to_contain_text(text)
+    if decision == "approve":
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
+    else:
+        page.fill("#gt-reason", "Over budget.")
+        page.get_by_role("button", name="Decline").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+
+
 @pytest.mark.parametrize("decision", ["approve", "decline"])
 def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
         decision: str, page: Any, staff: Any, live_server: Any, user_factory: Any,  # noqa: F811
@@ -69,19 +86,8 @@ def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
     assert created["resultType"] == "task"
     assert agent.get_task(created["taskId"])["status"] == "working"
 
-    log_in(page)
-    page.goto(CONF_LIST)
-    page.locator("#result_list tbody tr", has_text="buyer").locator("a").first.click()
-    expect(page.locator(".gt-detail")).to_contain_text("Orders stock from the supplier.")
-    expect(page.locator(".gt-detail th", has_text="Quantity")).to_be_visible()
-    expect(page.locator(".gt-detail")).to_contain_text(definition.name)
-    if decision == "approve":
-        page.get_by_role("button", name="Approve").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
-    else:
-        page.fill("#gt-reason", "Over budget.")
-        page.get_by_role("button", name="Decline").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+    decide_in_the_admin(page, decision, "buyer", shows=(
+        "Orders stock from the supplier.", "Quantity", definition.name))
 
     done = agent.get_task(created["taskId"])
     if decision == "approve":
@@ -131,3 +137,44 @@ def test_the_user_approves_their_own_request_on_the_consent_page(
     assert done["isError"] is False and done["structuredContent"] == {"done": 1}
     assert handler.count == 1
     assert AuditEntry.objects.get().actor == buyer
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_demos_owner_tool_signs_the_user_in_then_asks_them(
+        scheme: str, page: Any, live_server: Any, django_user_model: Any) -> None:  # noqa: F811
+    """The demo's walk-through: the agent's call names the page; the user opens it signed
+    out, logs in as themself (the demo's ``agent``), reads the move, approves it."""
+    from decimal import Decimal
+
+    from guarded_tools.models import AuditEntry
+    from project.demo.models import Account, LedgerEntry
+    from tests.test_browser import screenshot
+
+    user = django_user_model.objects.create_user("agent", password="agent")
+    checking = Account.objects.create(owner=user, name="Checking", balance=Decimal("1000.00"))
+    savings = Account.objects.create(owner=user, name="Savings", balance=Decimal("250.00"))
+    agent = McpAgent(live_server.url, user)
+    arguments = {"operationId": uuid.uuid4().hex, "sourceId": checking.pk,
+                 "receiverId": savings.pk, "amount": "50.00"}
+    asked = agent.send("tools/call", {"name": "move_between_my_accounts",
+                                      "arguments": arguments})
+    url = asked["_meta"]["io.github.guarded-tools/error"]["confirmation"]["url"]
+
+    page.emulate_media(color_scheme=scheme)
+    page.goto(url)  # signed out: the site's login first, then back to the request
+    page.fill("#id_username", "agent")
+    page.fill("#id_password", "agent")
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(url)
+    expect(page.locator("body")).to_contain_text(
+        "Move 50.00 from your Checking (balance 1,000.00) to your Savings (balance 250.00)")
+    expect(page.locator("th", has_text="From account")).to_be_visible()
+    screenshot(page, f"consent-move-1280{'-dark' if scheme == 'dark' else ''}.png")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
+
+    done = agent.send("tools/call", {"name": "move_between_my_accounts",
+                                     "arguments": arguments})
+    assert done["isError"] is False and done["structuredContent"]["amount"] == "50.00"
+    assert LedgerEntry.objects.get().source == checking
+    assert AuditEntry.objects.get().actor == user

@@ -11,11 +11,7 @@ https URLs, and the live server is on loopback http.
 
 from __future__ import annotations
 
-import json
-import queue
-import shutil
 import subprocess
-import threading
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -39,7 +35,7 @@ from oauth2_provider.models import get_access_token_model, get_application_model
 from playwright import async_api
 
 from guarded_tools.registry import Tool
-from tests.conftest import Effects, key
+from tests.conftest import Effects, Lines, key
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -256,45 +252,10 @@ def test_official_client_steps_up_on_insufficient_scope(
 
 
 # -- the TypeScript SDK's client -------------------------------------------------------------------
-JS = Path(__file__).parent / "js"
-
-
 @pytest.fixture(scope="module")
-def node_client() -> Path:
-    """``tests/js`` with the TypeScript SDK installed from its lock file (``npm ci``)."""
-    if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for the TypeScript SDK's client")
-    if not (JS / "node_modules" / "@modelcontextprotocol" / "sdk").is_dir():
-        done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS,
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            pytest.skip(f"npm ci failed in tests/js (offline?): {done.stderr[-300:]}")
-    return JS / "oauth_client.mjs"
-
-
-class Lines:
-    """A child process's stdout, one JSON object per line, read in a thread."""
-
-    def __init__(self, process: subprocess.Popen[str]) -> None:
-        self.process = process
-        self.queue: queue.Queue[dict[str, Any]] = queue.Queue()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            if line.startswith("{"):
-                self.queue.put(json.loads(line))
-
-    def next(self, timeout: float = 60) -> dict[str, Any]:
-        message = self.queue.get(timeout=timeout)
-        assert "failed" not in message, message["failed"]
-        return message
-
-    def send(self, text: str) -> None:
-        assert self.process.stdin is not None
-        self.process.stdin.write(text + "\n")
-        self.process.stdin.flush()
+def node_client(typescript_sdk: Path) -> Path:
+    """``tests/js/oauth_client.mjs``, with the TypeScript SDK installed (``npm ci``)."""
+    return typescript_sdk / "oauth_client.mjs"
 
 
 @pytest.mark.slow

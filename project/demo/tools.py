@@ -6,7 +6,7 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Q
 from pydantic import Field
 
 from guarded_tools import ToolError, tool
@@ -74,6 +74,22 @@ DEMO_ERRORS = ErrorCatalog(
 
 OPERATION_ID = {"type": "string", "minLength": 1, "maxLength": 255,
                 "title": "Operation id", "description": "A new UUID per intended operation."}
+#: The fields of a transfer between accounts (send_payment, move_between_my_accounts).
+TRANSFER = {
+    "operationId": OPERATION_ID,
+    "sourceId": {"type": "integer", "minimum": 1, "title": "From account"},
+    "receiverId": {"type": "integer", "minimum": 1, "title": "To account"},
+    "amount": {"type": "string", "pattern": r"^\d{1,9}(\.\d{1,2})?$", "title": "Amount"},
+}
+PAYMENT_OUTPUT = {
+    "type": "object",
+    "properties": {
+        "paymentId": {"type": "integer"},
+        "amount": {"type": "string"},
+        "receiverId": {"type": "integer"},
+    },
+    "required": ["paymentId", "amount", "receiverId"],
+}
 
 
 def _owns_source(*, input: dict[str, Any], user: Any, **_: Any) -> bool:
@@ -341,14 +357,19 @@ def present_payment(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, 
     }
 
 
+def precheck_balance(*, input: dict[str, Any], **_: Any) -> None:
+    """Before anyone is asked: the source's balance covers the amount."""
+    source = Account.objects.filter(pk=input["sourceId"]).first()
+    if source is None or source.balance < Decimal(input["amount"]):
+        raise DEMO_ERRORS.error("insufficient_funds")
+
+
 def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
     """Before anyone approves it: the receiver exists and the balance covers the amount."""
     if not Account.objects.filter(pk=input["receiverId"]).exists():
         raise DEMO_ERRORS.error("receiver_not_found", repair={
             "action": "ask_user", "instruction": "Ask the user which account to pay."})
-    source = Account.objects.filter(pk=input["sourceId"]).first()
-    if source is None or source.balance < Decimal(input["amount"]):
-        raise DEMO_ERRORS.error("insufficient_funds")
+    precheck_balance(input=input)
 
 
 @tool(
@@ -358,24 +379,13 @@ def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
     input_schema={
         "type": "object",
         "properties": {
-            "operationId": OPERATION_ID,
-            "sourceId": {"type": "integer", "minimum": 1, "title": "From account"},
-            "receiverId": {"type": "integer", "minimum": 1, "title": "To account"},
-            "amount": {"type": "string", "pattern": r"^\d{1,9}(\.\d{1,2})?$", "title": "Amount"},
+            **TRANSFER,
             "authorizationId": {"type": "integer", "minimum": 1, "title": "Authorization"},
         },
         "required": ["operationId", "sourceId", "receiverId", "amount", "authorizationId"],
         "additionalProperties": False,
     },
-    output_schema={
-        "type": "object",
-        "properties": {
-            "paymentId": {"type": "integer"},
-            "amount": {"type": "string"},
-            "receiverId": {"type": "integer"},
-        },
-        "required": ["paymentId", "amount", "receiverId"],
-    },
+    output_schema=PAYMENT_OUTPUT,
     permissions=["demo.add_ledgerentry"],
     authorize=_owns_source,
     idempotency_key="operationId",
@@ -410,6 +420,11 @@ def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
                 "update": ["authorizationId"],
             },
         )
+    return _transfer(input, ctx, source)
+
+
+def _transfer(input: dict[str, Any], ctx: Any, source: Account) -> dict[str, Any]:
+    """Move ``amount`` from ``source`` to ``receiverId``, journaled, as one ledger row."""
     amount = Decimal(input["amount"])
     if source.balance < amount:
         raise DEMO_ERRORS.error("insufficient_funds")
@@ -430,6 +445,65 @@ def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
         Account.objects.filter(pk=receiver.pk).update(balance=F("balance") + amount)
     effects.after_effect(input["operationId"])
     return _payment_output(entry)
+
+
+# -- consent by the user themself (confirm="owner") ----------------------------------------
+def _owns_both(*, input: dict[str, Any], user: Any, **_: Any) -> bool:
+    source, receiver = input["sourceId"], input["receiverId"]
+    # Exact lookups (not pk__in): an id past the column's range then matches nothing.
+    return source != receiver and Account.objects.filter(
+        Q(pk=source) | Q(pk=receiver), owner=user).count() == 2
+
+
+def _own_account_text(account: Account | None, user: Any) -> str:
+    if account is None or account.owner_id != getattr(user, "pk", None):
+        return _account_text(account, balance=True)
+    return f"your {account.name} (balance {_money(account.balance)})"
+
+
+def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any]:
+    """The move in one sentence, as its owner reads it on the consent page ("your …")."""
+    ids = [input.get("sourceId"), input.get("receiverId")]
+    accounts = Account.objects.select_related("owner").in_bulk(
+        [i for i in ids if isinstance(i, int)])
+    source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
+    staff = bool(getattr(user, "is_staff", False))  # the admin's links are for staff only
+    return {
+        "summary": f"Move {input.get('amount', '?')} from {_own_account_text(source, user)}"
+                   f" to {_own_account_text(receiver, user)}",
+        "fields": {
+            "sourceId": (_own_account_text(source, user), _account_url(source) if staff else ""),
+            "receiverId": (_own_account_text(receiver, user),
+                           _account_url(receiver) if staff else ""),
+        },
+    }
+
+
+@tool(
+    name="move_between_my_accounts",
+    description="Move money between two of your own accounts. You approve each move"
+    " yourself, signed in to the site.",
+    input_schema={
+        "type": "object",
+        "properties": {
+            **TRANSFER,
+        },
+        "required": ["operationId", "sourceId", "receiverId", "amount"],
+        "additionalProperties": False,
+    },
+    output_schema=PAYMENT_OUTPUT,
+    authorize=_owns_both,
+    idempotency_key="operationId",
+    confirm="owner",
+    precheck=precheck_balance,
+    present=present_move,
+    journal=True,
+    recover=recover_payment,
+    verify=verify_payment,
+    verify_timeout=None,
+)
+def move_between_my_accounts(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return _transfer(input, ctx, Account.objects.get(pk=input["sourceId"]))
 
 
 # -- the site's own building blocks as tools ---------------------------------------------
