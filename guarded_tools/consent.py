@@ -16,7 +16,6 @@ from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
-from django.urls import NoReverseMatch, reverse
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.csrf import csrf_protect
@@ -32,12 +31,7 @@ REASON_MAX_CHARS = 2000
 
 def consent_url(request: Any, confirmation: Confirmation) -> str:
     """The consent page of ``confirmation``: absolute on a host the site owns."""
-    match = getattr(request, "resolver_match", None)
-    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
-    try:
-        path = reverse(f"{namespace}:{URL_NAME}", args=[confirmation.pk])
-    except NoReverseMatch:
-        path = reverse(f"guarded_tools:{URL_NAME}", args=[confirmation.pk])
+    path = hosts.app_path(request, URL_NAME, confirmation.pk)
     return hosts.absolute_url(request, path) if request is not None else path
 
 

@@ -157,10 +157,8 @@ def error_payload(
 
 def status_url(request: Any, name: str, pk: str) -> str | None:
     """The absolute URL of route ``name`` for ``pk``, in the namespace this request came in."""
-    match = getattr(request, "resolver_match", None)
-    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
     try:
-        path = reverse(f"{namespace}:{name}", kwargs={"pk": pk})
+        path = hosts.app_path(request, name, pk=pk)
     except NoReverseMatch:
         return None
     return hosts.absolute_url(request, path)

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
+from django.urls import NoReverseMatch, reverse
 
 from guarded_tools.conf import gt_settings
 
@@ -82,6 +83,22 @@ def origin_allowed(request: Any, origin: str) -> bool:
         return False
     name = _hostname(parts.netloc)
     return bool(name) and _trusted(name, request)
+
+
+def app_path(request: Any, name: str, *args: Any, **kwargs: Any) -> str:
+    """The path of this app's route ``name``, in the URL namespace the request came in by
+    (an app mounted twice links within its own mount), else the default one.
+
+    Raises ``NoReverseMatch`` when neither has it.
+    """
+    match = getattr(request, "resolver_match", None)
+    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
+    try:
+        return reverse(f"{namespace}:{name}", args=args or None, kwargs=kwargs or None)
+    except NoReverseMatch:
+        if namespace == "guarded_tools":
+            raise
+        return reverse(f"guarded_tools:{name}", args=args or None, kwargs=kwargs or None)
 
 
 def absolute_url(request: Any, path: str) -> str:

@@ -15,7 +15,7 @@ from importlib import metadata
 from typing import Any
 
 from django.http import HttpResponse
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
@@ -339,10 +339,8 @@ def _server_info() -> dict[str, str]:
 
 
 def _catalog_url(request: Request, name: str, fallback: str) -> str:
-    match = request.resolver_match
-    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
     try:
-        return hosts.absolute_url(request, reverse(f"{namespace}:{name}"))
+        return hosts.absolute_url(request, hosts.app_path(request, name))
     except NoReverseMatch:
         return fallback
 

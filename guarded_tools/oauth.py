@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.apps import apps
-from django.urls import NoReverseMatch, reverse
+from django.urls import NoReverseMatch
 from oauth2_provider.contrib.rest_framework import (
     OAuth2Authentication,
     OAuth2ProtectedResourceAuthentication,
@@ -38,14 +38,10 @@ WELL_KNOWN = "/.well-known/oauth-protected-resource"
 
 # -- the resource ---------------------------------------------------------------------------
 def _mcp_path(request: Any) -> str | None:
-    match = getattr(request, "resolver_match", None)
-    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
-    for name in (f"{namespace}:mcp", "guarded_tools:mcp"):
-        try:
-            return reverse(name)
-        except NoReverseMatch:
-            continue
-    return None
+    try:
+        return hosts.app_path(request, "mcp")
+    except NoReverseMatch:
+        return None
 
 
 def resource_identifier(request: Any) -> str | None:

@@ -15,7 +15,7 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponsePermanen
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.templatetags.static import static
-from django.urls import Resolver404, resolve, reverse
+from django.urls import Resolver404, resolve
 from django.utils.decorators import method_decorator
 from django.views import View
 from rest_framework.exceptions import NotAcceptable
@@ -26,7 +26,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from guarded_tools import catalog
+from guarded_tools import catalog, hosts
 from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
 from guarded_tools.confirmations import describe
@@ -344,13 +344,6 @@ SWAGGER_UI_FILES = {
 }
 
 
-def _app_url(request: HttpRequest, name: str) -> str:
-    """A URL of this app under the namespace the request came in by."""
-    match = request.resolver_match
-    namespace = match.namespace if match is not None and match.namespace else "guarded_tools"
-    return reverse(f"{namespace}:{name}")
-
-
 def swagger_ui_assets() -> dict[str, str] | None:
     """Where the docs page loads Swagger UI from: drf-spectacular-sidecar's packaged build.
 
@@ -388,7 +381,7 @@ class SwaggerView(View):
         if assets is None:
             return render(request, "guarded_tools/docs_unavailable.html", {
                 "title": gt_settings.SERVER_NAME,
-                "openapi": _app_url(request, "openapi"),
+                "openapi": hosts.app_path(request, "openapi"),
                 "spectacular": find_spec("drf_spectacular") is not None,
             }, status=501)
         from drf_spectacular.views import SpectacularSwaggerView
@@ -399,7 +392,7 @@ class SwaggerView(View):
                 response.data.update(assets)
                 return response
 
-        view = Page.as_view(url=_app_url(request, "openapi"), title=gt_settings.SERVER_NAME)
+        view = Page.as_view(url=hosts.app_path(request, "openapi"), title=gt_settings.SERVER_NAME)
         return view(request)
 
 
@@ -411,8 +404,8 @@ class ErrorsPageView(View):
             "catalogs": catalog.catalogs.all(),
             "title": gt_settings.SERVER_NAME,
             # Absolute paths: the page is served as errors/ and as errors.
-            "errors_json": _app_url(request, "errors-json"),
-            "llms_txt": _app_url(request, "llms-txt"),
+            "errors_json": hosts.app_path(request, "errors-json"),
+            "llms_txt": hosts.app_path(request, "llms-txt"),
         })
 
 
