@@ -113,11 +113,7 @@ def _consume_or_request(definition: Tool, inv: Invocation,
     ):
         return latest  # consumed by an earlier attempt of this operation, released since
     if latest is not None and latest.status == ConfirmationStatus.APPROVED:
-        # Compare-and-set, on the database's clock: used once, and only while it lasts.
-        consumed = confirmations.filter(
-            pk=latest.pk, status=ConfirmationStatus.APPROVED, expires_at__gt=Now()
-        ).update(status=ConfirmationStatus.CONSUMED)
-        if consumed:
+        if confirmations.consume(latest.pk):
             latest.status = ConfirmationStatus.CONSUMED
             return latest
         # Used by another call, or its time ran out since the update above.

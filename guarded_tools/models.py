@@ -246,6 +246,12 @@ class ConfirmationQuerySet(models.QuerySet["Confirmation"]):
         """Pending or approved-but-unused, past ``expires_at``: to be marked expired."""
         return self.filter(status__in=LAPSING, expires_at__lte=Now())
 
+    def consume(self, pk: Any) -> bool:
+        """Use the approval ``pk`` once: a compare-and-set on the database's clock that
+        only one caller wins, and only while the approval lasts."""
+        return bool(self.filter(pk=pk, status=ConfirmationStatus.APPROVED,
+                                expires_at__gt=Now()).update(status=ConfirmationStatus.CONSUMED))
+
 
 def _default_expiry() -> Any:
     from django.utils import timezone

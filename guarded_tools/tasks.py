@@ -55,7 +55,6 @@ def execute_approved(confirmation_id: str) -> None:
     Safe to deliver twice: the approval is consumed once, and the operation's key
     makes a second run a replay.
     """
-    from django.db.models.functions import Now
 
     from guarded_tools import confirmations
     from guarded_tools.exceptions import GuardError
@@ -70,10 +69,7 @@ def execute_approved(confirmation_id: str) -> None:
     if confirmation.task and not confirmations.asks_in_the_pipeline(confirmation.tool):
         # A long-running tool's call: nothing in its pipeline consumes the request, so
         # this does, against a withdrawal (tasks/cancel) racing for the same row.
-        taken = Confirmation.objects.filter(
-            pk=confirmation.pk, status=ConfirmationStatus.APPROVED, expires_at__gt=Now()
-        ).update(status=ConfirmationStatus.CONSUMED)
-        if not taken:
+        if not Confirmation.objects.consume(confirmation.pk):
             return
     try:
         confirmations.execute(confirmation)
