@@ -61,7 +61,9 @@ def estimate(queryset: QuerySet[Any]) -> int | None:
 
 def count_up_to(queryset: QuerySet[Any], limit: int | None = None) -> RowCount:
     """The rows of ``queryset``, counted exactly up to ``limit`` (by default
-    ``CONSOLE_COUNT_EXACTLY_UP_TO``) and estimated past it.
+    ``CONSOLE_COUNT_EXACTLY_UP_TO``) and estimated past it; "more than ``limit``"
+    where there is no estimate or it is no more than ``limit`` (a search the planner
+    cannot judge: the count has just proved it wrong).
 
     The same queries at any size (a count over at most ``limit + 1`` rows, and on
     PostgreSQL the estimate, asked for even when the count stays under the bound).
@@ -73,9 +75,9 @@ def count_up_to(queryset: QuerySet[Any], limit: int | None = None) -> RowCount:
     guess = estimate(queryset)
     if seen <= limit:
         return RowCount(seen)
-    if guess is None:
+    if guess is None or guess <= limit:  # no estimate, or one the count just disproved
         return RowCount(limit + 1, exact=False)
-    return RowCount(max(guess, limit + 1), exact=False, estimated=True)
+    return RowCount(guess, exact=False, estimated=True)
 
 
 class EstimatingPaginator(Paginator):
@@ -120,7 +122,7 @@ class CountedInWords:
     def __init__(self, changelist: Any, count: RowCount) -> None:
         self._changelist = changelist
         self.result_count = str(count)
-        self.selection_note_all = _("All %(total_count)s selected") % {
+        self.selection_note_all = _("All selected (%(total_count)s)") % {
             "total_count": self.result_count}
 
     def __getattr__(self, name: str) -> Any:

@@ -184,6 +184,7 @@ def test_counts_past_the_bound_say_so_and_the_states_people_act_on_stay_exact(
         assert tile(page, "succeeded").startswith("about ")
         assert "about 24 operations" in page, page  # the pagination's count
         assert "Select all about 24 operations" in page
+        assert "All selected (about 24)" in page
         assert "about 8 results" in ops_page(client, "?state__exact=succeeded")
     else:  # no estimate: a lower bound on the tiles, exact counts in the list
         assert tile(page, "succeeded") == "more than 5"
@@ -221,3 +222,19 @@ def test_an_estimated_list_still_pages_to_its_last_rows(user_factory: Any, setti
     assert '?p=3"' in client.get(PAGES["operations"]).content.decode()  # the last page
     assert listed("?p=2") == ordered[10:]  # the real end, in order
     assert listed("?p=3") == ordered[-10:]  # what the estimate put past it: the last rows
+
+
+@pytest.mark.postgres
+def test_an_estimate_the_count_disproves_is_not_shown(user_factory: Any, settings: Any) -> None:
+    """Statistics from 10 rows, 50 rows now: the planner's guess (a page's worth) is
+    below the bound the count just passed, so the list says "more than 25"."""
+    settings.GUARDED_TOOLS = {"CONSOLE_COUNT_EXACTLY_UP_TO": 25}
+    client = Client()
+    client.force_login(user_factory("boss", is_staff=True, is_superuser=True))
+    users = [user_factory("u")]
+    add_rows(10, users)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE guarded_tools_operation")
+    add_rows(40, users)
+    page = ops_page(client)
+    assert "more than 25 operations" in page and "about" not in page.split('class="paginator"')[1]
