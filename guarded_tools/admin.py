@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -39,6 +39,7 @@ from django.utils.translation import ngettext
 
 from guarded_tools import confirmations, reconciliation
 from guarded_tools.catalog import CODE
+from guarded_tools.counting import EstimatingPaginator
 from guarded_tools.models import (
     AuditEntry,
     Confirmation,
@@ -208,6 +209,9 @@ class SafeChangeList(ChangeList):
 
 class SafeLookupsMixin:
     """Changelists answer a NUL or an oversized filter or search value with no rows."""
+
+    # Exact up to CONSOLE_COUNT_EXACTLY_UP_TO rows, PostgreSQL's estimate past it.
+    paginator: ClassVar[type] = EstimatingPaginator
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return SafeChangeList

@@ -12,6 +12,7 @@ from django.core import checks
 from guarded_tools.conf import DEFAULTS, REMOVED, gt_settings
 
 POSITIVE_INTS = (
+    "CONSOLE_COUNT_EXACTLY_UP_TO",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "OUTPUT_BUDGET_BYTES",

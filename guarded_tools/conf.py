@@ -38,6 +38,9 @@ DEFAULTS: dict[str, Any] = {
     # email's link to the request's admin page absolute ("https://ops.example.com").
     "CONFIRMATION_NOTIFY_EMAIL": True,
     "CONSOLE_BASE_URL": "",
+    # The admin's lists and tiles count rows one by one up to this many; past it they
+    # show PostgreSQL's estimate ("about 1,000,000") or, elsewhere, "more than 10,000".
+    "CONSOLE_COUNT_EXACTLY_UP_TO": 10_000,
     "EXECUTE_ON_APPROVAL": False,
     # Extension points (import strings)
     "PIPELINE_CLASS": "guarded_tools.pipeline.Pipeline",

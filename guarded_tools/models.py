@@ -139,7 +139,11 @@ class Operation(models.Model):
                 name="gt_operation_open_lease",
                 condition=Q(state__in=[OperationState.IN_FLIGHT, OperationState.ABANDONED]),
             ),
-            models.Index(fields=["state", "updated_at"], name="gt_operation_state_updated"),
+            # By state: the purge's old completed rows, the dashboard's exact counts of
+            # the states a person acts on and its oldest in-flight claim (created_at is
+            # carried along, so neither reads the table).
+            models.Index(fields=["state", "updated_at"], include=["created_at"],
+                         name="gt_operation_state_updated"),
             # The admin dashboard's "recovered in the last day": only recovered rows, so
             # the calls that complete by themselves never write to it.
             models.Index(fields=["completed_at"], name="gt_operation_recovered",

@@ -243,3 +243,35 @@ def test_screenshots_wide_and_dark(browser: Any, live_server: Any, demo: dict[st
             shoot(page, f"console-{name}-{width}-{scheme}.png")
     finally:
         page.context.close()
+
+
+def test_counts_past_the_bound_read_as_such_on_the_index_and_the_list(
+        page: Any, demo: dict[str, Any], settings: Any) -> None:
+    """Past CONSOLE_COUNT_EXACTLY_UP_TO the tiles and the list say "about …" (PostgreSQL's
+    estimate) or "more than …", within their tiles at 1280 px; unknown outcomes stay exact."""
+    from django.db import connection
+
+    from tests.test_admin_scale import add_rows
+
+    settings.GUARDED_TOOLS = {"CONSOLE_COUNT_EXACTLY_UP_TO": 5}
+    add_rows(60, [demo["agent"]])  # 10 of each state
+    incident()  # and one more outcome unknown
+    estimated = connection.vendor == "postgresql"
+    if estimated:
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE guarded_tools_operation")
+    log_in(page, "staff", "staff")
+    for url, name in (("/admin/", "index"), (OPS_LIST, "operations")):
+        page.goto(url)
+        expect(page.get_by_test_id("unknown-count")).to_have_text("11")
+        succeeded = page.get_by_test_id("state-succeeded")
+        expect(succeeded).to_contain_text(re.compile(r"about \d+" if estimated
+                                                     else "more than 5"))
+        shoot(page, f"console-{name}-at-scale-1280.png")
+        # The index's #content is Django's, sidebar included: there the panel must fit.
+        overflow = page.evaluate("""() => [...document.querySelectorAll('.gt-panel, .gt-stat')]
+            .filter(e => e.scrollWidth > e.clientWidth).map(e => e.textContent)""")
+        assert overflow == [], (name, overflow)
+    fits(page, "operations")
+    expect(page.locator(".paginator")).to_contain_text(
+        re.compile("about 61 operations" if estimated else "61 operations"))

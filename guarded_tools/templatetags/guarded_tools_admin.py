@@ -1,4 +1,4 @@
-"""Provides the admin panel tag and the console's filters: times to the second, ages."""
+"""Provides the admin panel tag and the console's filters: times, ages, counts in words."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 from django.utils import dateformat, timezone
+
+from guarded_tools.counting import in_words
 
 register = template.Library()
 
@@ -48,6 +50,7 @@ def json_value(value: Any) -> str:
 register.filter("gt_time", when)
 register.filter("gt_age", age)
 register.filter("gt_json", json_value, is_safe=True)
+register.filter("gt_counted", in_words)
 
 
 @register.inclusion_tag("admin/guarded_tools/panel.html", takes_context=True)
