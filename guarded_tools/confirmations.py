@@ -215,16 +215,28 @@ def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
     """
     summary = {"confirmation": describe(confirmation)}
     if confirmation.status == ConfirmationStatus.PENDING:
-        message = "A person must approve this call before it runs; nothing has run yet."
-        if _owner_consent(confirmation):
-            from guarded_tools.consent import consent_url
+        headers = {"Retry-After": str(retry_after())}
+        if not _owner_consent(confirmation):
+            return ConfirmationRequired(
+                "A person must approve this call before it runs; nothing has run yet.",
+                extra=summary, headers=headers,
+            )
+        from guarded_tools.consent import consent_url
 
-            url = consent_url(request, confirmation)
-            summary["confirmation"]["url"] = url
-            message = (f"The user must approve this call themself, signed in to the site at"
-                       f" {url} ; nothing has run yet.")
+        url = consent_url(request, confirmation)
+        summary["confirmation"]["url"] = url
         return ConfirmationRequired(
-            message, extra=summary, headers={"Retry-After": str(retry_after())}
+            f"The user must approve this call themself, signed in to the site at {url} ;"
+            " nothing has run yet.",
+            why="This tool asks the user it acts for to approve each call themself, on a"
+            " page of the site where they are signed in; nobody else can approve it for"
+            " them. Nothing has run yet.",
+            fix="Give the user the URL in confirmation.url to open; once they have"
+            " approved there, repeat the identical call.{keep_key}",
+            repair={"action": "retry_same_operation", "instruction": "Ask the user to open"
+                    " the URL in confirmation.url and approve there, then repeat this exact"
+                    " call with unchanged input.{no_new_key}"},
+            extra=summary, headers=headers,
         )
     if confirmation.status == ConfirmationStatus.DECLINED:
         message = "A person declined this call; nothing ran."

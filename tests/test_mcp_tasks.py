@@ -440,6 +440,11 @@ def test_owner_consent_url_over_rest_and_older_mcp(agent: APIClient, make_tool: 
     pending = rest.json()["error"]["confirmation"]
     assert pending["url"].endswith(f"/agent/confirmations/{pending['id']}/consent/")
     assert pending["url"] in rest.json()["error"]["message"]
+    error = rest.json()["error"]
+    advice = " ".join((error["why"], error["fix"], error["repair"]["instruction"]))
+    assert "staff" not in advice and "admin" not in advice  # nobody but the user decides
+    assert "the user" in error["why"] and "confirmation.url" in error["fix"]
+    assert "confirmation.url" in error["repair"]["instruction"]
     # 2026-07-28 without URL elicitation, and the handshake era: the URL in the message.
     modern = call(agent, definition.name, {"operationId": key(), "qty": 1})
     assert modern["isError"] is True and "/consent/" in modern["content"][0]["text"]
