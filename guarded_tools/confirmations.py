@@ -35,7 +35,7 @@ from guarded_tools.models import (
     ConfirmationStatus,
     record_in_admin_history,
 )
-from guarded_tools.presentation import summarize
+from guarded_tools.presentation import requested_summary, summarize
 from guarded_tools.repair import normalize
 from guarded_tools.store import db_now_plus, fingerprint, user_row
 
@@ -132,8 +132,37 @@ def _consume_or_request(definition: Tool, inv: Invocation,
     return _request(definition, inv)
 
 
+#: The longest requester label kept (``Confirmation.requested_by_label``).
+LABEL_MAX_CHARS = 200
+
+
+def requester_label(inv: Invocation) -> str:
+    """Who asks, in words: the principal the call names, the user's name (its
+    ``get_username()``, or its ``str()`` where its class defines one), else the scope
+    its keys live in (a user object with no name, an anonymous caller)."""
+    user = inv.user
+    label = inv.principal or ""
+    if not label and getattr(user, "is_authenticated", False):
+        if callable(getattr(user, "get_username", None)):
+            label = str(user.get_username())
+        elif type(user).__str__ is not object.__str__:
+            label = str(user)
+    return normalize(label or inv.scope, LABEL_MAX_CHARS)
+
+
+def requested(definition: Tool, inv: Invocation) -> dict[str, Any]:
+    """A new request's requester and its summary as it reads now, to store with it.
+
+    The summary is presented for nobody in particular (no person is looking yet), so a
+    ``present`` hook that words a request for its viewer words it for everyone.
+    """
+    return {"requested_by": user_row(inv.user), "requested_by_label": requester_label(inv),
+            "summary": summarize(definition, inv.input)}
+
+
 def _request(definition: Tool, inv: Invocation) -> Confirmation:
     ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
+    asked = requested(definition, inv)  # the hook's reads, before the transaction
     try:
         with transaction.atomic(using=router.db_for_write(Confirmation)):
             confirmation = Confirmation.objects.create(
@@ -142,8 +171,8 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
                 key=inv.key or "",
                 fingerprint=approved_fingerprint(definition, inv),
                 input=dict(inv.input),
-                requested_by=user_row(inv.user),
                 expires_at=db_now_plus(ttl),
+                **asked,
             )
     except IntegrityError:
         # Another identical call asked at the same moment: share its request.
@@ -183,9 +212,9 @@ def notify_approvers(confirmation: Confirmation) -> int:
         recipients = [user.email for user in approvers(confirmation)]
         if not recipients:
             return 0
-        summary = summarize(confirmation, confirmation.input)
+        summary = requested_summary(confirmation)
         link = gt_settings.CONSOLE_BASE_URL.rstrip("/") + path
-        who = confirmation.requested_by or "an anonymous caller"
+        who = confirmation.requester
         body = (f"{summary}\n\nRequested by {who} through {confirmation.tool}; it waits"
                 f" until {timestamp(confirmation.expires_at)}.\n\nDecide on its page: {link}\n")
         subject = f"Approval requested: {summary}"[:150]
@@ -319,7 +348,7 @@ def _decide(
             note=reason,
             status=status,
             data={"tool": confirmation.tool, "key": confirmation.key,
-                  "summary": summarize(confirmation, confirmation.input)},
+                  "summary": requested_summary(confirmation)},
         )
         verb = "Approved" if approved else "Declined"
         record_in_admin_history(user, confirmation, f"{verb}: {reason}" if reason else verb)

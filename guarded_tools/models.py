@@ -113,6 +113,12 @@ class Operation(models.Model):
     recovered = models.BooleanField(
         _("recovered"), default=False, help_text=_("Completed by recovery, not by its handler.")
     )
+    # A database default too: a process still running the previous release names every
+    # column it inserts, so during a rolling deploy its claims would otherwise fail.
+    reconciled = models.BooleanField(
+        _("reconciled"), default=False, db_default=False,
+        help_text=_("A person marked it succeeded: final, its replays are never re-judged."),
+    )
     attempts = models.PositiveIntegerField(
         _("attempts"), default=1, help_text=_("Fresh claims of this key (after releases).")
     )
@@ -280,9 +286,19 @@ class Confirmation(models.Model):
         on_delete=models.SET_NULL,
         related_name="+",
     )
+    requested_by_label = models.CharField(
+        _("requester"), max_length=200, blank=True, default="", db_default="",
+        help_text=_("Who asked, named when they asked: the call's principal, the user's"
+                    " name, or the scope of a caller with no user row."),
+    )
     fingerprint = models.CharField(_("input fingerprint"), max_length=64)
     input = models.JSONField(
         _("input"), encoder=DjangoJSONEncoder, help_text=_("The input the approver sees.")
+    )
+    summary = models.CharField(
+        _("summary"), max_length=200, blank=True, default="", db_default="",
+        help_text=_("The request in one sentence as it read when it was asked (lists,"
+                    " emails, the audit trail); blank on requests older than it."),
     )
     status = models.CharField(
         _("status"),
@@ -367,9 +383,16 @@ class Confirmation(models.Model):
         permissions = [("approve_confirmation", _("Can approve or decline confirmations"))]
 
     def __str__(self) -> str:
-        who = self.requested_by or _("anonymous")
+        who = self.requester
         when = f", {self.created_at:%Y-%m-%d %H:%M}" if self.created_at else ""
         return f"{self.tool} by {who}{when} ({self.get_status_display()})"
+
+    @property
+    def requester(self) -> Any:
+        """Who asked: the user, or the label of a caller that has no user row."""
+        if self.requested_by_id is not None:
+            return self.requested_by
+        return self.requested_by_label or _("anonymous")
 
 
 class AuditEntry(models.Model):

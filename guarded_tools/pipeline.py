@@ -45,7 +45,7 @@ from guarded_tools.exceptions import (
     ToolError,
     VerificationError,
 )
-from guarded_tools.models import AuditEntry, Operation, OperationState
+from guarded_tools.models import Operation, OperationState
 from guarded_tools.permissions import (
     answer,
     granted,
@@ -594,18 +594,13 @@ class Pipeline:
                 operation=operation.summary(replayed=True),
                 replayed=True,
                 recovered=operation.recovered,
-                reconciled=self.tool.verify is not None and self.reconciled(operation),
+                # Set by the person's decision, on the row this replay read: no query.
+                reconciled=operation.reconciled,
             )
             if not result.reconciled:
                 self.verify(inv, result, obs)
             return result
         raise self.stored_error(operation)
-
-    def reconciled(self, operation: Operation) -> bool:
-        """Whether a person marked this operation succeeded (the audit trail says so)."""
-        return AuditEntry.objects.using(router.db_for_write(AuditEntry)).filter(
-            operation_id=operation.pk, action=AuditEntry.Action.MARK_SUCCEEDED
-        ).exists()
 
     def replay_remembered(
         self, inv: Invocation, remembered: Remembered, obs: _Observer

@@ -7,6 +7,11 @@ resolves references to objects (names, owners, balances, admin links), its
 ``summary`` says the request in one sentence, and without either the schema's field
 titles and plain values are used. A hook that fails never breaks the page: the
 plain presentation is shown instead, and the failure is logged.
+
+A confirmation keeps its summary as it read when it was asked (``Confirmation.summary``):
+lists, emails and the audit trail show that, and never call a hook per row. A request
+stored without one reads as :func:`requested_summary` renders it with ``hooks=False``:
+no ``present`` and no callable ``summary`` (either may query), only the schema.
 """
 
 from __future__ import annotations
@@ -84,12 +89,12 @@ def _hook(definition: Tool, input: Mapping[str, Any], user: Any) -> Mapping[str,
 
 
 def _summary(definition: Tool | None, input: Mapping[str, Any], user: Any,
-             presented: Mapping[str, Any], fields: tuple[Field, ...]) -> str:
+             presented: Mapping[str, Any], fields: tuple[Field, ...], hooks: bool) -> str:
     if presented.get("summary"):
         return str(presented["summary"])
     spec = definition.summary if definition is not None else None
     try:
-        if callable(spec):
+        if callable(spec) and hooks:
             return str(spec(input=input, user=user))
         if isinstance(spec, str):
             return spec.format_map({k: plain(v) for k, v in input.items()})
@@ -102,12 +107,17 @@ def _summary(definition: Tool | None, input: Mapping[str, Any], user: Any,
     return f"{title}: {parts}" if parts else str(title)
 
 
-def present_request(subject: Any, input: Any, user: Any = None) -> Presentation:
+def present_request(subject: Any, input: Any, user: Any = None, *,
+                    hooks: bool = True) -> Presentation:
     """``input`` of ``subject`` (a tool, its name, or a confirmation or operation row)
-    as ``user`` (the person looking, or None) should read it."""
+    as ``user`` (the person looking, or None) should read it.
+
+    ``hooks=False`` leaves out the tool's ``present`` and a callable ``summary``: the
+    schema's titles and the plain values alone, which cost no query.
+    """
     definition = _tool(subject)
     data: Mapping[str, Any] = input if isinstance(input, Mapping) else {"(input)": input}
-    presented = _hook(definition, data, user) if definition is not None else {}
+    presented = _hook(definition, data, user) if definition is not None and hooks else {}
     given = presented.get("fields")
     given = given if isinstance(given, Mapping) else {}
     schema = dict(definition.input_schema) if definition is not None else {}
@@ -125,13 +135,23 @@ def present_request(subject: Any, input: Any, user: Any = None) -> Presentation:
                             text=_bounded(str(text), FIELD_MAX_CHARS), url=str(url or ""),
                             resolved=shown is not None))
     frozen = tuple(fields)
-    summary = _summary(definition, data, user, presented, frozen)
+    summary = _summary(definition, data, user, presented, frozen, hooks)
     return Presentation(summary=_bounded(summary, SUMMARY_MAX_CHARS), fields=frozen)
 
 
-def summarize(subject: Any, input: Any, user: Any = None) -> str:
-    """The one-line summary alone (lists, notifications, the audit trail)."""
-    return present_request(subject, input, user).summary
+def summarize(subject: Any, input: Any, user: Any = None, *, hooks: bool = True) -> str:
+    """The one-line summary alone."""
+    return present_request(subject, input, user, hooks=hooks).summary
 
 
-__all__ = ["Field", "Presentation", "present_request", "summarize"]
+def requested_summary(confirmation: Any) -> str:
+    """What ``confirmation`` asked for, in one sentence, as it read when it was asked.
+
+    Its stored summary; for a request stored without one, its plain rendering (the
+    tool's title and field values), which runs no hook and no query: lists, emails and
+    the audit trail call this once per row.
+    """
+    return confirmation.summary or summarize(confirmation, confirmation.input, hooks=False)
+
+
+__all__ = ["Field", "Presentation", "present_request", "requested_summary", "summarize"]

@@ -170,7 +170,7 @@ def mark_succeeded(
     return _decide(
         operation, user, AuditEntry.Action.MARK_SUCCEEDED, note, fence,
         state=OperationState.SUCCEEDED, output=storable_json(output), error=None,
-        completed_at=Now(),
+        completed_at=Now(), reconciled=True,  # final: replays never re-judge it
     )
 
 
@@ -235,8 +235,8 @@ def timeline(operation: Operation) -> list[Event]:
         "requested_by", "decided_by").order_by("created_at")[:TIMELINE_ROWS]
     for confirmation in confirmations:
         events.append(Event(at=confirmation.created_at, kind="confirmation",
-                            title="Approval requested", actor=confirmation.requested_by,
-                            link=confirmation))
+                            title="Approval requested", actor=confirmation.requester,
+                            detail=confirmation.summary, link=confirmation))
     for row in operation.audit.select_related("actor", "confirmation").order_by("id")[
             :TIMELINE_ROWS]:
         data = row.data if isinstance(row.data, dict) else {}

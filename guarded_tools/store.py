@@ -123,6 +123,7 @@ def _fresh(
         "owner": random[16:].hex(),
         "fence": 1,
         "recovered": False,
+        "reconciled": False,
         "attempts": 1,
     }
 

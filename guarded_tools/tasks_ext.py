@@ -145,8 +145,7 @@ def _from_operation(ref: TaskRef, operation: Operation, pipeline: Any) -> TaskSt
         # and the agent's replay, from its replay cache (a succeeded row never changes).
         replays.put(ref.tool, ref.scope, ref.key, fingerprint=ref.fingerprint,
                     output=operation.output, operation=summary, recovered=operation.recovered,
-                    reconciled=pipeline.tool.verify is not None
-                    and pipeline.reconciled(operation))
+                    reconciled=operation.reconciled)
         return TaskState(COMPLETED, "The call ran; this is its result.", operation.updated_at,
                          output=operation.output, operation=summary,
                          recovered=operation.recovered)
@@ -242,8 +241,9 @@ def start(definition: Tool, inv: Any) -> TaskRef | Any:
     from django.db import transaction
 
     from guarded_tools.conf import gt_settings
+    from guarded_tools.confirmations import requested
     from guarded_tools.pipeline import _Observer, get_pipeline
-    from guarded_tools.store import db_now_plus, user_row
+    from guarded_tools.store import db_now_plus
 
     base = type(get_pipeline(definition))
 
@@ -262,11 +262,12 @@ def start(definition: Tool, inv: Any) -> TaskRef | Any:
     except _Ready:
         pass
     using = router.db_for_write(Confirmation)
+    asked = requested(definition, inv)  # the hook's reads, before the transaction
     with transaction.atomic(using=using):
         confirmation = Confirmation.objects.using(using).create(
             tool=definition.name, scope=inv.scope, key=inv.key or "",
             fingerprint=inv.fingerprint, input=dict(inv.input),
-            requested_by=user_row(inv.user), status=ConfirmationStatus.APPROVED, task=True,
+            status=ConfirmationStatus.APPROVED, task=True, **asked,
             reason="Runs as an MCP task (a long-running tool); nobody needs to approve it.",
             expires_at=db_now_plus(gt_settings.CONFIRMATION_APPROVAL_TTL_SECONDS),
         )

@@ -255,6 +255,55 @@ def test_the_approver_reads_the_payment_in_one_sentence_with_the_accounts(
     assert "not this month" in decided and 'data-testid="decided"' in decided
 
 
+def queue_queries(client: Client) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(CONF_LIST).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_the_queue_costs_the_same_queries_for_5_and_50_payments_and_reads_them_as_asked(
+        user_factory: Any, client_for: Any, payer: Any, accounts: tuple[Any, Any]) -> None:
+    """``send_payment``'s ``present`` queries the accounts: the queue never calls it per
+    row; each row reads as it did when it was asked, and the detail page reads it now."""
+    from project.demo.models import Account
+
+    source, savings = accounts
+    client = staff_client(user_factory, *APPROVER, "demo.view_account")
+    for _ in range(5):
+        assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
+    five = queue_queries(client)
+    for _ in range(45):
+        assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
+    assert Confirmation.objects.count() == 50
+    assert queue_queries(client) == five
+    Account.objects.filter(pk=source.pk).update(balance=Decimal("600"))
+    asked = "Pay 12.50 from payer&#x27;s Checking (balance 1,000.00) to rita&#x27;s Savings"
+    queue = client.get(CONF_LIST).content.decode()
+    assert queue.count(asked) == 50 and "600.00" not in queue
+    confirmation = Confirmation.objects.order_by("created_at").first()
+    assert confirmation is not None
+    page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert ('data-testid="summary">Pay 12.50 from payer&#x27;s Checking (balance 600.00) to'
+            " rita&#x27;s Savings<") in page  # the decision reads the balance now
+    assert f'data-testid="requested-summary">{asked}<' in page
+
+
+def test_a_request_stored_without_a_summary_reads_from_its_schema_without_its_hook(
+        user_factory: Any, client_for: Any, payer: Any, accounts: tuple[Any, Any]) -> None:
+    """Requests from before summaries were stored: the tool's title and field values."""
+    source, savings = accounts
+    assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
+    Confirmation.objects.update(summary="")
+    client = staff_client(user_factory, *APPROVER)
+    queue = client.get(CONF_LIST).content.decode()
+    assert (f"Send payment: From account {source.pk}, To account {savings.pk}, Amount 12.50"
+            in queue)
+    assert "Checking (balance" not in queue
+
+
 def test_the_queue_lists_the_oldest_request_first_with_its_age_and_time_left(
         user_factory: Any, requester: Any, client_for: Any, refund: Any) -> None:
     from datetime import timedelta

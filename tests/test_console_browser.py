@@ -162,6 +162,28 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     assert Confirmation.objects.filter(status="approved").count() == 3
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_request_page_reads_it_now_beside_the_request_as_asked(
+        browser: Any, live_server: Any, demo: dict[str, Any], scheme: str) -> None:
+    request_payment(demo)
+    Account.objects.filter(pk=demo["source"].pk).update(balance="600.00")
+    page = open_page(browser, live_server.url, 1280, scheme)
+    try:
+        log_in(page, "approver", "approver")
+        page.goto(CONF_LIST)
+        expect(page.locator("#result_list tbody tr").first).to_contain_text(SENTENCE)
+        page.locator("#result_list a", has_text=SENTENCE).click()
+        expect(page.get_by_test_id("summary")).to_have_text(
+            SENTENCE.replace("1,000.00", "600.00"))
+        expect(page.get_by_test_id("requested-summary")).to_contain_text(SENTENCE)
+        fits(page, f"request read now, {scheme}")
+        if SCREENSHOTS:
+            page.screenshot(path=str(Path(SCREENSHOTS) / f"as-asked-{scheme}.png"),
+                            full_page=True)
+    finally:
+        page.context.close()
+
+
 def incident(kind: str = "unknown") -> Operation:
     call_command("demo_incident", kind, stdout=StringIO())
     return Operation.objects.order_by("-created_at").first()  # type: ignore[return-value]

@@ -186,11 +186,39 @@ def test_a_user_object_that_is_no_row_calls_tools_in_its_own_scope(
     assert operation.scope != f"auth.user:{alice.pk}"
 
 
-def test_a_user_object_that_is_no_row_asks_for_confirmation(
-    make_tool: Any, client_for: Any, alice: Any,
+class NamedStatelessUser(StatelessUser):
+    """As simplejwt's ``TokenUser``: a ``str()`` of its own, still no row."""
+
+    def __str__(self) -> str:
+        return f"TokenUser {self.pk}"
+
+
+@pytest.mark.parametrize("named", [False, True], ids=["unnamed", "named"])
+def test_a_user_object_that_is_no_row_asks_for_confirmation_under_its_label(
+    named: bool, make_tool: Any, client_for: Any, alice: Any, user_factory: Any,
 ) -> None:
     definition = make_tool(confirm="effect-only")
-    response = client_for(StatelessUser(alice.pk, granted=True)).post(
-        REST.format(definition.name), {"operationId": key()}, format="json")
-    assert response.status_code == 202, response.content
-    assert Confirmation.objects.get(tool=definition.name).requested_by_id is None
+    caller = (NamedStatelessUser if named else StatelessUser)(alice.pk + 41, granted=True)
+    for _ in range(2):  # and another request of alice's own, which must not match
+        response = client_for(caller).post(
+            REST.format(definition.name), {"operationId": key()}, format="json")
+        assert response.status_code == 202, response.content
+        caller = alice
+    asked = Confirmation.objects.filter(tool=definition.name, requested_by__isnull=True).get()
+    label = (f"TokenUser {alice.pk + 41}" if named
+             else f"tests.test_session_auth.StatelessUser:{alice.pk + 41}")
+    assert asked.requested_by_label == label
+    assert asked.scope.endswith(f":{alice.pk + 41}")
+    from django.test import Client
+
+    staff = Client()
+    staff.force_login(user_factory("approver", is_staff=True,
+                                   perms=("guarded_tools.view_confirmation",)))
+    queue = "/admin/guarded_tools/confirmation/"
+    rows = staff.get(queue).content.decode()
+    assert f'<td class="field-requester">{label}</td>' in rows
+    assert f'<td class="field-requester">{alice.username}</td>' in rows
+    found = staff.get(queue, {"q": label}).context["cl"].result_list
+    assert [c.pk for c in found] == [asked.pk]
+    page = staff.get(f"{queue}{asked.pk}/change/").content.decode()
+    assert f'data-testid="requester">{label}<' in page

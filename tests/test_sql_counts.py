@@ -257,6 +257,44 @@ def test_a_reused_key_with_another_input_issues_at_most_two_statements(definitio
     assert len(counted.data) <= 2 and counted.effect == [], counted
 
 
+@pytest.mark.parametrize("path", PATHS)
+def test_a_replay_of_a_verified_tool_reads_what_one_without_a_verifier_reads(
+        path: str, make_tool: Any, client: Any, settings: Any, user_factory: Any,
+        alice: Any) -> None:
+    """Whether a person decided the result (then ``verify`` does not judge it) is on the
+    row the replay reads: no statement of its own, reconciled or not."""
+    from guarded_tools.reconciliation import mark_succeeded
+
+    one_transaction(settings, path == "atomic-one-transaction")
+    judged: list[Any] = []
+
+    def verify(**kwargs: Any) -> bool:
+        judged.append(kwargs["output"])
+        return True
+
+    counts = {}
+    for name, options in (("plain", {}), ("verified", {"verify": verify})):
+        definition = make_tool(effect, input_schema=SCHEMA, atomic=path != "not-atomic",
+                               **options)
+        data = body()
+        call(client, definition.name, data, 200)
+        replays.clear()  # as another process would replay it
+        counts[name] = call(client, definition.name, data, 200)
+    assert len(counts["verified"].sql) == len(counts["plain"].sql), counts
+    assert len(judged) == 2  # the call and its replay: not reconciled, so judged
+    # A replay of what a person decided: the same statements, and never judged.
+    operation = Operation.objects.create(
+        tool=definition.name, scope=principal_scope(alice, None) or "", user=alice,
+        key=uuid.uuid4().hex, fingerprint="", state=OperationState.OUTCOME_UNKNOWN, owner="")
+    data = {"operationId": operation.key, "name": "decided"}
+    Operation.objects.filter(pk=operation.pk).update(fingerprint=fingerprint(data), input=data)
+    mark_succeeded(operation, user_factory("ops", is_superuser=True), {"id": 7}, "checked",
+                   fence=operation.fence)
+    decided = call(client, definition.name, data, 200)
+    assert len(decided.sql) == len(counts["plain"].sql), decided
+    assert len(judged) == 2
+
+
 @pytest.mark.parametrize("path", ["atomic-claim-first", "atomic-one-transaction"])
 def test_a_journal_write_is_one_statement_on_postgresql(path: str, make_tool: Any, client: Any,
                                                         settings: Any) -> None:
