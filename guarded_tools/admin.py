@@ -838,7 +838,7 @@ class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return format_html_join(mark_safe("<br>"), "{}", ((link,) for link in links)) \
             if links else "—"
     list_filter = ["action"]
-    list_select_related = ["actor", "operation", "confirmation"]
+    list_select_related = ["actor", "operation", "confirmation", "confirmation__requested_by"]
     search_fields = ["actor__username", "note"]
     show_full_result_count = False
 

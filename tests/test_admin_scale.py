@@ -19,6 +19,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from guarded_tools.models import (
+    AuditEntry,
     Confirmation,
     ConfirmationStatus,
     Operation,
@@ -34,6 +35,7 @@ PAGES = {
     "operations, filtered": "/admin/guarded_tools/operation/?state__exact=outcome_unknown",
     "confirmations": "/admin/guarded_tools/confirmation/",
     "confirmations, waiting": "/admin/guarded_tools/confirmation/?waiting=yes",
+    "audit trail": "/admin/guarded_tools/auditentry/",
 }
 OP_STATES = [OperationState.SUCCEEDED, OperationState.OUTCOME_UNKNOWN, OperationState.IN_FLIGHT,
              OperationState.RELEASED, OperationState.ABANDONED, OperationState.FAILED]
@@ -63,6 +65,11 @@ def add_rows(n: int, users: list[Any]) -> None:
         ))
     Operation.objects.bulk_create(operations)
     Confirmation.objects.bulk_create(confirmations)
+    AuditEntry.objects.bulk_create(
+        AuditEntry(actor=confirmation.decided_by or confirmation.requested_by,
+                   action=AuditEntry.Action.APPROVE,
+                   operation=operation, confirmation=confirmation, status=confirmation.status)
+        for operation, confirmation in zip(operations, confirmations, strict=True))
 
 
 def queries(client: Client) -> dict[str, int]:
@@ -89,7 +96,8 @@ def test_changelists_issue_a_constant_number_of_queries(user_factory: Any, setti
         admin = user_factory("boss", is_staff=True, is_superuser=True)
     else:
         admin = user_factory("viewer", is_staff=True, perms=(
-            "guarded_tools.view_operation", "guarded_tools.view_confirmation"))
+            "guarded_tools.view_operation", "guarded_tools.view_confirmation",
+            "guarded_tools.view_auditentry"))
     client = Client()
     client.force_login(admin)
 
