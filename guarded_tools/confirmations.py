@@ -163,8 +163,9 @@ def requested(definition: Tool, inv: Invocation) -> dict[str, Any]:
 def _request(definition: Tool, inv: Invocation) -> Confirmation:
     ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
     asked = requested(definition, inv)  # the hook's reads, before the transaction
+    using = router.db_for_write(Confirmation)
     try:
-        with transaction.atomic(using=router.db_for_write(Confirmation)):
+        with transaction.atomic(using=using):
             confirmation = Confirmation.objects.create(
                 tool=definition.name,
                 scope=inv.scope,
@@ -176,13 +177,18 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
             )
     except IntegrityError:
         # Another identical call asked at the same moment: share its request.
-        return Confirmation.objects.using(router.db_for_write(Confirmation)).get(
+        return Confirmation.objects.using(using).get(
             _call(definition, inv), status=ConfirmationStatus.PENDING
         )
-    confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
+    confirmation.refresh_from_db(using=using)
     signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
     if gt_settings.CONFIRMATION_NOTIFY_EMAIL:
-        notify_approvers(confirmation)
+        # Not in the agent's call: a Celery task emails, once the request has committed
+        # (a caller's transaction that rolls it back sends nothing).
+        from guarded_tools.tasks import enqueue_notify_approvers
+
+        pk = str(confirmation.pk)
+        transaction.on_commit(lambda: enqueue_notify_approvers(pk), using=using, robust=True)
     return confirmation
 
 
@@ -200,7 +206,9 @@ def approvers(confirmation: Confirmation) -> list[Any]:
 def notify_approvers(confirmation: Confirmation) -> int:
     """Email each approver a new request: its summary and a link to its admin page,
     where they decide (a link never decides: approving is a POST on that page).
-    A failure to send is logged; the agent's call goes on either way."""
+
+    Run by the ``guarded_tools.tasks.notify_approvers`` Celery task, after the request
+    commits; a failure to send is logged, not raised."""
     from django.core.mail import send_mass_mail
     from django.urls import NoReverseMatch, reverse
 

@@ -1,4 +1,4 @@
-"""Provides the Celery tasks: the periodic sweep, and execution on approval."""
+"""Provides the Celery tasks: the periodic sweep, execution on approval, approver emails."""
 
 from __future__ import annotations
 
@@ -92,11 +92,50 @@ def enqueue_execute_approved(confirmation_id: str) -> bool:
     retry runs the approved call (once). So a broker outage costs the approver no error
     page, only the "at once".
     """
+    return _enqueue(execute_approved, confirmation_id, (OperationalError,),
+                    "the approved call", "the agent's retry runs it")
+
+
+@shared_task(name="guarded_tools.tasks.notify_approvers", ignore_result=True)
+def notify_approvers(confirmation_id: str) -> int:
+    """Email the approvers of a request that still waits for a decision; the count sent.
+
+    A request decided, withdrawn or expired before this runs (or gone) sends nothing.
+    """
+    from django.db import router
+
+    from guarded_tools import confirmations
+    from guarded_tools.models import Confirmation
+
+    close_old_connections()
     try:
-        execute_approved.delay(confirmation_id)
-    except OperationalError as exc:
-        logger.warning("Could not send the approved call of confirmation %s to the broker"
-                       " (%s): the agent's retry runs it.", confirmation_id, exc)
+        # From the primary: a replica behind it could miss the request just committed.
+        waiting = Confirmation.objects.using(router.db_for_write(Confirmation)).pending()
+        confirmation = waiting.filter(pk=confirmation_id).first()
+        if confirmation is None:
+            return 0
+        return confirmations.notify_approvers(confirmation)
+    finally:
+        close_old_connections()
+
+
+def enqueue_notify_approvers(confirmation_id: str) -> bool:
+    """Send ``notify_approvers`` to the broker; False, with a warning, if that fails.
+
+    Called after the request commits, in the agent's call: whatever goes wrong here
+    (the broker down, a publish error), the agent's 202 is answered and nothing retries.
+    """
+    return _enqueue(notify_approvers, confirmation_id, (Exception,),
+                    "the approvers' email", "nobody is emailed about it")
+
+
+def _enqueue(task: Any, confirmation_id: str, errors: tuple[type[Exception], ...],
+             what: str, consequence: str) -> bool:
+    try:
+        task.delay(confirmation_id)
+    except errors as exc:
+        logger.warning("Could not send %s of confirmation %s to the broker (%s): %s.",
+                       what, confirmation_id, exc, consequence)
         return False
     return True
 

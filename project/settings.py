@@ -201,6 +201,10 @@ CELERY_BEAT_SCHEDULE = {
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 
+# Approvers' emails (sent by the Celery worker) print to its log unless told otherwise.
+EMAIL_BACKEND = os.environ.get("DJANGO_EMAIL_BACKEND",
+                               "django.core.mail.backends.console.EmailBackend")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

@@ -179,6 +179,29 @@ def key_lock_free(tool: str, scope: str, key: str) -> bool:
     return free
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _in_memory_broker() -> Iterator[None]:
+    """This process publishes to an in-memory broker: what a test sends (an approvers'
+    email after a request commits) never waits in var/broker for the demo's worker.
+    Tests that need a broker of their own set one (``worker``, ``broker_down``)."""
+    from project.celery import app
+
+    saved = app.conf.broker_url, app.conf.broker_transport_options
+    app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
+    yield
+    app.conf.broker_url, app.conf.broker_transport_options = saved
+
+
+@pytest.fixture
+def eager_celery() -> Iterator[None]:
+    """Celery runs each task where it is sent (after commit, for on_commit sends)."""
+    from project.celery import app
+
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = False
+
+
 @pytest.fixture(autouse=True)
 def _fast_password_hashing(settings: Any) -> None:
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

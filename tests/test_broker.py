@@ -77,6 +77,25 @@ def test_an_approval_while_the_broker_is_down_is_kept_and_the_retry_runs_it(
     assert handler.count == 1
 
 
+@pytest.mark.django_db(transaction=True)  # the request commits: its email is sent on
+def test_a_request_while_the_broker_is_down_answers_202_and_logs_the_unsent_email(
+        user_factory: Any, make_tool: Any, alice: Any, client_for: Any, broker_down: None,
+        mailoutbox: Any, caplog: Any) -> None:
+    user_factory("approver", perms=("guarded_tools.approve_confirmation",),
+                 email="approver@example.com")
+    definition = make_tool(Effects(), confirm="always")
+    with caplog.at_level(logging.WARNING, logger="guarded_tools.tasks"):
+        answer = client_for(alice).post(f"/agent/tools/{definition.name}/",
+                                        {"operationId": key()}, format="json")
+    assert answer.status_code == 202, answer.content
+    confirmation = Confirmation.objects.get()
+    assert confirmation.status == ConfirmationStatus.PENDING
+    assert f"approvers' email of confirmation {confirmation.pk}" in caplog.text
+    assert "nobody is emailed" in caplog.text
+    assert "127.0.0.1" not in answer.content.decode()  # the broker's address stays in the log
+    assert mailoutbox == []
+
+
 def found(**kwargs: Any) -> list[str]:
     return [m.id for m in checks.run_checks(**kwargs) if m.id in OURS]
 

@@ -1,4 +1,4 @@
-"""A real Celery worker process runs the sweep task against the test database.
+"""A real Celery worker process runs the sweep and the approvers' email against the test database.
 
 The database is PostgreSQL, or SQLite's file test database. The worker uses the
 embedded filesystem broker under a private ``GT_VAR_DIR``; this process publishes
@@ -161,3 +161,29 @@ def test_worker_sweeps_abandoned_operations_once(worker: Worker) -> None:
         assert recover_rows(str(row.pk)).count() == 1
     assert set(Operation.objects.values_list("fence", flat=True)) == {2}
     assert "Traceback" not in worker.text(), worker.text()
+
+
+def test_worker_emails_the_approvers_of_a_new_request(
+        worker: Worker, user_factory: Any, make_tool: Any, alice: Any, client_for: Any,
+        mailoutbox: Any) -> None:
+    """The agent's call commits the request and sends the task; the worker sends the mail
+    (the demo's console backend prints it to the worker's log)."""
+    user_factory("approver", perms=("guarded_tools.approve_confirmation",),
+                 email="approver@example.com")
+    definition = make_tool(confirm="always")
+    answer = client_for(alice).post(f"/agent/tools/{definition.name}/",
+                                    {"operationId": uuid.uuid4().hex}, format="json")
+    assert answer.status_code == 202
+    confirmation_id = answer.json()["error"]["confirmation"]["id"]
+    sent = re.compile(r"Task guarded_tools\.tasks\.notify_approvers\[[0-9a-f-]+\] succeeded"
+                      r" in [0-9.]+s: (\d+)")
+    wait_until(lambda: sent.search(worker.text()) is not None
+               or worker.process.poll() is not None, timeout=30, step=0.1)
+    log = worker.text()
+    assert worker.process.poll() is None, log
+    assert sent.findall(log) == ["1"]  # one email, sent once
+    printed = log.replace("=\n", "")  # the body's quoted-printable soft line breaks
+    assert "To: approver@example.com" in printed and "Approval requested:" in printed
+    assert f"/admin/guarded_tools/confirmation/{confirmation_id}/change/" in printed
+    assert mailoutbox == []  # not sent by this (the agent's) process
+    assert "Traceback" not in log, log

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.core.mail.backends import locmem
+from django.db import transaction
 from django.test import Client
 from django.utils.html import escape
 
+from guarded_tools import confirmations, tasks
+from guarded_tools.exceptions import ConfirmationRequired
 from guarded_tools.models import Confirmation
-from tests.conftest import key
+from tests.conftest import key, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -381,19 +388,127 @@ def test_lists_show_neutral_marks_and_tiles_that_say_what_they_count(
 
 def test_approvers_are_emailed_a_link_to_the_request_never_a_decision(
         user_factory: Any, requester: Any, client_for: Any, refund: Any, mailoutbox: Any,
-        settings: Any) -> None:
+        settings: Any, eager_celery: None, django_capture_on_commit_callbacks: Any) -> None:
     settings.GUARDED_TOOLS = {"CONSOLE_BASE_URL": "https://ops.example.com"}
     user_factory("approver", perms=APPROVER, email="approver@example.com")
     user_factory("viewer", perms=APPROVER[:1], email="viewer@example.com")
     requester.email = "requester@example.com"
     requester.save()
-    ask(client_for, requester, refund, amount="9.99")
+    with django_capture_on_commit_callbacks() as after_commit:
+        assert ask(client_for, requester, refund, amount="9.99").status_code == 202
+    assert mailoutbox == []  # nothing sent in the agent's call
+    for callback in after_commit:
+        callback()  # the request committed: the task emails (eager here)
     confirmation = Confirmation.objects.get()
     assert [m.to for m in mailoutbox] == [["approver@example.com"]]
     mail = mailoutbox[0]
     assert "Amount 9.99" in mail.subject
     assert f"https://ops.example.com{CONF_LIST}{confirmation.pk}/change/" in mail.body
     assert "approve" not in mail.body.split("https://")[1]  # a page to decide on, not a GET
+
+
+def test_a_request_decided_before_the_email_task_runs_emails_nobody(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any, mailoutbox: Any,
+        eager_celery: None, django_capture_on_commit_callbacks: Any) -> None:
+    approver = user_factory("approver", perms=APPROVER, email="approver@example.com")
+    with django_capture_on_commit_callbacks() as after_commit:
+        ask(client_for, requester, refund, amount="1.00")
+        ask(client_for, requester, refund, amount="2.00")
+        ask(client_for, requester, refund, amount="3.00")
+    declined, approved, withdrawn = Confirmation.objects.order_by("created_at")
+    confirmations.decline(declined, approver, "not this one")
+    confirmations.approve(approved, approver)
+    assert confirmations.withdraw(withdrawn, requester, "no longer needed")
+    assert len(after_commit) == 3
+    for callback in after_commit:
+        callback()
+    assert mailoutbox == []
+
+
+@pytest.mark.django_db(transaction=True)  # real commits and rollbacks
+def test_a_request_rolled_back_with_its_callers_transaction_emails_nobody(
+        user_factory: Any, requester: Any, refund: Any, mailoutbox: Any,
+        eager_celery: None) -> None:
+    user_factory("approver", perms=APPROVER, email="approver@example.com")
+    with pytest.raises(ConfirmationRequired), transaction.atomic():
+        refund({"operationId": key(), "amount": "5.00"}, user=requester)
+    assert not Confirmation.objects.exists() and mailoutbox == []
+    with pytest.raises(ConfirmationRequired):  # the same call, committed: emailed
+        refund({"operationId": key(), "amount": "5.00"}, user=requester)
+    assert [m.to for m in mailoutbox] == [["approver@example.com"]]
+
+
+@pytest.mark.django_db(transaction=True)  # the request commits: the email is sent on
+def test_a_failing_send_to_the_broker_still_answers_the_agents_202(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any, mailoutbox: Any,
+        monkeypatch: pytest.MonkeyPatch, caplog: Any) -> None:
+    user_factory("approver", perms=APPROVER, email="approver@example.com")
+
+    def refuse(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the broker refused the message")
+
+    monkeypatch.setattr(tasks.notify_approvers, "delay", refuse)
+    with caplog.at_level(logging.WARNING, logger="guarded_tools.tasks"):
+        answer = ask(client_for, requester, refund, amount="7.00")
+    assert answer.status_code == 202, answer.content
+    confirmation = Confirmation.objects.get()
+    assert f"approvers' email of confirmation {confirmation.pk}" in caplog.text
+    assert "the broker refused the message" not in answer.content.decode()
+    assert mailoutbox == []
+
+
+class BlockingBackend(locmem.EmailBackend):
+    """Django's test backend, except that sending waits until the test sets ``release``."""
+
+    started = threading.Event()
+    release = threading.Event()
+
+    def send_messages(self, messages: Any) -> int:
+        type(self).started.set()
+        if not type(self).release.wait(30):  # a bound, so a regression fails, not hangs
+            raise TimeoutError("the test never released the mail")
+        return super().send_messages(messages)
+
+
+@pytest.fixture
+def embedded_worker() -> Iterator[None]:
+    """A Celery worker in a thread of this process, on its in-memory broker."""
+    from celery import signals
+    from celery.contrib.testing.worker import start_worker
+    from django.db import connections
+
+    from project.celery import app
+
+    def keep_logging(**_: Any) -> None:  # Celery leaves the test run's logging alone
+        return None
+
+    def close_connections(**_: Any) -> None:  # the worker thread's own connection
+        connections.close_all()
+
+    signals.setup_logging.connect(keep_logging, weak=False)
+    signals.task_postrun.connect(close_connections, weak=False)
+    try:
+        with start_worker(app, pool="solo", perform_ping_check=False, shutdown_timeout=30):
+            yield
+    finally:
+        signals.task_postrun.disconnect(close_connections)
+        signals.setup_logging.disconnect(keep_logging)
+
+
+@pytest.mark.django_db(transaction=True)  # the worker thread reads the committed request
+def test_the_agents_202_does_not_wait_for_the_approvers_email(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any, mailoutbox: Any,
+        settings: Any, embedded_worker: None) -> None:
+    settings.EMAIL_BACKEND = "tests.test_console.BlockingBackend"
+    BlockingBackend.started, BlockingBackend.release = threading.Event(), threading.Event()
+    user_factory("approver", perms=APPROVER, email="approver@example.com")
+    answer = ask(client_for, requester, refund, amount="8.00")
+    assert answer.status_code == 202  # answered while the mail is not sent, nor can be
+    wait_until(BlockingBackend.started.is_set)  # the worker is sending: blocked
+    assert mailoutbox == []
+    BlockingBackend.release.set()
+    wait_until(lambda: len(mailoutbox) == 1)
+    assert mailoutbox[0].to == ["approver@example.com"]
 
 
 # -- demo incidents -----------------------------------------------------------------------------

@@ -39,6 +39,7 @@ class Command(BaseCommand):
         for name in ("staff", "approver"):
             staff, _ = User.objects.get_or_create(username=name, defaults={"is_staff": True})
             staff.is_staff = True
+            staff.email = staff.email or f"{name}@example.com"  # emailed new requests
             staff.is_superuser = True
             staff.set_password(name)
             staff.save()
