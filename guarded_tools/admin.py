@@ -461,10 +461,9 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                    args=[confirmation.pk])
             rows, not_shown = input_rows(confirmation.tool, confirmation.input,
                                          limit=self.input_shown_chars)
-            recent = (Operation.objects.filter(tool=confirmation.tool,
-                                               user_id=confirmation.requested_by_id)
-                      .order_by("-created_at")[:5]
-                      if confirmation.requested_by_id is not None else [])
+            # By the principal's scope: a caller with no user row has calls too.
+            recent = (Operation.objects.filter(tool=confirmation.tool, scope=confirmation.scope)
+                      .order_by("-created_at")[:5])
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,

@@ -222,3 +222,8 @@ def test_a_user_object_that_is_no_row_asks_for_confirmation_under_its_label(
     assert [c.pk for c in found] == [asked.pk]
     page = staff.get(f"{queue}{asked.pk}/change/").content.decode()
     assert f'data-testid="requester">{label}<' in page
+    # Its earlier calls are found by the principal's scope, a user row or none.
+    theirs = Operation.objects.get(tool=definition.name, scope=asked.scope)
+    alices = Operation.objects.get(tool=definition.name, user=alice)
+    assert 'data-testid="recent-calls"' in page
+    assert f"/operation/{theirs.pk}/" in page and f"/operation/{alices.pk}/" not in page
