@@ -179,6 +179,25 @@ def key_lock_free(tool: str, scope: str, key: str) -> bool:
     return free
 
 
+def reset_publisher() -> None:
+    """Drop this process's broker connections, so the next publish uses the broker
+    options in force now (a test that changes them calls this before and after).
+
+    kombu keeps its pools in groups keyed by the broker's URL and options: a pool
+    closed here but left in its group would be handed back, closed, the next time the
+    same broker is named ("Acquire on closed pool"), so the groups are emptied too.
+    """
+    from kombu import pools as kombu_pools
+
+    from project.celery import app
+
+    if app._pool is not None:
+        app._pool.force_close_all()
+        app._pool = None
+    app.amqp._producer_pool = None
+    kombu_pools.reset()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _in_memory_broker() -> Iterator[None]:
     """This process publishes to an in-memory broker: what a test sends (an approvers'
@@ -188,8 +207,10 @@ def _in_memory_broker() -> Iterator[None]:
 
     saved = app.conf.broker_url, app.conf.broker_transport_options
     app.conf.broker_url, app.conf.broker_transport_options = "memory://", {}
+    reset_publisher()
     yield
     app.conf.broker_url, app.conf.broker_transport_options = saved
+    reset_publisher()
 
 
 @pytest.fixture

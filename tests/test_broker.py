@@ -12,24 +12,12 @@ import pytest
 from django.core import checks
 from django.core.management import call_command
 from django.test import Client
-from kombu import pools as kombu_pools
 
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from project.celery import app
-from tests.conftest import Effects, key
+from tests.conftest import Effects, key, reset_publisher
 
 OURS = ("guarded_tools.W010", "guarded_tools.W011", "guarded_tools.W012")
-
-
-def reset_publisher() -> None:
-    """Drop cached broker connections so the next publish uses the current broker_url."""
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
-    app.amqp._producer_pool = None
-    # kombu keeps a producer pool per broker URL, bound to the connection pool it was made
-    # with: forget them all, or the restored URL gets a pool whose connections are closed.
-    kombu_pools.reset()
 
 
 @pytest.fixture

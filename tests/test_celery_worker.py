@@ -28,7 +28,7 @@ from guarded_tools import tasks
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.store import fingerprint
 from project.celery import app
-from tests.conftest import REPO_ROOT, wait_until
+from tests.conftest import REPO_ROOT, reset_publisher, wait_until
 from tests.tools_for_processes import RECOVERABLE_TOOL, recover_rows
 
 # Runs on PostgreSQL and on SQLite's file test database (project/settings.py names it);
@@ -48,14 +48,6 @@ def broker_options(var_dir: Path) -> dict[str, Any]:
         "store_processed": False,
         "control_folder": str(var_dir / "broker-control"),
     }
-
-
-def reset_publisher() -> None:
-    """Drop cached broker connections so the next publish uses the current options."""
-    if app._pool is not None:
-        app._pool.force_close_all()
-        app._pool = None
-    app.amqp._producer_pool = None
 
 
 class Worker:
