@@ -56,11 +56,11 @@ def _ask(caller: Any, definition: Any, body: dict[str, Any]) -> str:
     return str(asked.json()["error"]["confirmation"]["url"]).split("testserver", 1)[-1]
 
 
-def _browser_of(user: Any) -> tuple[DjangoClient, str]:
-    """The user's browser session as the agent drives it: the page and its CSRF token."""
+def _browser_of(user: Any) -> DjangoClient:
+    """The user's browser session, as a browser agent drives it (CSRF enforced)."""
     browser = DjangoClient(enforce_csrf_checks=True)
     assert browser.login(username=user.get_username(), password="pw")
-    return browser, ""
+    return browser
 
 
 def _token(browser: DjangoClient, page: str) -> str:
@@ -77,7 +77,7 @@ def test_the_session_alone_decides_nothing_the_password_does(
     definition, handler = owner_tool
     body = {"operationId": key(), "qty": 2}
     page = _ask(caller, definition, body)
-    browser, _ = _browser_of(alice)
+    browser = _browser_of(alice)
     token = _token(browser, page)
     assert 'type="password"' in browser.get(page).content.decode()
     for decision in ("approve", "decline"):
@@ -110,7 +110,7 @@ def test_failed_step_ups_are_limited_and_are_not_decisions(
         alice: Any, client_for: Callable[[Any], Any], owner_tool: tuple[Any, Effects]) -> None:
     definition, _handler = owner_tool
     page = _ask(client_for(alice), definition, {"operationId": key(), "qty": 1})
-    browser, _ = _browser_of(alice)
+    browser = _browser_of(alice)
     token = _token(browser, page)
     with override_settings(GUARDED_TOOLS={"CONSENT_STEP_UP_FAILURES": 3}):
         for _attempt in range(3):
@@ -141,7 +141,7 @@ def test_a_site_plugs_in_its_own_step_up(alice: Any, client_for: Callable[[Any],
                                          owner_tool: tuple[Any, Effects]) -> None:
     definition, _handler = owner_tool
     page = _ask(client_for(alice), definition, {"operationId": key(), "qty": 1})
-    browser, _ = _browser_of(alice)
+    browser = _browser_of(alice)
     with override_settings(GUARDED_TOOLS={"CONSENT_STEP_UP": f"{__name__}.OneTimeCode"}):
         token = _token(browser, page)
         assert 'data-testid="code"' in browser.get(page).content.decode()
@@ -174,7 +174,7 @@ def test_the_consent_page_refuses_framing_without_the_middleware(
     definition, _handler = owner_tool
     page = _ask(client_for(alice), definition, {"operationId": key(), "qty": 1})
     assert DjangoClient().get(page)["X-Frame-Options"] == "DENY"  # the login redirect too
-    browser, _ = _browser_of(alice)
+    browser = _browser_of(alice)
     token = _token(browser, page)
     assert browser.get(page)["X-Frame-Options"] == "DENY"
     refused = browser.post(page, {"decision": "approve", "csrfmiddlewaretoken": token})
