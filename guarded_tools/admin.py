@@ -32,10 +32,12 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.decorators import method_decorator
 from django.utils.html import escape, format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
+from django.views.decorators.clickjacking import xframe_options_deny
 
 from guarded_tools import confirmations, reconciliation
 from guarded_tools.catalog import CODE
@@ -354,6 +356,10 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         left = obj.expires_at - timezone.now()
         return age(left) if left.total_seconds() > 0 else str(_("expired"))
 
+    # Decision pages refuse framing themselves (clickjacking), whatever the site's
+    # middleware: the list (its approve/decline actions and their forms), the detail page
+    # and its Decide target.
+    @method_decorator(xframe_options_deny)
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "gt_stats": confirmations.stats()}
         return super().changelist_view(request, extra_context)
@@ -424,6 +430,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         confirmation = get_object_or_404(Confirmation, pk=pk)
         return json_download(confirmation.input, f"confirmation-{confirmation.pk}-input.json")
 
+    @method_decorator(xframe_options_deny)
     def decide_view(self, request: HttpRequest, pk: str) -> HttpResponse:
         """POST target of the Approve / Decline buttons on the detail page."""
         if request.method != "POST" or not self.has_approve_permission(request):
@@ -449,6 +456,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             reverse("admin:guarded_tools_confirmation_change", args=[confirmation.pk])
         )
 
+    @method_decorator(xframe_options_deny)
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: Any = None) -> HttpResponse:
         confirmation = self.get_object(request, object_id)
@@ -589,6 +597,8 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def has_reconcile_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(reconciliation.RECONCILE_PERMISSION)
 
+    # The reconcile actions' forms render from the list; the detail page has the buttons.
+    @method_decorator(xframe_options_deny)
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
         extra_context = {**(extra_context or {}), "gt_dashboard": reconciliation.dashboard()}
         return super().changelist_view(request, extra_context)
@@ -614,6 +624,7 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def updated(self, obj: Operation) -> str:
         return stacked_time(obj.updated_at)
 
+    @method_decorator(xframe_options_deny)
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: Any = None) -> HttpResponse:
         operation = self.get_object(request, object_id)

@@ -22,6 +22,8 @@ POSITIVE_INTS = (
     "SWEEP_BATCH_SIZE",
     "CONFIRMATION_TTL_SECONDS",
     "CONFIRMATION_APPROVAL_TTL_SECONDS",
+    "CONSENT_STEP_UP_FAILURES",
+    "CONSENT_STEP_UP_LOCKOUT_SECONDS",
 )
 #: A header name every server passes on: letters, digits and '-' (servers drop names
 #: with '_', and nothing else is a token character people expect in a header name).
@@ -88,7 +90,27 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="guarded_tools.E006",
             )
         )
+    messages.extend(check_step_up())
     return messages
+
+
+def check_step_up() -> list[checks.CheckMessage]:
+    """``CONSENT_STEP_UP`` names a factory of objects with ``render`` and ``verify``."""
+    try:
+        step_up = gt_settings.CONSENT_STEP_UP()
+        usable = callable(getattr(step_up, "render", None)) and callable(
+            getattr(step_up, "verify", None))
+    except Exception as exc:  # an import string that does not import, a failing factory
+        usable, step_up = False, exc
+    if usable:
+        return []
+    return [checks.Error(
+        f"GUARDED_TOOLS['CONSENT_STEP_UP'] gives no usable step-up: {step_up!r}.",
+        hint="Name a class (or callable) whose instances have render(request, confirmation)"
+        " and verify(request, confirmation) -> label; the default is"
+        " 'guarded_tools.consent.PasswordStepUp'.",
+        id="guarded_tools.E012",
+    )]
 
 
 @checks.register(checks.Tags.database)

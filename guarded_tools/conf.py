@@ -42,6 +42,13 @@ DEFAULTS: dict[str, Any] = {
     # show PostgreSQL's estimate ("about 1,000,000") or, elsewhere, "more than 10,000".
     "CONSOLE_COUNT_EXACTLY_UP_TO": 10_000,
     "EXECUTE_ON_APPROVAL": False,
+    # The consent page (confirm="owner"): what the user supplies at the moment of deciding,
+    # which an agent holding their session cannot (guarded_tools.consent.PasswordStepUp's
+    # interface: render(request, confirmation), verify(request, confirmation) -> label),
+    # and how many failed attempts a user gets per lockout window before it refuses more.
+    "CONSENT_STEP_UP": "guarded_tools.consent.PasswordStepUp",
+    "CONSENT_STEP_UP_FAILURES": 5,
+    "CONSENT_STEP_UP_LOCKOUT_SECONDS": 900,
     # Extension points (import strings)
     "PIPELINE_CLASS": "guarded_tools.pipeline.Pipeline",
     "STORE_CLASS": "guarded_tools.store.OperationStore",
@@ -58,7 +65,8 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_CHALLENGE_SCOPES": [],  # what a 401 asks a host to start with; [] leaves it to PRM
 }
 
-IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS", "OAUTH_DEFAULT_SCOPES"}
+IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS", "OAUTH_DEFAULT_SCOPES",
+                  "CONSENT_STEP_UP"}
 
 #: Settings that do nothing any more, each with why: accepted so that a site that still
 #: names one starts (check ``E001`` refuses unknown names), and warned of (``W006``).

@@ -329,7 +329,7 @@ def can_decide(user: Any, confirmation: Confirmation) -> str | None:
 
 
 def _decide(
-    confirmation: Confirmation, user: Any, *, approved: bool, reason: str
+    confirmation: Confirmation, user: Any, *, approved: bool, reason: str, verified_by: str = ""
 ) -> Confirmation:
     refusal = can_decide(user, confirmation)
     if refusal:
@@ -356,9 +356,12 @@ def _decide(
             note=reason,
             status=status,
             data={"tool": confirmation.tool, "key": confirmation.key,
-                  "summary": requested_summary(confirmation)},
+                  "summary": requested_summary(confirmation),
+                  **({"verified_by": verified_by} if verified_by else {})},
         )
         verb = "Approved" if approved else "Declined"
+        if verified_by:  # how the person proved it was them, as the audit row says
+            verb += f" (verified by {verified_by})"
         record_in_admin_history(user, confirmation, f"{verb}: {reason}" if reason else verb)
         # ``task`` as committed now (the refresh above reads the row the update locked): a
         # task that began to wait since the page was read is run too (see hold_for_task).
@@ -451,16 +454,22 @@ def withdraw(confirmation: Confirmation, user: Any, note: str) -> bool:
     return bool(withdrawn)
 
 
-def approve(confirmation: Confirmation, user: Any, note: str = "") -> Confirmation:
-    """Approve a pending, unexpired confirmation (``approve_confirmation`` required)."""
-    return _decide(confirmation, user, approved=True, reason=note)
+def approve(confirmation: Confirmation, user: Any, note: str = "", *,
+            verified_by: str = "") -> Confirmation:
+    """Approve a pending, unexpired confirmation (``approve_confirmation`` required).
+
+    ``verified_by`` says how the person was verified at the moment of deciding (the
+    consent page's step-up: ``"password"``, …); the audit row and the admin history keep it.
+    """
+    return _decide(confirmation, user, approved=True, reason=note, verified_by=verified_by)
 
 
-def decline(confirmation: Confirmation, user: Any, reason: str) -> Confirmation:
+def decline(confirmation: Confirmation, user: Any, reason: str, *,
+            verified_by: str = "") -> Confirmation:
     """Decline a pending, unexpired confirmation with a reason for the audit trail."""
     if not reason.strip():
         raise DecisionRefused("A reason is required to decline.")
-    return _decide(confirmation, user, approved=False, reason=reason)
+    return _decide(confirmation, user, approved=False, reason=reason, verified_by=verified_by)
 
 
 def execute(confirmation: Confirmation) -> Any:

@@ -2,31 +2,106 @@
 
 Like 3-D Secure: the agent's call names a page of the site; the person whose account the
 agent acts for opens it in their own signed-in session and approves or declines. No
-client can decide for them (the page needs their login and Django's CSRF token), and no
-staff member either (:func:`guarded_tools.confirmations.can_decide`). Decisions go
-through :func:`guarded_tools.confirmations.approve` / ``decline``, so they write the same
-audit rows as a staff member's in the admin.
+client can decide for them, not even a browser agent that holds their session: a decision
+needs the user to verify themself at that moment (``CONSENT_STEP_UP``, by default their
+password through Django's ``authenticate()``), which the session alone cannot supply. No
+staff member can decide either (:func:`guarded_tools.confirmations.can_decide`). Decisions
+go through :func:`guarded_tools.confirmations.approve` / ``decline``, so they write the same
+audit rows as a staff member's in the admin, with how the user was verified. The page
+refuses to be framed (``X-Frame-Options: DENY``) whatever the site's middleware.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from django.contrib.auth import authenticate
 from django.contrib.auth.views import redirect_to_login
+from django.core.cache import cache
+from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
 from django.utils.decorators import method_decorator
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext as _
 from django.views import View
+from django.views.decorators.clickjacking import xframe_options_deny
 from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.debug import sensitive_post_parameters
 
 from guarded_tools import confirmations, hosts
+from guarded_tools.conf import gt_settings
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from guarded_tools.registry import registry
 
 URL_NAME = "confirmation-consent"
 REASON_MAX_CHARS = 2000
+logger = logging.getLogger("guarded_tools.consent")
+
+
+class PasswordStepUp:
+    """The default ``CONSENT_STEP_UP``: the user types their password, which Django's
+    ``authenticate()`` checks (every ``AUTHENTICATION_BACKENDS``, and its
+    ``user_login_failed`` signal for a site's lockout on a wrong one).
+
+    A step-up is any class (or callable) whose instances have:
+
+    - ``render(request, confirmation) -> SafeString``: the field(s) the page shows inside
+      its form, above the buttons;
+    - ``verify(request, confirmation) -> str``: checks the POST; returns a short label of
+      how the user was verified (``"password"``, ``"totp"``, ``"passkey"``), kept in the
+      audit trail, or raises ``django.core.exceptions.ValidationError`` with a message
+      for the user (nothing is decided; the request stays pending).
+    """
+
+    label = "password"
+    field = "password"
+
+    def render(self, request: HttpRequest, confirmation: Confirmation) -> SafeString:
+        return format_html(
+            '<p><label for="gt-step-up">{}</label><br><input type="password" id="gt-step-up"'
+            ' name="{}" autocomplete="off" required data-testid="step-up"></p>',
+            _("Your password (an agent using your browser cannot supply it)"), self.field)
+
+    def verify(self, request: HttpRequest, confirmation: Confirmation) -> str:
+        password = request.POST.get(self.field, "")
+        if not password:
+            raise ValidationError(_("Type your password to approve or decline; nothing was"
+                                    " decided."))
+        user = authenticate(request, username=request.user.get_username(), password=password)
+        if user is None or user.pk != request.user.pk:
+            raise ValidationError(_("That password is not right; nothing was decided."))
+        return self.label
+
+
+def step_up() -> Any:
+    """The site's step-up (``CONSENT_STEP_UP``), made for one request."""
+    return gt_settings.CONSENT_STEP_UP()
+
+
+def _failures_key(request: HttpRequest) -> str:
+    return f"guarded_tools:consent-step-up:{request.user.pk}"
+
+
+def locked_out(request: HttpRequest) -> bool:
+    """Whether this user used up their failed step-ups for now (Django's cache: a cache
+    every process shares makes the limit hold across processes)."""
+    failures = cache.get(_failures_key(request), 0)
+    return bool(failures >= gt_settings.CONSENT_STEP_UP_FAILURES)
+
+
+def record_failure(request: HttpRequest, confirmation: Confirmation) -> None:
+    key = _failures_key(request)
+    cache.add(key, 0, gt_settings.CONSENT_STEP_UP_LOCKOUT_SECONDS)  # the window opens
+    try:
+        cache.incr(key)
+    except ValueError:  # expired between the two calls: this failure opens a new window
+        cache.add(key, 1, gt_settings.CONSENT_STEP_UP_LOCKOUT_SECONDS)
+    logger.warning("consent step-up failed for user %s on confirmation %s",
+                   request.user.pk, confirmation.pk)
 
 
 def consent_url(request: Any, confirmation: Confirmation) -> str:
@@ -56,13 +131,17 @@ def present_request(confirmation: Confirmation, user: Any = None) -> dict[str, A
     }
 
 
+@method_decorator(xframe_options_deny, name="dispatch")
 @method_decorator(csrf_protect, name="dispatch")
-@method_decorator(sensitive_post_parameters("reason"), name="post")
+@method_decorator(sensitive_post_parameters(), name="post")
 class ConsentView(View):
     """``GET/POST confirmations/<id>/consent/``: the requester's own approval page.
 
     Anyone else, signed in or not (once signed in), gets a 404: the page does not say
-    whether another user's request exists.
+    whether another user's request exists. A decision needs the step-up
+    (``CONSENT_STEP_UP``); a failed one decides nothing, and after
+    ``CONSENT_STEP_UP_FAILURES`` of them the page refuses more for
+    ``CONSENT_STEP_UP_LOCKOUT_SECONDS``.
     """
 
     template_name = "guarded_tools/consent.html"
@@ -84,34 +163,48 @@ class ConsentView(View):
             return redirect_to_login(request.get_full_path())
         return super().dispatch(request, *args, **kwargs)
 
-    def get(self, request: HttpRequest, pk: Any) -> HttpResponse:
-        confirmation = self._confirmation(request, pk)
+    def page(self, request: HttpRequest, confirmation: Confirmation, *, status: int = 200,
+             **context: Any) -> HttpResponse:
         open_ = (confirmation.status == ConfirmationStatus.PENDING
                  and Confirmation.objects.pending().filter(pk=confirmation.pk).exists())
+        context.setdefault("open", open_)
         return render(request, self.template_name, {
             "confirmation": confirmation,
             "request_shown": present_request(confirmation, request.user),
-            "open": open_,
-            "done": request.GET.get("done") == "1",
-        })
+            "step_up": step_up().render(request, confirmation) if context["open"] else "",
+            **context,
+        }, status=status)
+
+    def get(self, request: HttpRequest, pk: Any) -> HttpResponse:
+        confirmation = self._confirmation(request, pk)
+        return self.page(request, confirmation, done=request.GET.get("done") == "1")
 
     def post(self, request: HttpRequest, pk: Any) -> HttpResponse:
         confirmation = self._confirmation(request, pk)
         decision = request.POST.get("decision")
         reason = request.POST.get("reason", "")[:REASON_MAX_CHARS]
+        if decision not in ("approve", "decline"):
+            return self.page(request, confirmation, status=400,
+                             step_up_error=_("Choose approve or decline."))
+        if locked_out(request):
+            return self.page(request, confirmation, status=429, step_up_error=_(
+                "Too many failed attempts to verify it is you; nothing was decided. Try"
+                " again later."))
+        try:
+            verified_by = step_up().verify(request, confirmation)
+        except ValidationError as exc:
+            record_failure(request, confirmation)
+            return self.page(request, confirmation, status=403,
+                             step_up_error=" ".join(exc.messages))
+        cache.delete(_failures_key(request))
         try:
             if decision == "approve":
-                confirmations.approve(confirmation, request.user, reason)
-            elif decision == "decline":
-                confirmations.decline(confirmation, request.user,
-                                      reason.strip() or "Declined by the user.")
+                confirmations.approve(confirmation, request.user, reason,
+                                      verified_by=verified_by)
             else:
-                raise confirmations.DecisionRefused("Choose approve or decline.")
+                confirmations.decline(confirmation, request.user,
+                                      reason.strip() or "Declined by the user.",
+                                      verified_by=verified_by)
         except confirmations.DecisionRefused as exc:
-            return render(request, self.template_name, {
-                "confirmation": confirmation,
-                "request_shown": present_request(confirmation, request.user),
-                "open": False,
-                "refusal": str(exc),
-            }, status=409)
+            return self.page(request, confirmation, status=409, open=False, refusal=str(exc))
         return HttpResponseRedirect(f"{request.path}?done=1")

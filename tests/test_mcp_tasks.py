@@ -402,7 +402,8 @@ def test_owner_consent_over_mrtr_page_and_retry(
     assert own.post(page, {"decision": "approve"}).status_code == 403
     assert handler.count == 0
     token = own.cookies["csrftoken"].value
-    decided = own.post(page, {"decision": "approve", "csrfmiddlewaretoken": token})
+    decided = own.post(page, {"decision": "approve", "csrfmiddlewaretoken": token,
+                              "password": "pw"})  # the user types their password
     assert decided.status_code == 302
     audit = AuditEntry.objects.get(confirmation=confirmation)
     assert audit.action == AuditEntry.Action.APPROVE and audit.actor == alice
@@ -463,7 +464,7 @@ def _approve_on_the_page(user: Any, url: str, expected_summary: str) -> None:
     page = own.get(_consent_page(url))
     assert page.status_code == 200
     assert expected_summary in page.content.decode()
-    decided = own.post(_consent_page(url), {"decision": "approve",
+    decided = own.post(_consent_page(url), {"decision": "approve", "password": "pw",
                                             "csrfmiddlewaretoken": own.cookies["csrftoken"].value})
     assert decided.status_code == 302
 
@@ -674,7 +675,8 @@ def test_official_client_owner_consent_through_the_page(live_server: Any, alice:
             csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
             assert csrf is not None
             decided = await user.post(params.url, data={
-                "decision": "approve", "csrfmiddlewaretoken": csrf.group(1)},
+                "decision": "approve", "csrfmiddlewaretoken": csrf.group(1),
+                "password": "pw"},  # the user types their password
                 headers={"Referer": params.url})
             assert decided.status_code == 200, decided.text  # followed to the done page
         return ElicitResult(action="accept")

@@ -129,6 +129,17 @@ def test_the_user_approves_their_own_request_on_the_consent_page(
     expect(page.locator("body")).to_contain_text("Orders stock from the supplier.")
     expect(page.locator("th", has_text="Quantity")).to_be_visible()
     screenshot(page, f"consent_{scheme}.png")
+    # A browser agent in this session posts the page's form as it is: session cookie and
+    # CSRF token, no password. Refused, and nothing decided (issue 25, item 1).
+    token = page.locator("input[name=csrfmiddlewaretoken]").input_value()
+    forged = page.request.post(url, form={"decision": "approve", "csrfmiddlewaretoken": token})
+    assert forged.status == 403 and "Type your password" in forged.text()
+    assert not AuditEntry.objects.exists()
+    page.get_by_test_id("step-up").fill("wrong")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.get_by_test_id("step-up-error")).to_contain_text("not right")
+    screenshot(page, f"consent_wrong_password_{scheme}.png")
+    page.get_by_test_id("step-up").fill("pw")  # the user types their password
     page.get_by_role("button", name="Approve").click()
     expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
     screenshot(page, f"consent_done_{scheme}.png")
@@ -136,7 +147,8 @@ def test_the_user_approves_their_own_request_on_the_consent_page(
     done = agent.send("tools/call", {"name": definition.name, "arguments": arguments})
     assert done["isError"] is False and done["structuredContent"] == {"done": 1}
     assert handler.count == 1
-    assert AuditEntry.objects.get().actor == buyer
+    audit = AuditEntry.objects.get()
+    assert audit.actor == buyer and audit.data["verified_by"] == "password"
 
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
@@ -169,6 +181,7 @@ def test_the_demos_owner_tool_signs_the_user_in_then_asks_them(
     expect(page.locator("body")).to_contain_text(
         "Move 50.00 from your Checking (balance 1,000.00) to your Savings (balance 250.00)")
     expect(page.locator("th", has_text="From account")).to_be_visible()
+    page.get_by_test_id("step-up").fill("agent")  # the user types their password again
     screenshot(page, f"consent-move-1280{'-dark' if scheme == 'dark' else ''}.png")
     page.get_by_role("button", name="Approve").click()
     expect(page.get_by_test_id("status")).to_contain_text("You approved this request")

@@ -261,6 +261,7 @@ def test_the_client_opens_the_consent_url_and_its_retry_runs_the_call(
                                    "value": session.cookies["sessionid"].value}])
         page.goto(elicit["url"])
         expect(page.locator("body")).to_contain_text("Orders stock from the supplier.")
+        page.get_by_test_id("step-up").fill("pw")  # the user types their password
         page.get_by_role("button", name="Approve").click()
         expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
     client.lines.send(answer)  # the user tells the client they are done (or declines there)
