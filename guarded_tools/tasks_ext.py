@@ -44,7 +44,8 @@ WORKING, COMPLETED, FAILED, CANCELLED = "working", "completed", "failed", "cance
 #: What a person (or the expiry) decided: the call never ran.
 _DECIDED = (ConfirmationStatus.DECLINED, ConfirmationStatus.EXPIRED)
 #: Errors that end a task ``failed`` (a JSON-RPC error): decisions the guard owns, and an
-#: internal error, an approved run's authorization refusal. Any other error is the tool's own answer: ``completed`` with ``isError``.
+#: internal error, an approved run's authorization refusal. Any other error is the tool's
+#: own answer: ``completed`` with ``isError``.
 FAILING_CODES = frozenset({"confirmation_declined", "confirmation_expired", "outcome_unknown",
                            "verification_failed", "internal_error", "authorization_denied",
                            "not_authenticated"})

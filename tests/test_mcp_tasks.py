@@ -14,9 +14,8 @@ import pytest
 from django.test import Client as DjangoClient
 from rest_framework.test import APIClient
 
-from guarded_tools import confirmations
+from guarded_tools import confirmations, tasks_ext
 from guarded_tools import mcp as gt_mcp
-from guarded_tools import tasks_ext
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from tests import mcp_tasks_schema as ext
 from tests.conftest import Effects, key
@@ -860,9 +859,8 @@ def test_a_task_id_is_opaque_and_a_forged_or_foreign_one_is_unknown(
 @pytest.mark.parametrize("transport", ["token", "session"])
 def test_reads_of_a_task_refuse_a_caller_who_lost_the_tools_permission(
         transport: str, make_tool: Any, user_factory: Any, session_client_for: Any) -> None:
-    from rest_framework.authtoken.models import Token
-
     from django.contrib.auth.models import Permission
+    from rest_framework.authtoken.models import Token
 
     user = user_factory(perms=("demo.change_order",))
     client: Any = session_client_for(user) if transport == "session" else DjangoClient(
