@@ -10,11 +10,13 @@ nobody decided does.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import math
 import time
 from typing import TYPE_CHECKING, Any
 
+from django.apps import apps
 from django.db import IntegrityError, router, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
@@ -23,6 +25,7 @@ from django.utils import timezone
 from guarded_tools import signals
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import (
+    AuthorizationError,
     ConfirmationError,
     ConfirmationExpired,
     ConfirmationRequired,
@@ -36,7 +39,7 @@ from guarded_tools.models import (
     record_in_admin_history,
 )
 from guarded_tools.presentation import requested_summary, summarize
-from guarded_tools.repair import normalize
+from guarded_tools.repair import Repair, normalize
 from guarded_tools.store import db_now_plus, fingerprint, user_row
 
 if TYPE_CHECKING:
@@ -157,7 +160,75 @@ def requested(definition: Tool, inv: Invocation) -> dict[str, Any]:
     ``present`` hook that words a request for its viewer words it for everyone.
     """
     return {"requested_by": user_row(inv.user), "requested_by_label": requester_label(inv),
-            "summary": summarize(definition, inv.input)}
+            "summary": summarize(definition, inv.input), "credential": credential_of(inv)}
+
+
+#: ``Confirmation.credential`` for a DRF token: a digest, never the token's key itself.
+DRF_TOKEN = "drf-token:"
+
+
+def credential_of(inv: Invocation) -> str:
+    """What the call authenticated with, to re-check when an approval runs it.
+
+    An OAuth grant (or token), a digest of a DRF token; blank for a session or a call in
+    code, whose run re-checks only that the user is still active.
+    """
+    auth = getattr(inv.request, "auth", None)
+    if auth is None:
+        return ""
+    if apps.is_installed("oauth2_provider"):
+        from guarded_tools import oauth
+
+        reference = oauth.credential_reference(auth)
+        if reference is not None:
+            return reference
+    if apps.is_installed("rest_framework.authtoken"):
+        from rest_framework.authtoken.models import Token
+
+        if isinstance(auth, Token):
+            return DRF_TOKEN + _digest(auth.key)
+    return ""
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class CredentialRevoked(AuthorizationError):
+    """The requester's credential was revoked or deleted, or the user deactivated, while
+    the call waited: the approved run refuses it, and nothing runs."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The credential this call was requested with was revoked or deleted, or its user"
+            " deactivated, before the approved call ran; nothing ran.",
+            repair=Repair(action="ask_user", instruction="Ask the user to sign in again (or"
+                          " authorize this connection again), then make the call anew."),
+        )
+
+
+def live_credential(confirmation: Confirmation) -> Any:
+    """The credential the call was requested with, re-checked: its OAuth access token
+    (None for another kind), or ``CredentialRevoked``."""
+    user = confirmation.requested_by
+    if user is not None and not getattr(user, "is_active", True):
+        raise CredentialRevoked()
+    reference = confirmation.credential
+    if reference.startswith(DRF_TOKEN):
+        from rest_framework.authtoken.models import Token
+
+        keys = Token.objects.filter(user=user).values_list("key", flat=True)
+        if user is None or not any(_digest(k) == reference[len(DRF_TOKEN):] for k in keys):
+            raise CredentialRevoked()
+        return None
+    if reference:
+        from guarded_tools import oauth
+
+        token = oauth.live_token(reference) if apps.is_installed("oauth2_provider") else None
+        if token is None or token.user_id != getattr(user, "pk", None):
+            raise CredentialRevoked()
+        return token
+    return None
 
 
 def _request(definition: Tool, inv: Invocation) -> Confirmation:
@@ -473,13 +544,20 @@ def decline(confirmation: Confirmation, user: Any, reason: str, *,
 
 
 def execute(confirmation: Confirmation) -> Any:
-    """Run an approved call now, as its requester, with its stored input and key."""
+    """Run an approved call now, as its requester, with its stored input and key.
+
+    As a replay would: the credential it was requested with must still stand and its
+    user be active (``CredentialRevoked`` otherwise), then the pipeline checks the
+    permissions, the token's scopes and ``authorize`` before anything runs.
+    """
     from guarded_tools.registry import registry
 
     definition = registry.get(confirmation.tool)
+    token = live_credential(confirmation)  # then permissions, scopes, authorize: the pipeline's
     header_key = None if definition.key_field else confirmation.key
     return definition(
-        confirmation.input, user=confirmation.requested_by, idempotency_key=header_key
+        confirmation.input, user=confirmation.requested_by, idempotency_key=header_key,
+        credential=token,
     )
 
 

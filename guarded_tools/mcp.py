@@ -586,6 +586,7 @@ def _require_tasks(ex: Exchange, params: dict[str, Any]) -> tuple[str, tasks_ext
         # An unknown, forged or expired id, or another principal's: the same answer.
         raise RpcError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
     ref, definition = found
+    tasks_ext.authorize(ref, definition, ex.request)  # as the call's replay would be
     return str(task_id), ref, definition
 
 

@@ -351,6 +351,17 @@ class Confirmation(models.Model):
             " outcome on its operation (the agent-facing error), for the task's poll."
         ),
     )
+    credential = models.CharField(
+        _("requested with"), max_length=200, blank=True, default="", db_default="",
+        help_text=_("The credential the call was requested with (an OAuth grant or token id,"
+                    " a digest of a DRF token; blank for a session): the approved run"
+                    " refuses the call once it is revoked or deleted."),
+    )
+    task_id = models.CharField(
+        _("task id"), max_length=64, unique=True, null=True, blank=True, editable=False,
+        help_text=_("The opaque id of the MCP task that waits on this request (random; the"
+                    " task is read from this row)."),
+    )
     created_at = models.DateTimeField(_("requested at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"), default=_default_expiry)
 

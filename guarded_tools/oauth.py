@@ -6,8 +6,10 @@ Documents) and serves the RFC 8414 and RFC 9728 metadata documents. This module 
 what a resource server adds on top: the ``WWW-Authenticate`` challenge that points at the
 MCP resource's metadata, the audience check (a token minted for another resource never
 works here), and the OAuth scopes a tool needs, checked on every call and used to filter
-the tool list. Only :mod:`guarded_tools.views`, :mod:`guarded_tools.mcp` and
-:mod:`guarded_tools.pipeline` import it, and only where DOT is an installed app.
+the tool list; and the grant a call was requested with, which the run an approval starts
+re-checks. Only :mod:`guarded_tools.views`, :mod:`guarded_tools.mcp`,
+:mod:`guarded_tools.pipeline` and :mod:`guarded_tools.confirmations` import it, and only
+where DOT is an installed app.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from oauth2_provider.contrib.rest_framework import (
     OAuth2Authentication,
     OAuth2ProtectedResourceAuthentication,
 )
-from oauth2_provider.models import get_access_token_model
+from oauth2_provider.models import get_access_token_model, get_refresh_token_model
 from oauth2_provider.oauth2_validators import validate_resource_as_url_prefix
 from oauth2_provider.www_authenticate import build_bearer_challenge
 
@@ -99,7 +101,8 @@ def validate_resource(request_uri: str, audiences: list[str]) -> bool:
 
     DOT's own check (the request URL under one of the token's resources) and, besides it,
     a token for this site's MCP resource (``…/mcp``) on the tool routes beside it
-    (``…/tools/…``, ``…/operations/…``). Which resource a token is for is still decided by
+    (``…/tools/…``, ``…/operations/…``, ``…/confirmations/…``: a call, and the polls of
+    its state and of its approval). Which resource a token is for is still decided by
     :class:`ResourceServerAuthentication`.
     """
     if validate_resource_as_url_prefix(request_uri, audiences):
@@ -108,7 +111,8 @@ def validate_resource(request_uri: str, audiences: list[str]) -> bool:
         base = audience.rstrip("/")
         if base.endswith("/mcp"):
             root = base[: -len("mcp")]
-            if any(request_uri.startswith(root + route) for route in ("tools", "operations")):
+            if any(request_uri.startswith(root + route)
+                   for route in ("tools", "operations", "confirmations")):
                 return True
     return False
 
@@ -226,18 +230,63 @@ class InsufficientScope(AuthorizationError):
         )
 
 
-def check_scopes(definition: Tool, request: Any) -> None:
-    """Refuse a call whose OAuth token lacks one of the tool's scopes (every call, replays too)."""
-    granted = token_scopes(request)
+def check_scopes(definition: Tool, request: Any, token: Any = None) -> None:
+    """Refuse a call whose OAuth token lacks one of the tool's scopes (every call, replays too).
+
+    ``token``: the call's access token when there is no request (a run an approval
+    started); its refusal carries no challenge, there being no client to answer.
+    """
+    granted = token_scopes(request) if token is None else token_scopes_of(token)
     if granted is None:
         return
     needed = required_scopes(definition)
     missing = [s for s in needed if s not in granted]
     if missing:
         wanted = " ".join(sorted(granted | set(needed)))  # a step-up keeps what was granted
-        challenge = build_bearer_challenge(
+        challenge = "" if request is None else str(build_bearer_challenge(
             request,
             oauth2_error={"error": "insufficient_scope", "scope": wanted},
             resource_metadata_url=metadata_url(request),
-        )
-        raise InsufficientScope(missing, challenge=str(challenge))
+        ))
+        raise InsufficientScope(missing, challenge=challenge)
+
+
+def token_scopes_of(token: Any) -> frozenset[str] | None:
+    """The scopes of ``token`` when it is a DOT access token; None otherwise."""
+    if not isinstance(token, get_access_token_model()):
+        return None
+    return frozenset((token.scope or "").split())
+
+
+# -- the credential an approved call was requested with ------------------------------------------
+#: ``Confirmation.credential`` prefixes: the grant (its refresh tokens' family, which a
+#: refresh keeps), or the access token itself when it has no refresh token.
+GRANT, TOKEN = "oauth-grant:", "oauth-token:"
+
+
+def credential_reference(token: Any) -> str | None:
+    """What to record of the access token a call was requested with; None for no DOT token."""
+    if not isinstance(token, get_access_token_model()):
+        return None
+    refresh = get_refresh_token_model().objects.filter(access_token=token).first()
+    if refresh is not None and refresh.token_family:
+        return f"{GRANT}{refresh.token_family}"
+    return f"{TOKEN}{token.pk}"
+
+
+def live_token(reference: str) -> Any:
+    """The access token ``reference`` names while its grant stands, else None.
+
+    A grant stands while a refresh token of its family is unrevoked (revoking the grant,
+    or the user's revocation, revokes them all); its newest access token is the one
+    whose scopes count. A token without a refresh token stands while it exists unexpired.
+    """
+    tokens = get_access_token_model().objects
+    if reference.startswith(GRANT):
+        family = reference[len(GRANT):]
+        return tokens.filter(refresh_token__token_family=family,
+                             refresh_token__revoked__isnull=True).order_by("-created").first()
+    if reference.startswith(TOKEN):
+        token = tokens.filter(pk=reference[len(TOKEN):]).first()
+        return token if token is not None and not token.is_expired() else None
+    return None

@@ -96,6 +96,9 @@ class Invocation:
     transport: str = "python"
     #: The caller's W3C trace context (``trace_carrier``): metadata for observers, not input.
     trace: Mapping[str, str] = field(default_factory=dict)
+    #: The credential (an OAuth access token) of a call with no request: a run an approval
+    #: started. Its scopes are checked as the request's would be.
+    credential: Any = None
 
 
 #: W3C Trace Context keys a call may carry, each with the longest value kept.
@@ -438,10 +441,20 @@ class Pipeline:
 
     def check_scopes(self, inv: Invocation) -> None:
         """The OAuth scopes the tool needs, when the call came with an OAuth token."""
-        if inv.request is not None and apps.is_installed("oauth2_provider"):
+        if (inv.request is not None or inv.credential is not None) and apps.is_installed(
+                "oauth2_provider"):
             from guarded_tools import oauth
 
-            oauth.check_scopes(self.tool, inv.request)
+            oauth.check_scopes(self.tool, inv.request, inv.credential)
+
+    def authorize_read(self, inv: Invocation) -> None:
+        """A read of a call's state or result (its operation, its confirmation, its task):
+        the authorization its replay would face, with the call's stored input."""
+        inv.scope = self.identify(inv)
+        inv.context = self.resolve_context(inv)
+        unobserved = _Observer(self.tool, None)
+        unobserved.sinks = []  # a read is no call: observers see calls' lifecycles only
+        self.check_authorization(inv, unobserved)
 
     def check_permission_rows(self, rows: Any, obs: _Observer) -> None:
         """The deferred permission check, with its query's rows."""

@@ -269,8 +269,13 @@ class Tool:
         idempotency_key: str | None = None,
         request: Any = None,
         signal: CancelSignal | None = None,
+        credential: Any = None,
     ) -> GuardResult:
-        """Run the guard pipeline for one call and return its result."""
+        """Run the guard pipeline for one call and return its result.
+
+        ``credential``: the OAuth access token of a call made without a request (an
+        approved run), whose scopes are checked as a request's token's are.
+        """
         from guarded_tools.pipeline import Invocation, get_pipeline
 
         invocation = Invocation(
@@ -280,6 +285,7 @@ class Tool:
             header_key=idempotency_key,
             request=request,
             signal=signal,
+            credential=credential,
         )
         return get_pipeline(self).run(invocation)
 

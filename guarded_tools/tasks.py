@@ -73,6 +73,13 @@ def execute_approved(confirmation_id: str) -> None:
             return
     try:
         confirmations.execute(confirmation)
+    except confirmations.CredentialRevoked as exc:
+        # Final: the approval is used up by this refusal (a new credential asks anew), and
+        # the row says why, for the task's poll and for the admin.
+        Confirmation.objects.consume(confirmation.pk)
+        _keep_for_the_task(confirmation, exc)
+        logger.info("Approved call of confirmation %s refused: its credential no longer"
+                    " stands.", confirmation.pk)
     except Exception as exc:
         # Stored on the operation (or nothing ran); the agent's retry reports it. A task's
         # client does not retry: its poll reads what this run answered (an exception the

@@ -1,20 +1,25 @@
 """Provides MCP tasks (the Tasks extension): an id bound to one call, read from its own rows.
 
-A task id is a signed handle on ``(tool, principal scope, key, fingerprint)``: the call,
-not a row of its own. Its state is what the call's confirmation and operation rows say,
-so it survives any restart and needs no table, and a poll costs one indexed read while
-the call waits, two the first time after it ended, then the replay cache. The signature
-makes ids unguessable, and the scope in it binds a task to its principal: another
-principal's id reads exactly as an unknown one.
+A task id is an opaque random token stored on the confirmation the task waits on (for a
+long-running tool, the approved request its worker runs): it says nothing of the call,
+its principal or its input. Its state is what the call's confirmation and operation rows
+say, so it survives any restart, and a poll costs one indexed read of the id while the
+call waits, then the call's rows, then the replay cache. An id names a task only for its
+own principal: another principal's id reads exactly as an unknown or forged one. Every
+read (``tasks/get``, ``tasks/cancel``) is authorized as the call's replay would be.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
+import secrets
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.core import signing
 from django.db import router
 from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
@@ -29,19 +34,21 @@ from guarded_tools.models import (
 )
 from guarded_tools.registry import Tool
 from guarded_tools.replays import replays
+from guarded_tools.store import fingerprint
 
 EXTENSION = "io.modelcontextprotocol/tasks"
-SALT = "guarded_tools.mcp-task"
-#: Longer ids are refused before any signature check (a task id is about 200 characters).
-MAX_TASK_ID = 2048
+#: Longer ids are refused before any lookup (an id is 43 characters).
+MAX_TASK_ID = 64
 
 WORKING, COMPLETED, FAILED, CANCELLED = "working", "completed", "failed", "cancelled"
 #: What a person (or the expiry) decided: the call never ran.
 _DECIDED = (ConfirmationStatus.DECLINED, ConfirmationStatus.EXPIRED)
 #: Errors that end a task ``failed`` (a JSON-RPC error): decisions the guard owns, and an
-#: internal error. Any other error is the tool's own answer: ``completed`` with ``isError``.
+#: internal error, an approved run's authorization refusal. Any other error is the tool's
+#: own answer: ``completed`` with ``isError``.
 FAILING_CODES = frozenset({"confirmation_declined", "confirmation_expired", "outcome_unknown",
-                           "verification_failed", "internal_error"})
+                           "verification_failed", "internal_error", "authorization_denied",
+                           "not_authenticated"})
 _TERMINAL_OPERATION = (OperationState.SUCCEEDED, OperationState.FAILED,
                        OperationState.OUTCOME_UNKNOWN)
 
@@ -56,13 +63,33 @@ class TaskRef:
     fingerprint: str
     created_at: dt.datetime
     confirmation_id: str = ""
+    #: The opaque id (``Confirmation.task_id``).
+    task_id: str = ""
+    #: The call's input, which a read of the task is authorized with.
+    input: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    #: The confirmation row as the id's lookup read it (with ``lapsed``), for this poll only.
+    row: Confirmation | None = field(default=None, compare=False, repr=False)
 
-    @property
-    def task_id(self) -> str:
-        payload = [self.tool, self.scope, self.key, self.fingerprint,
-                   self.created_at.isoformat(), self.confirmation_id]
-        # A plain Signer, not dumps()'s timestamped one: the same call is the same id.
-        return signing.Signer(salt=SALT).sign_object(payload, compress=True)
+
+#: Task ids this process gave or resolved, and their calls: what an id names never changes,
+#: so a poll reads only the call's rows (and a finished call's, not even those).
+_KNOWN: OrderedDict[str, TaskRef] = OrderedDict()
+_KNOWN_MAX = 1024
+_KNOWN_LOCK = threading.Lock()
+
+
+def _remember(ref: TaskRef) -> TaskRef:
+    with _KNOWN_LOCK:
+        _KNOWN[ref.task_id] = dataclasses.replace(ref, row=None)
+        _KNOWN.move_to_end(ref.task_id)
+        while len(_KNOWN) > _KNOWN_MAX:
+            _KNOWN.popitem(last=False)
+    return ref
+
+
+def _known(task_id: str) -> TaskRef | None:
+    with _KNOWN_LOCK:
+        return _KNOWN.get(task_id)
 
 
 @dataclass
@@ -84,10 +111,23 @@ class TaskState:
 
 
 def new_ref(definition: Tool, scope: str, key: str, fingerprint: str,
-            confirmation: Confirmation | None = None) -> TaskRef:
-    created = confirmation.created_at if confirmation is not None else timezone.now()
-    return TaskRef(definition.name, scope, key, fingerprint, created,
-                   str(confirmation.pk) if confirmation is not None else "")
+            confirmation: Confirmation) -> TaskRef:
+    """The task waiting on ``confirmation``: the same id for every task of the same request."""
+    return _remember(TaskRef(definition.name, scope, key, fingerprint, confirmation.created_at,
+                             str(confirmation.pk), _task_id(confirmation),
+                             dict(confirmation.input)))
+
+
+def _task_id(confirmation: Confirmation) -> str:
+    """The request's task id, given once (a compare-and-set: concurrent calls agree)."""
+    if confirmation.task_id:
+        return confirmation.task_id
+    rows = Confirmation.objects.using(router.db_for_write(Confirmation))
+    rows.filter(pk=confirmation.pk, task_id__isnull=True).update(
+        task_id=secrets.token_urlsafe(32))
+    confirmation.task_id = rows.filter(pk=confirmation.pk).values_list(
+        "task_id", flat=True).get()
+    return str(confirmation.task_id)
 
 
 def resolve(task_id: Any, user: Any) -> tuple[TaskRef, Tool] | None:
@@ -97,20 +137,39 @@ def resolve(task_id: Any, user: Any) -> tuple[TaskRef, Tool] | None:
 
     if not isinstance(task_id, str) or not task_id or len(task_id) > MAX_TASK_ID:
         return None
-    try:
-        tool, owner, key, fp, created, confirmation_id = signing.Signer(salt=SALT).unsign_object(
-            task_id)
-        created_at = dt.datetime.fromisoformat(created)
-    except (signing.BadSignature, ValueError, TypeError):
-        return None
-    definition = registry.find(str(tool))
-    if definition is None:
+    ref = _known(task_id) or _look_up(task_id)
+    definition = registry.find(ref.tool) if ref is not None else None
+    if ref is None or definition is None:
         return None
     scope = get_pipeline(definition).scope_of(Invocation(input={}, user=user))
-    if scope is None or owner != scope:
+    if scope is None or ref.scope != scope:
         return None  # another principal's task reads as an unknown one
-    ref = TaskRef(str(tool), str(owner), str(key), str(fp), created_at, str(confirmation_id))
     return ref, definition
+
+
+def _look_up(task_id: str) -> TaskRef | None:
+    # From the primary: a replica behind it could miss the task just created.
+    row = _rows().filter(task_id=task_id).first()
+    if row is None:
+        return None
+    # The call's own fingerprint (the row's may be only its intent's, ``intent=``).
+    return _remember(TaskRef(row.tool, row.scope, row.key, fingerprint(row.input),
+                             row.created_at, str(row.pk), task_id, dict(row.input), row))
+
+
+def _rows() -> Any:
+    """Confirmations from the primary, each with ``lapsed`` on the database's clock."""
+    return Confirmation.objects.using(router.db_for_write(Confirmation)).annotate(
+        lapsed=ExpressionWrapper(Q(expires_at__lte=Now()), output_field=BooleanField()))
+
+
+def authorize(ref: TaskRef, definition: Tool, request: Any) -> None:
+    """Refuse a read of the task (``tasks/get``, ``tasks/cancel``) its call's replay would be
+    refused: the token's scopes, the permissions, ``authorize``, with the call's input."""
+    from guarded_tools.pipeline import Invocation, get_pipeline
+
+    get_pipeline(definition).authorize_read(
+        Invocation(input=ref.input, user=request.user, request=request, transport="mcp"))
 
 
 def _confirmation(ref: TaskRef) -> Confirmation | None:
@@ -118,16 +177,13 @@ def _confirmation(ref: TaskRef) -> Confirmation | None:
 
     Its own, not the call's latest: after a cancel, the same call asks anew as another task.
     """
+    if ref.row is not None:
+        return ref.row  # read by this poll's lookup of the id
     if not ref.confirmation_id:
         return None
     # From the primary (as the guard reads it): a replica could miss the decision.
-    return (
-        Confirmation.objects.using(router.db_for_write(Confirmation))
-        .filter(pk=ref.confirmation_id, tool=ref.tool, scope=ref.scope, key=ref.key,
-                fingerprint=ref.fingerprint)
-        .annotate(lapsed=ExpressionWrapper(Q(expires_at__lte=Now()), output_field=BooleanField()))
-        .first()
-    )
+    return _rows().filter(pk=ref.confirmation_id, tool=ref.tool, scope=ref.scope,
+                          key=ref.key).first()
 
 
 def _operation(ref: TaskRef) -> Operation | None:

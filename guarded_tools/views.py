@@ -254,9 +254,20 @@ def own_row(request: Request, model: type[Any], pk: uuid.UUID | str,
     return row
 
 
+def authorize_read(request: Request, tool: str, input: Mapping[str, Any]) -> None:
+    """Refuse a read of a call's state (its operation, its confirmation) as its replay would
+    be refused: the token's scopes, the tool's permissions and ``authorize``. A retired
+    tool's rows stay readable by their principal (nothing is left to authorize them with)."""
+    definition = registry.find(tool)
+    if definition is not None:
+        get_pipeline(definition).authorize_read(
+            Invocation(input=dict(input), user=request.user, request=request, transport="rest"))
+
+
 class OperationDetailView(GuardedAPIView):
     def get(self, request: Request, pk: uuid.UUID | str) -> Response:
         operation = own_row(request, Operation, pk, OperationNotFound)
+        authorize_read(request, operation.tool, operation.input)
         data = {**operation.summary(), "tool": operation.tool,
                 "created_at": timestamp(operation.created_at),
                 "completed_at": timestamp(operation.completed_at)}
@@ -288,6 +299,7 @@ class ConfirmationDetailView(GuardedAPIView):
 
     def get(self, request: Request, pk: uuid.UUID | str) -> Response:
         confirmation = own_row(request, Confirmation, pk, ConfirmationNotFound)
+        authorize_read(request, confirmation.tool, confirmation.input)
         operation_id = confirmation.operation_id
         if operation_id is None and confirmation.key:
             # An effect-only call claims its key before it asks: that operation waits too.

@@ -14,7 +14,7 @@ import pytest
 from django.test import Client as DjangoClient
 from rest_framework.test import APIClient
 
-from guarded_tools import confirmations
+from guarded_tools import confirmations, tasks_ext
 from guarded_tools import mcp as gt_mcp
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from tests import mcp_tasks_schema as ext
@@ -826,3 +826,78 @@ def test_a_long_running_call_cancelled_before_the_worker_takes_it_never_runs(
     execute_approved(str(Confirmation.objects.get().pk))  # the worker's delivery, late
     assert handler.count == 0 and not Operation.objects.exists()
     assert get_task(agent, created["taskId"])["status"] == "cancelled"
+
+
+# -- issue 25: opaque ids; approved runs and reads authorize as replays do -------------------------
+def test_a_task_id_is_opaque_and_a_forged_or_foreign_one_is_unknown(
+        agent: APIClient, make_tool: Any, alice: Any, bob: Any,
+        client_for: Callable[[Any], APIClient]) -> None:
+    import base64
+    import zlib
+
+    secret_key = key()
+    definition = make_tool(confirm="effect-only", input_schema=ITEM)
+    task_id = call(agent, definition.name, {"operationId": secret_key, "qty": 1})["taskId"]
+    row = Confirmation.objects.get()
+    readable = task_id  # and whatever base64 (compressed or not) would make of it
+    part = task_id.split(":")[0].lstrip(".")
+    try:
+        raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+        readable += raw.decode("latin-1")
+        readable += zlib.decompress(raw).decode("latin-1")
+    except (ValueError, zlib.error):
+        pass
+    for disclosed in (secret_key, row.fingerprint, row.scope, str(alice.pk) + "]",
+                      definition.name):
+        assert disclosed not in readable
+    assert len(task_id) <= tasks_ext.MAX_TASK_ID
+    assert get_task(agent, task_id)["status"] == "working"
+    for other, forged in ((agent, task_id[:-2] + ("AA" if task_id[-2:] != "AA" else "BB")),
+                          (client_for(bob), task_id)):
+        error = rpc_error(send(other, "tasks/get", {"taskId": forged}))
+        assert error["message"] == "Failed to retrieve task: Task not found"
+
+
+@pytest.mark.parametrize("transport", ["token", "session"])
+def test_reads_of_a_task_refuse_a_caller_who_lost_the_tools_permission(
+        transport: str, make_tool: Any, user_factory: Any, session_client_for: Any) -> None:
+    from django.contrib.auth.models import Permission
+    from rest_framework.authtoken.models import Token
+
+    user = user_factory(perms=("demo.change_order",))
+    client: Any = session_client_for(user) if transport == "session" else DjangoClient(
+        headers={"Authorization": f"Token {Token.objects.create(user=user).key}"})
+    definition = make_tool(confirm="effect-only", input_schema=ITEM,
+                           permissions=["demo.change_order"])
+    task_id = call(client, definition.name, {"operationId": key(), "qty": 1})["taskId"]
+    assert get_task(client, task_id)["status"] == "working"
+    user.user_permissions.remove(Permission.objects.get(codename="change_order"))
+    for method in ("tasks/get", "tasks/cancel"):
+        refused = send(client, method, {"taskId": task_id})
+        assert refused.status_code == 403, method
+        assert rpc_error(refused)["data"]["code"] == "authorization_denied"
+    assert Confirmation.objects.get().status == ConfirmationStatus.PENDING
+
+
+@pytest.mark.parametrize("transport", ["token", "session"])
+def test_an_approval_runs_nothing_once_the_requesters_credential_is_gone(
+        transport: str, make_tool: Any, user_factory: Any, session_client_for: Any,
+        approver: Any, eager: Any) -> None:
+    from rest_framework.authtoken.models import Token
+
+    user = user_factory()
+    token = Token.objects.create(user=user)
+    client: Any = session_client_for(user) if transport == "session" else DjangoClient(
+        headers={"Authorization": f"Token {token.key}"})
+    definition = make_tool(Effects(), confirm="effect-only", input_schema=ITEM)
+    call(client, definition.name, {"operationId": key(), "qty": 1})
+    if transport == "token":
+        token.delete()
+    else:
+        type(user).objects.filter(pk=user.pk).update(is_active=False)
+    eager(confirmations.approve, Confirmation.objects.get(), approver)
+    assert definition.handler.count == 0
+    row = Confirmation.objects.get()
+    assert row.status == ConfirmationStatus.CONSUMED
+    assert row.task_error["code"] == "authorization_denied"
+    assert not Operation.objects.filter(state="succeeded").exists()

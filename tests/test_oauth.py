@@ -380,3 +380,119 @@ def test_code_exchange_binds_the_token_to_the_resource(
     }).json()
     assert token["token_type"] == "Bearer" and token["scope"] == "demo:read"
     assert "list_orders" in listed(bearer(token["access_token"]))
+
+
+# -- issue 25: approved runs and status reads authorize as replays do ----------------------------
+def _task_call(client: Any, name: str, arguments: dict[str, Any]) -> Any:
+    from tests.test_mcp_tasks import send
+
+    return send(client, "tools/call", {"name": name, "arguments": arguments})
+
+
+def _task_read(client: Any, method: str, task_id: str) -> Any:
+    from tests.test_mcp_tasks import send
+
+    return send(client, method, {"taskId": task_id})
+
+
+@pytest.fixture
+def waiting(make_tool: Callable[..., Tool]) -> Tool:
+    return make_tool(Effects(), scopes=["orders:write"], confirm="effect-only",
+                     input_schema=ITEM)
+
+
+@pytest.fixture
+def decide(django_capture_on_commit_callbacks: Any) -> Any:
+    """A staff decision whose Celery task (eager) runs here, as a worker would run it."""
+    from project.celery import app
+
+    app.conf.task_always_eager = True
+
+    def run(fn: Callable[..., Any], *args: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args)
+
+    yield run
+    app.conf.task_always_eager = False
+
+
+def test_a_grant_revoked_while_waiting_ends_the_task_and_nothing_runs(
+    alice: Any, issue: Any, waiting: Tool, decide: Any, admin_user: Any,
+    session_client_for: Any,
+) -> None:
+    from guarded_tools import confirmations
+    from guarded_tools.models import Confirmation, ConfirmationStatus
+
+    client = bearer(issue(alice, "orders:write"))
+    task = _task_call(client, waiting.name, {"operationId": key()}).json()["result"]
+    assert task["resultType"] == "task" and task["status"] == "working"
+    # The user revokes the connection on DOT's authorized-tokens page while it waits.
+    token = get_access_token_model().objects.get(user=alice)
+    assert session_client_for(alice).post(
+        f"/o/authorized_tokens/{token.pk}/delete/").status_code == 302
+    assert _task_read(client, "tasks/get", task["taskId"]).status_code == 401
+    decide(confirmations.approve, Confirmation.objects.get(), admin_user)
+    assert waiting.handler.count == 0  # type: ignore[attr-defined]
+    row = Confirmation.objects.get()
+    assert row.status == ConfirmationStatus.CONSUMED  # final: a new credential asks anew
+    assert row.task_error["code"] == "authorization_denied"
+    polled = _task_read(bearer(issue(alice, "orders:write")), "tasks/get", task["taskId"])
+    data = polled.json()["result"]
+    assert data["status"] == "failed"
+    assert data["error"]["data"]["code"] == "authorization_denied"
+    assert "revoked" in data["error"]["message"]
+
+
+def test_an_approved_run_checks_the_grants_scopes_again(
+    alice: Any, issue: Any, waiting: Tool, decide: Any, admin_user: Any,
+) -> None:
+    from guarded_tools import confirmations
+    from guarded_tools.models import Confirmation
+
+    client = bearer(issue(alice, "orders:write"))
+    task = _task_call(client, waiting.name, {"operationId": key()}).json()["result"]
+    # The grant loses the tool's scope (the site narrows it) before a person approves.
+    get_access_token_model().objects.filter(user=alice).update(scope="demo:read")
+    decide(confirmations.approve, Confirmation.objects.get(), admin_user)
+    assert waiting.handler.count == 0  # type: ignore[attr-defined]
+    assert Confirmation.objects.get().task_error["code"] == "authorization_denied"
+    data = _task_read(bearer(issue(alice, "orders:write")), "tasks/get",
+                      task["taskId"]).json()["result"]
+    assert data["status"] == "failed" and "orders:write" in data["error"]["message"]
+
+
+def test_status_reads_refuse_a_token_without_the_tools_scope(
+    alice: Any, issue: Any, scoped: Tool, waiting: Tool,
+) -> None:
+    from guarded_tools.models import Confirmation, ConfirmationStatus
+
+    writer = bearer(issue(alice, "orders:write"))
+    done = writer.post(f"/agent/tools/{scoped.name}/", data={"operationId": key()},
+                       content_type="application/json")
+    assert done.status_code == 200
+    operation = f"/agent/operations/{done.json()['operation']['id']}/"
+    assert writer.get(operation).status_code == 200
+    reader = bearer(issue(alice, "demo:read"))
+    refused = reader.get(operation)
+    assert refused.status_code == 403 and challenge(refused)["error"] == "insufficient_scope"
+    assert "output" not in refused.json().get("error", {})
+    task = _task_call(writer, waiting.name, {"operationId": key()}).json()["result"]
+    for method in ("tasks/get", "tasks/cancel"):
+        response = _task_read(reader, method, task["taskId"])
+        assert response.status_code == 403, method
+        assert challenge(response)["error"] == "insufficient_scope"
+    assert Confirmation.objects.get().status == ConfirmationStatus.PENDING  # not withdrawn
+
+
+def test_an_oauth_rest_client_polls_its_confirmation(alice: Any, issue: Any,
+                                                     waiting: Tool) -> None:
+    client = bearer(issue(alice, "orders:write"))
+    asked = client.post(f"/agent/tools/{waiting.name}/", data={"operationId": key()},
+                        content_type="application/json")
+    assert asked.status_code == 202
+    confirmation = asked.json()["error"]["confirmation"]["id"]
+    polled = client.get(f"/agent/confirmations/{confirmation}/")
+    assert polled.status_code == 200, polled.content
+    assert polled.json()["status"] == "pending"
+    refused = bearer(issue(alice, "demo:read")).get(f"/agent/confirmations/{confirmation}/")
+    assert refused.status_code == 403
