@@ -178,9 +178,11 @@ def scope_per_tool(definition: Tool) -> tuple[str, ...]:
 def scope_per_app(definition: Tool) -> tuple[str, ...]:
     """``OAUTH_DEFAULT_SCOPES`` mapping: ``<app_label>:read`` for reads, else ``:write``.
 
-    The app is the installed app whose package holds the handler; none, no scope.
+    The app is the installed app whose package declares the tool (:attr:`Tool.module`:
+    the handler's module, a published viewset's or view's), however its schema was
+    derived; none, no scope.
     """
-    config = apps.get_containing_app_config(getattr(definition.handler, "__module__", ""))
+    config = apps.get_containing_app_config(definition.module)
     if config is None:
         return ()
     return (f"{config.label}:{'read' if definition.read_only else 'write'}",)

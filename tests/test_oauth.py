@@ -25,6 +25,7 @@ from oauth2_provider.models import (
 from rest_framework.authtoken.models import Token
 
 from guarded_tools.registry import Tool
+from project.demo.models import Order
 from tests.conftest import Effects, key
 
 pytestmark = pytest.mark.django_db
@@ -258,6 +259,77 @@ def test_scope_per_app_maps_reads_and_writes(settings: Any, user_factory: Any,
     writer = listed(bearer(issue(customer, "demo:read demo:write")))
     assert "list_orders" in reader and "cancel_order" not in reader
     assert {"list_orders", "cancel_order"} <= writer
+
+
+def test_scope_per_app_scopes_derived_tools_by_the_app_that_declares_them(
+    user_factory: Any, issue: Any
+) -> None:
+    """Issue 25 item 5: the demo's serializer, type-hint and viewset tools need ``demo:``.
+
+    They were scoped ``guarded_tools:read/write``, the app of the wrapper that replaced
+    their handler, so a ``demo:read`` token could neither list nor call ``count_orders``.
+    """
+    customer = user_factory("customer", perms=("demo.view_order", "demo.add_order",
+                                               "demo.delete_order"))
+    order = Order.objects.create(number="S-1", customer=customer, total="1.00")
+    reader = bearer(issue(customer, "demo:read"))
+    names = listed(reader)
+    assert {"count_orders", "order_list", "order_retrieve"} <= names  # type hints, viewset
+    assert not {"note_order", "order_create", "order_destroy"} & names  # serializer, viewset
+    counted = call(reader, "count_orders", {"status": "open"})
+    assert counted.status_code == 200, counted.content
+    assert counted.json()["result"]["structuredContent"] == {"count": 1}
+    rest = reader.post("/agent/tools/count_orders/", data={}, content_type="application/json")
+    assert rest.status_code == 200 and rest.json()["output"] == {"count": 1}, rest.content
+    note = {"operationId": key(), "order": order.pk, "text": "Ring twice."}
+    refused = call(reader, "note_order", note)
+    assert refused.status_code == 403
+    assert challenge(refused)["scope"] == "demo:read demo:write"  # not guarded_tools:write
+    writer = bearer(issue(customer, "demo:read demo:write"))
+    assert {"note_order", "order_create", "order_destroy"} <= listed(writer)
+    noted = writer.post("/agent/tools/note_order/", data=note, content_type="application/json")
+    assert noted.status_code == 200, noted.content
+    assert noted.json()["output"]["text"] == "Ring twice."
+    assert "count_orders" not in listed(bearer(issue(customer, "guarded_tools:read")))
+
+
+def test_scope_per_app_scopes_pydantic_tools_and_plain_views_by_their_module(
+    user_factory: Any, issue: Any, make_tool: Callable[..., Tool]
+) -> None:
+    """A Pydantic input and a published plain view, declared in the demo app's module."""
+    from django.http import JsonResponse
+    from pydantic import BaseModel
+
+    from guarded_tools.registry import registry
+    from guarded_tools.viewsets import guarded_view
+
+    class Lookup(BaseModel):
+        number: str
+
+    def find(lookup: Lookup, ctx: Any) -> dict[str, Any]:
+        return {"number": lookup.number}
+
+    def peek(request: Any) -> JsonResponse:
+        return JsonResponse({"seen": True})
+
+    for function in (find, peek):  # as if written in project/demo/tools.py
+        function.__module__ = "project.demo.tools"
+    modelled = make_tool(find, input=Lookup, input_schema={"type": "object"}, read_only=True,
+                         idempotency_key=None)
+    viewed = guarded_view(peek, name="t_peek_view", method="get", input_schema={
+        "type": "object", "properties": {}, "additionalProperties": False})
+    try:
+        customer = user_factory("customer")
+        reader = bearer(issue(customer, "demo:read"))
+        assert {modelled.name, viewed.name} <= listed(reader)
+        response = call(reader, modelled.name, {"number": "S-1"})
+        assert response.json()["result"]["structuredContent"] == {"number": "S-1"}
+        assert call(reader, viewed.name, {}).json()["result"]["structuredContent"] == {
+            "seen": True}
+        assert not {modelled.name, viewed.name} & listed(
+            bearer(issue(customer, "guarded_tools:read")))
+    finally:
+        registry.unregister(viewed.name)
 
 
 def test_static_tokens_and_sessions_still_work(alice: Any, scoped: Tool) -> None:
