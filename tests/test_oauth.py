@@ -196,6 +196,70 @@ def test_an_expired_token_is_not_authenticated(alice: Any, issue: Any, scoped: T
     assert challenge(response)["error"] == "invalid_token"
 
 
+# -- bearer tokens only from the Authorization header (issue 25 item 6) ---------------------------
+def _mcp_list(client: Any, suffix: str = "", **extra: Any) -> Any:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    return client.post(MCP + suffix, data=body, content_type="application/json",
+                       headers={"MCP-Protocol-Version": "2025-11-25"}, **extra)
+
+
+@pytest.mark.parametrize("surface", ["rest-list", "rest-call", "mcp"])
+def test_a_token_in_the_query_string_is_no_token_on_rest_and_mcp(
+    alice: Any, issue: Any, scoped: Tool, surface: str
+) -> None:
+    """RFC 6750's query parameter is refused: the MCP spec and our metadata say header only."""
+    value = issue(alice, "orders:write")
+    query = f"?access_token={value}"
+    if surface == "rest-list":
+        response = DjangoClient().get(f"/agent/tools/{query}")
+    elif surface == "rest-call":
+        response = DjangoClient().post(f"/agent/tools/{scoped.name}/{query}",
+                                       data={"operationId": key()},
+                                       content_type="application/json")
+    else:
+        response = _mcp_list(DjangoClient(), query)
+    assert response.status_code == 401, response.content
+    assert challenge(response) == {"resource_metadata": PRM}  # as if no token came
+    assert scoped.handler.count == 0  # type: ignore[attr-defined]
+    assert scoped.name in listed(bearer(value))  # the same token, in the header, works
+
+
+def test_a_token_in_a_form_body_is_no_token_on_rest_and_mcp(
+    alice: Any, issue: Any, scoped: Tool
+) -> None:
+    """RFC 6750's form-encoded body parameter is refused too: the body is not read for a
+    token (DOT did, through the JSON-only parsers, and answered 415 from authentication)."""
+    value = issue(alice, "orders:write")
+    form = {"access_token": value, "operationId": key()}
+    for response in (DjangoClient().post(MCP, data=form),  # multipart, as a form posts it
+                     DjangoClient().post(MCP, data=f"access_token={value}",
+                                         content_type="application/x-www-form-urlencoded"),
+                     DjangoClient().generic("GET", "/agent/tools/", f"access_token={value}",
+                                            content_type="application/x-www-form-urlencoded")):
+        assert response.status_code == 401, response.content
+        assert challenge(response) == {"resource_metadata": PRM}
+    call = DjangoClient().post(f"/agent/tools/{scoped.name}/", data=form)
+    assert call.status_code == 415  # JSON only, whoever sends it
+    assert scoped.handler.count == 0  # type: ignore[attr-defined]
+
+
+def test_a_query_token_does_not_stand_in_for_the_session_or_the_static_token(
+    alice: Any, bob: Any, issue: Any, scoped: Tool, session_client_for: Any
+) -> None:
+    """Alice's session (or her Token header) stays Alice with Bob's token in the URL."""
+    other = issue(bob, "demo:read")  # would hide ``scoped``: it needs orders:write
+    browser = session_client_for(alice)
+    page = browser.get(f"/agent/tools/?access_token={other}")
+    assert page.status_code == 200
+    assert scoped.name in {t["name"] for t in page.json()["tools"]}  # Alice, no scope filter
+    mcp = _mcp_list(browser, f"?access_token={other}")
+    assert scoped.name in {t["name"] for t in mcp.json()["result"]["tools"]}
+    token = Token.objects.create(user=alice)
+    static = DjangoClient(headers={"Authorization": f"Token {token.key}"})
+    response = static.get(f"/agent/tools/?access_token={other}")
+    assert scoped.name in {t["name"] for t in response.json()["tools"]}
+
+
 # -- scopes ----------------------------------------------------------------------------------------
 def test_a_token_without_the_tools_scope_does_not_list_it(
     alice: Any, issue: Any, scoped: Tool
