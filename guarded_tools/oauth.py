@@ -27,6 +27,7 @@ from oauth2_provider.contrib.rest_framework import (
 from oauth2_provider.models import get_access_token_model, get_refresh_token_model
 from oauth2_provider.oauth2_validators import validate_resource_as_url_prefix
 from oauth2_provider.www_authenticate import build_bearer_challenge
+from rest_framework.authentication import get_authorization_header
 
 from guarded_tools import hosts
 from guarded_tools.conf import gt_settings
@@ -124,6 +125,10 @@ class ResourceServerAuthentication(OAuth2ProtectedResourceAuthentication):
     A token DOT accepts (known, unexpired, unrevoked) still authenticates nobody unless its
     audience is this resource: a token minted for another server answers 401 like a
     missing one. The 401 challenge names the resource's metadata document (RFC 9728).
+    Only the ``Authorization: Bearer`` header carries a token, as the MCP authorization
+    spec requires and the metadata says (``bearer_methods_supported: ["header"]``): an
+    ``access_token`` in the query string or a form body, which DOT would read, is no
+    token at all (it would end up in logs, histories and ``Referer`` headers).
     Tokens are never forwarded anywhere.
     """
 
@@ -131,6 +136,8 @@ class ResourceServerAuthentication(OAuth2ProtectedResourceAuthentication):
         return metadata_url(request)
 
     def authenticate(self, request: Any) -> tuple[Any, Any] | None:
+        if not from_header(request):
+            return None
         result = super().authenticate(request)
         if result is None:
             return None
@@ -154,6 +161,12 @@ class ResourceServerAuthentication(OAuth2ProtectedResourceAuthentication):
         return str(build_bearer_challenge(
             request, oauth2_error=challenge, resource_metadata_url=metadata_url(request),
         ))
+
+
+def from_header(request: Any) -> bool:
+    """The request carries a bearer token in its ``Authorization`` header (RFC 6750 §2.1)."""
+    scheme, _, credentials = get_authorization_header(request).partition(b" ")
+    return scheme.lower() == b"bearer" and bool(credentials.strip())
 
 
 def protects(surface: str) -> bool:
@@ -182,9 +195,11 @@ def scope_per_tool(definition: Tool) -> tuple[str, ...]:
 def scope_per_app(definition: Tool) -> tuple[str, ...]:
     """``OAUTH_DEFAULT_SCOPES`` mapping: ``<app_label>:read`` for reads, else ``:write``.
 
-    The app is the installed app whose package holds the handler; none, no scope.
+    The app is the installed app whose package declares the tool (:attr:`Tool.module`:
+    the handler's module, a published viewset's or view's), however its schema was
+    derived; none, no scope.
     """
-    config = apps.get_containing_app_config(getattr(definition.handler, "__module__", ""))
+    config = apps.get_containing_app_config(definition.module)
     if config is None:
         return ()
     return (f"{config.label}:{'read' if definition.read_only else 'write'}",)

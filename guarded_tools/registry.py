@@ -40,6 +40,10 @@ class Tool:
     permissions: tuple[str, ...] = ()
     #: OAuth scopes a bearer token must carry to call the tool (``guarded_tools.oauth``).
     scopes: tuple[str, ...] = ()
+    #: The module that declares the tool, whose installed app ``scope_per_app`` names:
+    #: the handler's own module unless given (published views give their view's). Kept
+    #: because the handler of a derived tool becomes a wrapper defined in this library.
+    module: str = ""
     authorize: Callable[..., Any] | None = None
     context: Callable[..., Any] | None = None
     confirm: Callable[..., Any] | str | Mapping[str, Any] | None = None
@@ -98,6 +102,8 @@ class Tool:
         if isinstance(self.scopes, str):
             raise ValueError("scopes is a list of OAuth scope names, not one string.")
         object.__setattr__(self, "scopes", tuple(self.scopes))
+        if not self.module:  # before _bind() puts a wrapper in the handler's place
+            object.__setattr__(self, "module", str(getattr(self.handler, "__module__", "") or ""))
         self._bind()
         if self.intent is not None:
             object.__setattr__(self, "intent", tuple(self.intent))

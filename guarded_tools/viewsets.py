@@ -419,6 +419,7 @@ def guarded_viewset(
         spec.setdefault("description", f"{action.replace('_', ' ').capitalize()}:"
                         f" {doc[0] if doc else base}")
         spec.setdefault("read_only", not keyed)
+        spec.setdefault("module", viewset.__module__)  # not view_handler's, this library's
         if "permissions" not in spec:
             spec["permissions"] = model_permissions(viewset, method)
         if spec.get("journal") is False:
@@ -467,6 +468,7 @@ def guarded_view(
     method = method.lower()
     target = registry if registry is not None else default_registry
     options.setdefault("read_only", method == "get")
+    options.setdefault("module", getattr(view, "__module__", ""))  # as_view() keeps its class's
     keyed = not options["read_only"]
     if keyed:
         options.setdefault("idempotency_key", key_field)

@@ -25,6 +25,7 @@ from oauth2_provider.models import (
 from rest_framework.authtoken.models import Token
 
 from guarded_tools.registry import Tool
+from project.demo.models import Order
 from tests.conftest import Effects, key
 
 pytestmark = pytest.mark.django_db
@@ -195,6 +196,70 @@ def test_an_expired_token_is_not_authenticated(alice: Any, issue: Any, scoped: T
     assert challenge(response)["error"] == "invalid_token"
 
 
+# -- bearer tokens only from the Authorization header (issue 25 item 6) ---------------------------
+def _mcp_list(client: Any, suffix: str = "", **extra: Any) -> Any:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+    return client.post(MCP + suffix, data=body, content_type="application/json",
+                       headers={"MCP-Protocol-Version": "2025-11-25"}, **extra)
+
+
+@pytest.mark.parametrize("surface", ["rest-list", "rest-call", "mcp"])
+def test_a_token_in_the_query_string_is_no_token_on_rest_and_mcp(
+    alice: Any, issue: Any, scoped: Tool, surface: str
+) -> None:
+    """RFC 6750's query parameter is refused: the MCP spec and our metadata say header only."""
+    value = issue(alice, "orders:write")
+    query = f"?access_token={value}"
+    if surface == "rest-list":
+        response = DjangoClient().get(f"/agent/tools/{query}")
+    elif surface == "rest-call":
+        response = DjangoClient().post(f"/agent/tools/{scoped.name}/{query}",
+                                       data={"operationId": key()},
+                                       content_type="application/json")
+    else:
+        response = _mcp_list(DjangoClient(), query)
+    assert response.status_code == 401, response.content
+    assert challenge(response) == {"resource_metadata": PRM}  # as if no token came
+    assert scoped.handler.count == 0  # type: ignore[attr-defined]
+    assert scoped.name in listed(bearer(value))  # the same token, in the header, works
+
+
+def test_a_token_in_a_form_body_is_no_token_on_rest_and_mcp(
+    alice: Any, issue: Any, scoped: Tool
+) -> None:
+    """RFC 6750's form-encoded body parameter is refused too: the body is not read for a
+    token (DOT did, through the JSON-only parsers, and answered 415 from authentication)."""
+    value = issue(alice, "orders:write")
+    form = {"access_token": value, "operationId": key()}
+    for response in (DjangoClient().post(MCP, data=form),  # multipart, as a form posts it
+                     DjangoClient().post(MCP, data=f"access_token={value}",
+                                         content_type="application/x-www-form-urlencoded"),
+                     DjangoClient().generic("GET", "/agent/tools/", f"access_token={value}",
+                                            content_type="application/x-www-form-urlencoded")):
+        assert response.status_code == 401, response.content
+        assert challenge(response) == {"resource_metadata": PRM}
+    call = DjangoClient().post(f"/agent/tools/{scoped.name}/", data=form)
+    assert call.status_code == 415  # JSON only, whoever sends it
+    assert scoped.handler.count == 0  # type: ignore[attr-defined]
+
+
+def test_a_query_token_does_not_stand_in_for_the_session_or_the_static_token(
+    alice: Any, bob: Any, issue: Any, scoped: Tool, session_client_for: Any
+) -> None:
+    """Alice's session (or her Token header) stays Alice with Bob's token in the URL."""
+    other = issue(bob, "demo:read")  # would hide ``scoped``: it needs orders:write
+    browser = session_client_for(alice)
+    page = browser.get(f"/agent/tools/?access_token={other}")
+    assert page.status_code == 200
+    assert scoped.name in {t["name"] for t in page.json()["tools"]}  # Alice, no scope filter
+    mcp = _mcp_list(browser, f"?access_token={other}")
+    assert scoped.name in {t["name"] for t in mcp.json()["result"]["tools"]}
+    token = Token.objects.create(user=alice)
+    static = DjangoClient(headers={"Authorization": f"Token {token.key}"})
+    response = static.get(f"/agent/tools/?access_token={other}")
+    assert scoped.name in {t["name"] for t in response.json()["tools"]}
+
+
 # -- scopes ----------------------------------------------------------------------------------------
 def test_a_token_without_the_tools_scope_does_not_list_it(
     alice: Any, issue: Any, scoped: Tool
@@ -258,6 +323,77 @@ def test_scope_per_app_maps_reads_and_writes(settings: Any, user_factory: Any,
     writer = listed(bearer(issue(customer, "demo:read demo:write")))
     assert "list_orders" in reader and "cancel_order" not in reader
     assert {"list_orders", "cancel_order"} <= writer
+
+
+def test_scope_per_app_scopes_derived_tools_by_the_app_that_declares_them(
+    user_factory: Any, issue: Any
+) -> None:
+    """Issue 25 item 5: the demo's serializer, type-hint and viewset tools need ``demo:``.
+
+    They were scoped ``guarded_tools:read/write``, the app of the wrapper that replaced
+    their handler, so a ``demo:read`` token could neither list nor call ``count_orders``.
+    """
+    customer = user_factory("customer", perms=("demo.view_order", "demo.add_order",
+                                               "demo.delete_order"))
+    order = Order.objects.create(number="S-1", customer=customer, total="1.00")
+    reader = bearer(issue(customer, "demo:read"))
+    names = listed(reader)
+    assert {"count_orders", "order_list", "order_retrieve"} <= names  # type hints, viewset
+    assert not {"note_order", "order_create", "order_destroy"} & names  # serializer, viewset
+    counted = call(reader, "count_orders", {"status": "open"})
+    assert counted.status_code == 200, counted.content
+    assert counted.json()["result"]["structuredContent"] == {"count": 1}
+    rest = reader.post("/agent/tools/count_orders/", data={}, content_type="application/json")
+    assert rest.status_code == 200 and rest.json()["output"] == {"count": 1}, rest.content
+    note = {"operationId": key(), "order": order.pk, "text": "Ring twice."}
+    refused = call(reader, "note_order", note)
+    assert refused.status_code == 403
+    assert challenge(refused)["scope"] == "demo:read demo:write"  # not guarded_tools:write
+    writer = bearer(issue(customer, "demo:read demo:write"))
+    assert {"note_order", "order_create", "order_destroy"} <= listed(writer)
+    noted = writer.post("/agent/tools/note_order/", data=note, content_type="application/json")
+    assert noted.status_code == 200, noted.content
+    assert noted.json()["output"]["text"] == "Ring twice."
+    assert "count_orders" not in listed(bearer(issue(customer, "guarded_tools:read")))
+
+
+def test_scope_per_app_scopes_pydantic_tools_and_plain_views_by_their_module(
+    user_factory: Any, issue: Any, make_tool: Callable[..., Tool]
+) -> None:
+    """A Pydantic input and a published plain view, declared in the demo app's module."""
+    from django.http import JsonResponse
+    from pydantic import BaseModel
+
+    from guarded_tools.registry import registry
+    from guarded_tools.viewsets import guarded_view
+
+    class Lookup(BaseModel):
+        number: str
+
+    def find(lookup: Lookup, ctx: Any) -> dict[str, Any]:
+        return {"number": lookup.number}
+
+    def peek(request: Any) -> JsonResponse:
+        return JsonResponse({"seen": True})
+
+    for function in (find, peek):  # as if written in project/demo/tools.py
+        function.__module__ = "project.demo.tools"
+    modelled = make_tool(find, input=Lookup, input_schema={"type": "object"}, read_only=True,
+                         idempotency_key=None)
+    viewed = guarded_view(peek, name="t_peek_view", method="get", input_schema={
+        "type": "object", "properties": {}, "additionalProperties": False})
+    try:
+        customer = user_factory("customer")
+        reader = bearer(issue(customer, "demo:read"))
+        assert {modelled.name, viewed.name} <= listed(reader)
+        response = call(reader, modelled.name, {"number": "S-1"})
+        assert response.json()["result"]["structuredContent"] == {"number": "S-1"}
+        assert call(reader, viewed.name, {}).json()["result"]["structuredContent"] == {
+            "seen": True}
+        assert not {modelled.name, viewed.name} & listed(
+            bearer(issue(customer, "guarded_tools:read")))
+    finally:
+        registry.unregister(viewed.name)
 
 
 def test_static_tokens_and_sessions_still_work(alice: Any, scoped: Tool) -> None:
