@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import uuid
-from datetime import timedelta
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
