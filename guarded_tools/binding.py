@@ -17,11 +17,24 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
-from guarded_tools.exceptions import ToolError, _issue_fields
+from django.utils.text import capfirst
+
+from guarded_tools.exceptions import BUILTIN, ToolError, _issue_fields
 from guarded_tools.repair import Repair
 from guarded_tools.validation import safe_path
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+#: Where a camelCase name starts a word: ``operationId``, ``HTTPStatus``.
+_HUMP = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+
+
+def field_title(name: str) -> str:
+    """A field's title from its name, as Django's verbose names read: words split at
+    ``_`` and at camelCase humps, lowercase, the first letter capitalised, so that
+    ``operationId`` and ``operation_id`` both read "Operation id" (DRF's own default,
+    ``name.replace("_", " ").capitalize()``, gives "Operationid")."""
+    words = _HUMP.sub(" ", name).replace("_", " ").split()
+    return str(capfirst(" ".join(words).lower())) or name
 
 #: What a validation error code says, written here (trusted), never taken from the
 #: error's own text (DRF's and Pydantic's messages quote the value that was sent).
@@ -75,18 +88,25 @@ class InputRejected(ToolError):
     """``invalid_input`` from a serializer's, a model's or a view's own validation.
 
     It comes after the claim, before any effect: the claim is released (a ``ToolError``
-    with an empty journal), so the repaired retry with the same key runs.
+    with an empty journal), so the repaired retry with the same key runs. It carries the
+    catalog's ``invalid_input`` entry (why, fix, link, their keyless wording), as the
+    guard's own schema refusal does: an agent reads one ``invalid_input``, whoever wrote
+    the tool's validation.
     """
 
     error_type = "validation_error"
 
     def __init__(self, issues: list[dict[str, Any]], message: str | None = None) -> None:
+        entry = BUILTIN["invalid_input"]
         super().__init__(
-            "invalid_input",
+            entry.code,
             message or _summary(issues),
             retry="after_repair",
             repair=Repair(action="change_input", fields=_issue_fields(issues)),
-            status=422,
+            status=entry.status,
+            why=entry.why,
+            fix=entry.fix,
+            link=entry.link,
         )
         self.issues = issues
         self.extra["issues"] = issues

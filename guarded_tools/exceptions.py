@@ -54,14 +54,16 @@ BUILTIN = GuardCatalog(
             "status": 422,
             "retry": "after_repair",
             "message": "The input does not match the tool's input schema.",
-            "why": "The guard validates every call against the tool's JSON Schema before"
+            "why": "The guard validates every call against the tool's JSON Schema, then"
+            " against its serializer's or model's own validation where it has one, before"
             " anything runs; nothing was executed and the idempotency key was not used.",
             "fix": "Correct the fields listed in `issues` (read the tool's inputSchema from"
             " {tool_list}) and call again; keep your idempotency key unless a listed field"
             " holds it.",
             "link": "#invalid_input",
             "keyless": {
-                "why": "The guard validates every call against the tool's JSON Schema before"
+                "why": "The guard validates every call against the tool's JSON Schema, then"
+                " against its serializer's or model's own validation where it has one, before"
                 " anything runs; nothing was executed.",
                 "fix": "Correct the fields listed in `issues` (read the tool's inputSchema"
                 " from {tool_list}) and call again.",

@@ -9,13 +9,17 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+from urllib.parse import urlencode
 
-from django.urls import include, path, reverse
+from django.conf import settings
+from django.shortcuts import resolve_url
+from django.urls import NoReverseMatch, include, path, reverse
 from drf_spectacular.extensions import OpenApiViewExtension
 from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 
+from guarded_tools import hosts
 from guarded_tools.conf import gt_settings
 from guarded_tools.registry import Tool
 
@@ -168,6 +172,44 @@ def tool_operation(definition: Tool) -> dict[str, Any]:
     return operation
 
 
+DESCRIPTION = "Agent-callable tools; every call is guarded. Errors carry a repair plan."
+
+
+def login_link(request: Request) -> str:
+    """The site's ``LOGIN_URL``, back to ``docs/`` afterwards; "" when it does not resolve."""
+    try:
+        login = resolve_url(settings.LOGIN_URL)
+        docs = hosts.app_path(request, "docs")
+    except NoReverseMatch:
+        return ""
+    return f"{login}?{urlencode({'next': docs})}"
+
+
+def caller_note(request: Request, count: int) -> str:
+    """Whose tools the document lists, and how to see another caller's (Markdown: Swagger
+    UI shows it at the top of ``docs/``). An anonymous caller is told why it sees no
+    tool, and how to authenticate."""
+    user = request.user
+    if user is None or not user.is_authenticated:
+        login = login_link(request)
+        how = f"[log in]({login})" if login else "log in"
+        return (
+            "**No tools are listed: you are not signed in.** This list depends on who calls:"
+            " it shows only the tools the caller may call. To see yours, " + how + " to this"
+            " site and reload this page; an agent sends its own credentials (its"
+            " `Authorization` header, as on a tool call) with `GET openapi.json` or"
+            " `GET tools/`."
+        )
+    name = str(user.get_username()).replace("`", "")
+    tools = f"{count} tool" if count == 1 else f"{count} tools"
+    if count == 0:
+        tools = "no tools"
+    return (
+        f"**Signed in as `{name}`: this list shows the {tools} `{name}` may call.** It depends"
+        " on who calls: another account, or an agent with its own credentials, sees its own."
+    )
+
+
 def build_document(request: Request, tools: list[Tool]) -> dict[str, Any]:
     """The site's guarded_tools endpoints, one path per tool the caller may call."""
     from guarded_tools import urls as tool_urls
@@ -176,7 +218,7 @@ def build_document(request: Request, tools: list[Tool]) -> dict[str, Any]:
     patterns = [path(prefix, include(tool_urls.rest_urlpatterns))]
     generator = SchemaGenerator(
         patterns=patterns, title=gt_settings.SERVER_NAME, version="1",
-        description="Agent-callable tools; every call is guarded. Errors carry a repair plan.",
+        description=DESCRIPTION,
     )
     document: dict[str, Any] = generator.get_schema(request=request, public=True)
     paths = document.setdefault("paths", {})
@@ -191,4 +233,7 @@ def build_document(request: Request, tools: list[Tool]) -> dict[str, Any]:
         llms["responses"]["200"]["content"] = {"text/plain": {"schema": {"type": "string"}}}
     document.setdefault("components", {}).setdefault("schemas", {})["GuardedToolsError"] = ERROR
     document["openapi"] = "3.1.0"
+    info = document.setdefault("info", {})  # the site's SPECTACULAR_SETTINGS description first
+    info["description"] = "\n\n".join(
+        text for text in (info.get("description"), caller_note(request, len(tools))) if text)
     return document

@@ -8,10 +8,11 @@ issues from their ``loc`` and ``type`` (Pydantic's messages quote the input: nev
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from guarded_tools.binding import InputRejected, inline_defs, issue
+from guarded_tools.binding import InputRejected, field_title, inline_defs, issue
 
 
 def is_model(spec: Any) -> bool:
@@ -40,13 +41,28 @@ def issues_from(exc: Any, known: frozenset[str]) -> list[dict[str, Any]]:
     return [issue(error.get("loc", ()), error.get("type", "invalid"), known) for error in errors]
 
 
+@functools.cache
+def titled_generator() -> Any:
+    """Pydantic's JSON Schema generator, with a field's default title (one the model
+    does not set) humanised as every derived title is (:func:`field_title`), not
+    Pydantic's ``name.title()`` ("Operationid")."""
+    from pydantic.json_schema import GenerateJsonSchema
+
+    class TitledJsonSchema(GenerateJsonSchema):
+        def get_title_from_name(self, name: str) -> str:
+            return field_title(name)
+
+    return TitledJsonSchema
+
+
 class ModelBinding:
     """A Pydantic model class as a tool's input (the instance) or output (its JSON dump)."""
 
     def __init__(self, model: Any) -> None:
         self.model = model
         self.problems: tuple[str, ...] = ()
-        self.schema: dict[str, Any] = inline_defs(closed(model.model_json_schema()))
+        self.schema: dict[str, Any] = inline_defs(closed(model.model_json_schema(
+            schema_generator=titled_generator())))
 
     def bind(self, input: Mapping[str, Any], ctx: Any, known: frozenset[str]) -> Any:
         from pydantic import ValidationError

@@ -20,7 +20,7 @@ from typing import Any
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
-from guarded_tools.binding import InputRejected, inline_defs, issue
+from guarded_tools.binding import InputRejected, field_title, inline_defs, issue
 
 _REF = "#/components/schemas/"
 
@@ -130,7 +130,11 @@ def json_schema(
 
 
 def _titled(schema: dict[str, Any], serializer: Any) -> dict[str, Any]:
-    """Each field's ``label`` as its property's ``title`` (drf-spectacular leaves it out)."""
+    """Each field's ``label`` as its property's ``title`` (drf-spectacular leaves it out).
+
+    A label DRF made up from the name (no ``label=`` given) is the name humanised as
+    every derived title is (:func:`field_title`): ``operationId`` reads "Operation id".
+    """
     fields = getattr(serializer, "fields", None)
     properties = schema.get("properties")
     if not isinstance(fields, Mapping) or not isinstance(properties, dict):
@@ -138,8 +142,13 @@ def _titled(schema: dict[str, Any], serializer: Any) -> dict[str, Any]:
     for name, field in fields.items():
         label = getattr(field, "label", None)
         if name in properties and label and isinstance(properties[name], dict):
-            properties[name].setdefault("title", str(label))
+            properties[name].setdefault("title", _label_title(name, str(label)))
     return schema
+
+
+def _label_title(name: str, label: str) -> str:
+    """``label``, unless it is DRF's default for ``name`` (``Field.bind``'s rule)."""
+    return field_title(name) if label == name.replace("_", " ").capitalize() else label
 
 
 def _problem(warning: str) -> str:

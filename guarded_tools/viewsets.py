@@ -39,7 +39,7 @@ from rest_framework import permissions, viewsets
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
-from guarded_tools.binding import InputRejected, issue
+from guarded_tools.binding import InputRejected, field_title, issue
 from guarded_tools.catalog import ErrorCatalog
 from guarded_tools.exceptions import AuthorizationError, NotAuthenticated, RateLimited
 from guarded_tools.registry import Tool, ToolRegistry
@@ -51,13 +51,19 @@ logger = logging.getLogger("guarded_tools")
 VIEW_ERRORS = ErrorCatalog(
     "guarded_tools.views",
     {
+        # Nothing ran and the claim was released: the call with the right object's id
+        # (the same idempotency key) runs, so the retry policy says what the fix says.
         "object_not_found": {
             "status": 404,
-            "retry": "never",
+            "retry": "after_repair",
             "message": "The object does not exist, or you cannot see it.",
-            "why": "The view found no object with that key among the objects it shows you.",
-            "fix": "Call the list tool of the same kind to find the object's key, then retry.",
+            "why": "The view found no object with that id among the objects it shows you;"
+            " nothing ran.",
+            "fix": "Call the list tool of the same kind to find the object's id, then call"
+            " again with it.",
             "link": "#object_not_found",
+            "repair": {"action": "change_input", "instruction": "Find the object's id with"
+                       " the list tool of the same kind and call again with it."},
         },
         "view_refused": {
             "status": 409,
@@ -102,7 +108,7 @@ def _lookup_schema(viewset: type[viewsets.GenericViewSet]) -> tuple[str, dict[st
         return name, {"type": "integer", "minimum": 1 if "Auto" in kind else -(2**63),
                       "title": "Id", "description": "The object's id, as the list tool shows."}
     schema: dict[str, Any] = {"type": "string", "minLength": 1, "maxLength": 255,
-                              "title": name.capitalize(), "description": "The object's key."}
+                              "title": field_title(name), "description": "The object's key."}
     if kind == "UUIDField":
         schema["format"] = "uuid"
     return name, schema

@@ -45,3 +45,27 @@ def test_docs_render_every_tool_from_packaged_assets(page: Any, staff: Any,
     page.locator(f"#operations-tools-call_{first.name} .opblock-summary").first.click()
     expect(page.locator(f"#operations-tools-call_{first.name} .opblock-body")).to_be_visible()
     assert elsewhere == []
+
+
+def test_docs_tell_an_anonymous_caller_why_no_tool_shows_and_how_to_see_theirs(
+    page: Any, user_factory: Any, live_server: Any
+) -> None:
+    """Anonymous, the page lists no tool and says the list depends on who calls, with a
+    way to sign in; its link logs in and comes back to a page listing that user's tools."""
+    user_factory("dora")
+    page.goto("/agent/docs/")
+    note = page.locator(".swagger-ui .info .description")
+    expect(note).to_contain_text("No tools are listed: you are not signed in.")
+    expect(note).to_contain_text("This list depends on who calls")
+    expect(page.locator("[id^=operations-tools-call_]")).to_have_count(0)
+    screenshot(page, "docs-anonymous.png")
+    link = note.get_by_role("link", name="log in")  # Swagger UI opens it in a new tab
+    assert link.get_attribute("href") == "/accounts/login/?next=%2Fagent%2Fdocs%2F"
+    page.goto(link.get_attribute("href"))
+    page.fill("#id_username", "dora")
+    page.fill("#id_password", "pw")
+    page.get_by_role("button", name="Log in").click()
+    expect(page).to_have_url(f"{live_server.url}/agent/docs/")
+    expect(note).to_contain_text("Signed in as dora: this list shows the")
+    expect(page.locator("[id^=operations-tools-call_]").first).to_be_visible()
+    screenshot(page, "docs-signed-in.png")

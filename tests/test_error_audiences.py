@@ -12,6 +12,7 @@ from unittest import mock
 import pytest
 from django.http import Http404
 from rest_framework import exceptions as drf
+from rest_framework import serializers
 from rest_framework.test import APIClient
 
 from guarded_tools import exceptions as exc
@@ -464,3 +465,48 @@ def test_an_application_catalog_entry_is_worded_for_its_audience_too(
     assert_fits(second, code, "rest", "keyless")
     assert second["why"] == "Another booking got it first; nothing was booked."
     assert second["fix"] == "List the slots again and book a free one."
+
+
+# -- derived tools read as hand-written ones ---------------------------------------------------
+
+
+class Refusing(serializers.Serializer):
+    """A serializer whose own validation refuses ``n`` = 13 (the schema lets it through)."""
+
+    operationId = serializers.CharField(required=False)
+    n = serializers.IntegerField()
+
+    def validate_n(self, value: int) -> int:
+        if value == 13:
+            raise serializers.ValidationError("unlucky", code="invalid")
+        return value
+
+
+@pytest.mark.parametrize("transport", ["rest", "mcp"])
+@pytest.mark.parametrize("keyed", [True, False], ids=["keyed", "keyless"])
+def test_a_serializer_tools_invalid_input_has_the_catalogs_why_fix_and_link(
+    keyed: bool, transport: str, make_tool: Any, alice: Any, client_for: Any
+) -> None:
+    options: dict[str, Any] = {} if keyed else {"read_only": True, "idempotency_key": None}
+    derived = make_tool(input=Refusing, input_schema={"type": "object"}, **options)
+    schema = {"type": "object", "properties": {"operationId": {"type": "string"},
+                                               "n": {"type": "integer"}}}
+    written = make_tool(input_schema=schema, **options)
+    client = client_for(alice)
+
+    def call(definition: Tool, n: Any) -> dict[str, Any]:
+        body = {"operationId": key(), "n": n} if keyed else {"n": n}
+        if transport == "rest":
+            response = client.post(f"/agent/tools/{definition.name}/", body, format="json")
+            assert response.status_code == 422
+            return dict(response.json()["error"])
+        return mcp_error(mcp_post(client, "tools/call",
+                                  {"name": definition.name, "arguments": body}))
+
+    theirs, ours = call(written, "x"), call(derived, 13)  # the schema's, the serializer's
+    assert_fits(ours, "invalid_input", transport, "keyed" if keyed else "keyless")
+    assert ours["issues"] == [{"path": ["n"], "keyword": "invalid", "message": "is not valid"}]
+    for name in ("why", "fix", "link", "retry", "type"):
+        assert ours.get(name) and ours.get(name) == theirs.get(name), (name, ours, theirs)
+    assert ours["repair"]["action"] == theirs["repair"]["action"] == "change_input"
+    assert "unlucky" not in json.dumps(ours)

@@ -42,6 +42,33 @@ def test_the_document_lists_only_callable_tools(alice: Any, client_for: Any) -> 
     assert "/agent/tools/send_payment/" not in paths  # needs demo.add_ledgerentry
 
 
+@pytest.mark.django_db
+def test_the_document_says_whose_tools_it_lists_and_how_to_see_yours(
+    alice: Any, session_client_for: Any
+) -> None:
+    """Anonymous: no tools, and why (the list depends on who calls) and how to
+    authenticate; by token or session: the tools that caller may call, and whose."""
+    from rest_framework.test import APIClient
+
+    anonymous = APIClient().get("/agent/openapi.json").json()
+    assert [p for p in anonymous["paths"] if p.startswith("/agent/tools/")
+            and "{" not in p and p != "/agent/tools/"] == []
+    note = anonymous["info"]["description"]
+    assert "you are not signed in" in note and "depends on who calls" in note, note
+    assert "[log in](/accounts/login/?next=%2Fagent%2Fdocs%2F)" in note, note  # LOGIN_URL
+    assert "`Authorization` header" in note and "`GET tools/`" in note
+    token = APIClient()
+    token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+    for client in (token, session_client_for(alice)):
+        document = client.get("/agent/openapi.json").json()
+        count = len([p for p in document["paths"] if p.startswith("/agent/tools/")
+                     and "{" not in p and p != "/agent/tools/"])
+        assert count > 0
+        note = document["info"]["description"]
+        assert f"this list shows the {count} tools `alice` may call" in note, note
+        assert "depends on who calls" in note and "not signed in" not in note
+
+
 SIDECAR = "/static/drf_spectacular_sidecar/swagger-ui-dist/"
 
 

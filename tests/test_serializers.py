@@ -409,3 +409,36 @@ def test_an_effect_only_call_the_serializer_refuses_asks_nobody(
     assert done.status_code == 200, done.json()
     assert done.json()["output"] == {"order": order.pk, "text": "fine"}
     assert len(seen) == 1 and seen[0]["order"] == order  # validated_data: the object itself
+
+
+@pytest.mark.django_db
+def test_derived_titles_are_humanised_as_a_hand_written_tools_read(
+    shipment_tool: Any, make_tool: Any, alice: Any, client_for: Any
+) -> None:
+    """``operationId`` reads "Operation id" (as the demo's hand-written schemas say it),
+    whether the schema comes from a serializer, a Pydantic model or type hints; a
+    ``label=`` or a model's own title is kept."""
+    from pydantic import BaseModel, Field
+
+    class Move(BaseModel):
+        operationId: str
+        sourceAccountId: int = Field(title="From account")
+        order_id: int
+
+    def hinted(operationId: str, orderId: int, *, ctx: Any) -> dict[str, Any]:
+        return {}
+
+    serialized, _ = shipment_tool
+    modelled = make_tool(input=Move, input_schema={"type": "object"})
+    typed = make_tool(hinted, input_schema={"type": "object"})
+    listed = client_for(alice).get("/agent/tools/").json()["tools"]
+    titles = {t["name"]: {name: spec.get("title") for name, spec in
+                          t["inputSchema"]["properties"].items()} for t in listed}
+    assert titles[serialized.name]["operationId"] == "Operation id"
+    assert titles[serialized.name]["speed"] == "Speed"
+    assert titles[modelled.name] == {"operationId": "Operation id",
+                                     "sourceAccountId": "From account", "order_id": "Order id"}
+    assert titles[typed.name] == {"operationId": "Operation id", "orderId": "Order id"}
+    assert serialized.input_schema["properties"]["lines"]["items"]["properties"]["sku"][
+        "title"] == "SKU"  # a label= is the author's
+    assert titles["order_retrieve"]["pk"] == "Id"

@@ -612,3 +612,39 @@ def test_an_effect_only_view_call_its_serializer_refuses_asks_nobody(
     assert done.status_code == 200, done.json()
     assert Order.objects.get(number="E-2").customer == editor
     assert not Order.objects.filter(customer=bob).exclude(number="B-2").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("transport", ["rest", "mcp"])
+def test_object_not_found_says_one_thing_and_its_repaired_retry_runs(
+    published: None, transport: str, carol: Any, bob: Any
+) -> None:
+    """Its retry policy and its fix agree (find the right object, call again), and the
+    call they describe runs: the refusal released the key."""
+    from tests.test_error_audiences import assert_fits, mcp_error, mcp_post
+
+    mine = Order.objects.create(number="N-1", customer=carol, total="1.00")
+    theirs = Order.objects.create(number="N-2", customer=bob, total="1.00")
+    client = token_client(carol)
+
+    def refused(name: str, body: dict[str, Any]) -> dict[str, Any]:
+        if transport == "mcp":
+            return mcp_error(mcp_post(client, "tools/call", {"name": name, "arguments": body}))
+        response = call(client, name, body)
+        assert response.status_code == 404, response.json()
+        return dict(response.json()["error"])
+
+    k = key()
+    keyed = refused("rename_order", {"operationId": k, "pk": theirs.pk, "number": "MINE"})
+    keyless = refused("order_retrieve", {"pk": theirs.pk})
+    for error, where in ((keyed, "keyed"), (keyless, "keyless")):
+        assert_fits(error, "object_not_found", transport, where)
+        assert error["retry"] == "after_repair", error
+        assert "Do not retry" not in error["message"], error
+        assert error["repair"]["action"] == "change_input"
+        assert error["link"].endswith("#object_not_found")
+    assert "with the same idempotency key" in keyed["message"]
+    done = call(client, "rename_order", {"operationId": k, "pk": mine.pk, "number": "MINE"})
+    assert done.status_code == 200, done.json()  # the same key, repaired: it runs
+    assert Order.objects.get(pk=mine.pk).number == "MINE"
+    assert Order.objects.get(pk=theirs.pk).number == "N-2"
