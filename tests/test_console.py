@@ -535,3 +535,35 @@ def test_demo_incidents_give_an_operator_something_to_reconcile_and_to_recover(
     assert sweep().released == 1  # no ledger row: proven not run, the key is fresh again
     assert Operation.objects.filter(state="released").count() == 1
     assert not LedgerEntry.objects.exists()
+
+
+LINKS = {"js": "javascript:alert(document.cookie)", "spaced": " JaVaScRiPt:alert(1)",
+         "tabbed": "java\tscript:alert(1)", "data": "data:text/html,<script>alert(1)</script>",
+         "web": "https://crm.example/customers/7?tab=1", "site": "/admin/demo/account/"}
+
+
+def test_only_http_and_relative_links_of_a_present_hook_reach_the_approvers_page(
+        user_factory: Any, requester: Any, client_for: Any, make_tool: Any) -> None:
+    """Issue 25, item 12: a ``present`` hook's ``javascript:`` link rendered as
+    ``<a href="javascript:…">`` on the approver's page, one click from running in a staff
+    session. Only http(s) and relative links are links now; the others are plain text."""
+    properties = {name: {"type": "string", "title": name.title()} for name in LINKS}
+    definition = make_tool(
+        confirm="always",
+        input_schema={"type": "object",
+                      "properties": {"operationId": {"type": "string"}, **properties}},
+        present=lambda input, user: {"fields": {
+            name: (f"shown {name}", url) for name, url in LINKS.items()}})
+    assert ask(client_for, requester, definition, **dict.fromkeys(LINKS, "x")).status_code == 202
+    confirmation = Confirmation.objects.get()
+    page = staff_client(user_factory, *APPROVER).get(
+        f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    for name in LINKS:
+        assert f"shown {name}" in page  # every field still shown
+    hrefs = page.split('data-testid="field-')
+    for name in ("js", "spaced", "tabbed", "data"):
+        cell = next(h for h in hrefs if h.startswith(f'{name}"')).split("</td>")[0]
+        assert "<a " not in cell, cell
+    assert "javascript:" not in page.lower() and "data:text/html" not in page
+    assert 'href="https://crm.example/customers/7?tab=1"' in page
+    assert 'href="/admin/demo/account/"' in page
