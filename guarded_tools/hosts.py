@@ -146,3 +146,26 @@ def absolute_url(request: Any, path: str) -> str:
     """``path`` on this site: absolute for a Host the site owns, else left relative,
     so that a link never names a host the request chose."""
     return str(request.build_absolute_uri(path)) if owns_host(request) else path
+
+
+def base_url_problem(base: Any) -> str | None:
+    """Why ``base`` cannot start an absolute link (``CONSOLE_BASE_URL``), or None."""
+    try:
+        parts = urlsplit(str(base))
+    except ValueError:
+        return "it is not a URL"
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "it is not an absolute http(s) URL with a host, such as https://ops.example.com"
+    if parts.query or parts.fragment or "@" in parts.netloc:
+        return "it has a query, a fragment or credentials"
+    return None
+
+
+def site_url(path: str) -> str | None:
+    """``path`` on the site as ``CONSOLE_BASE_URL`` names it (for links read away from any
+    request, as in emails), or None when the site names no base: never a relative link,
+    never a Host some request chose."""
+    base = gt_settings.CONSOLE_BASE_URL
+    if not base or base_url_problem(base) is not None:
+        return None
+    return str(base).rstrip("/") + path
