@@ -9,6 +9,7 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
+from guarded_tools import hosts
 from guarded_tools.conf import DEFAULTS, REMOVED, gt_settings
 
 POSITIVE_INTS = (
@@ -110,6 +111,35 @@ def check_step_up() -> list[checks.CheckMessage]:
         " and verify(request, confirmation) -> label; the default is"
         " 'guarded_tools.consent.PasswordStepUp'.",
         id="guarded_tools.E012",
+    )]
+
+
+@checks.register(checks.Tags.compatibility)
+def check_links(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """The host approvers' emails link to: named, absolute, or the emails carry no link."""
+    user = getattr(settings, "GUARDED_TOOLS", {}) or {}
+    if not isinstance(user, dict):
+        return []  # E001 says so
+    base = user.get("CONSOLE_BASE_URL", DEFAULTS["CONSOLE_BASE_URL"])
+    if base:
+        problem = hosts.base_url_problem(base)
+        return [] if problem is None else [checks.Error(
+            f"GUARDED_TOOLS['CONSOLE_BASE_URL'] cannot start a link: {problem}.",
+            hint="Set it to the address people open the site at, such as"
+            " 'https://ops.example.com'; until then approvers' emails carry no link.",
+            id="guarded_tools.E013",
+        )]
+    notify = user.get("CONFIRMATION_NOTIFY_EMAIL", DEFAULTS["CONFIRMATION_NOTIFY_EMAIL"])
+    if not notify or not apps.is_installed("django.contrib.admin"):
+        return []
+    return [checks.Warning(
+        "Approvers' emails carry no link to the request: GUARDED_TOOLS['CONSOLE_BASE_URL']"
+        " is not set.",
+        hint="Set it to the address people open the admin's site at, such as"
+        " 'https://ops.example.com' (a link in an email must be absolute, and the Host of"
+        " an agent's request is not the site's to give). Without it the email says where"
+        " to find the request in the admin.",
+        id="guarded_tools.W013",
     )]
 
 

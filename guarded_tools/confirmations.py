@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from guarded_tools import signals
+from guarded_tools import hosts, signals
 from guarded_tools.conf import gt_settings
 from guarded_tools.exceptions import (
     AuthorizationError,
@@ -292,15 +292,27 @@ def notify_approvers(confirmation: Confirmation) -> int:
         if not recipients:
             return 0
         summary = requested_summary(confirmation)
-        link = gt_settings.CONSOLE_BASE_URL.rstrip("/") + path
         who = confirmation.requester
         body = (f"{summary}\n\nRequested by {who} through {confirmation.tool}; it waits"
-                f" until {timestamp(confirmation.expires_at)}.\n\nDecide on its page: {link}\n")
+                f" until {timestamp(confirmation.expires_at)}.\n\n{_where(confirmation, path)}\n")
         subject = f"Approval requested: {summary}"[:150]
         return send_mass_mail([(subject, body, None, [email]) for email in recipients])
     except Exception:
         logger.exception("could not email approvers about confirmation %s", confirmation.pk)
         return 0
+
+
+def _where(confirmation: Confirmation, path: str) -> str:
+    """Where an approver decides: an absolute link on the host the site names
+    (``CONSOLE_BASE_URL``), else directions in the admin (a relative link opens nothing)."""
+    link = hosts.site_url(path)
+    if link is not None:
+        return f"Decide on its page: {link}"
+    from django.apps import apps
+
+    place = (f"{apps.get_app_config('guarded_tools').verbose_name} >"
+             f" {confirmation._meta.verbose_name_plural}".title())
+    return f"Decide on its page in the Django admin: {place}, request {confirmation.pk}."
 
 
 def retry_after() -> int:

@@ -21,6 +21,9 @@ import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from django.utils.http import url_has_allowed_host_and_scheme
 
 if TYPE_CHECKING:
     from guarded_tools.registry import Tool
@@ -59,6 +62,21 @@ class Presentation:
 def _bounded(text: str, limit: int) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def safe_link(url: Any) -> str:
+    """``url`` if a page may link to it: http(s) or relative, as the admin links; else "".
+
+    A ``present`` hook's link reaches an approver's page, where ``javascript:`` (or
+    ``data:``, ``vbscript:`` …) would run in their session.
+    """
+    text = str(url or "").strip()
+    try:
+        netloc = urlsplit(text).netloc
+    except ValueError:
+        return ""
+    # Its own host allowed: any http(s) site may be linked, no other scheme.
+    return text if url_has_allowed_host_and_scheme(text, allowed_hosts={netloc}) else ""
 
 
 def plain(value: Any) -> str:
@@ -132,7 +150,7 @@ def present_request(subject: Any, input: Any, user: Any = None, *,
         text, url = (shown if isinstance(shown, tuple) and len(shown) == 2
                      else (shown, "") if shown is not None else (plain(data[name]), ""))
         fields.append(Field(name=name, title=str(spec.get("title") or name),
-                            text=_bounded(str(text), FIELD_MAX_CHARS), url=str(url or ""),
+                            text=_bounded(str(text), FIELD_MAX_CHARS), url=safe_link(url),
                             resolved=shown is not None))
     frozen = tuple(fields)
     summary = _summary(definition, data, user, presented, frozen, hooks)
@@ -154,4 +172,5 @@ def requested_summary(confirmation: Any) -> str:
     return confirmation.summary or summarize(confirmation, confirmation.input, hooks=False)
 
 
-__all__ = ["Field", "Presentation", "present_request", "requested_summary", "summarize"]
+__all__ = ["Field", "Presentation", "present_request", "requested_summary", "safe_link",
+           "summarize"]

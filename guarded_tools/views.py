@@ -17,6 +17,7 @@ from django.shortcuts import render
 from django.templatetags.static import static
 from django.urls import Resolver404, resolve
 from django.utils.decorators import method_decorator
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 from rest_framework.exceptions import NotAcceptable
 from rest_framework.negotiation import DefaultContentNegotiation
@@ -448,7 +449,8 @@ class NotFoundView(GuardedAPIView):
 
 
 def _site_page_with_slash(request: HttpRequest) -> str | None:
-    """Where ``APPEND_SLASH`` would have sent this GET, when that is not an agent path."""
+    """Where ``APPEND_SLASH`` would have sent this GET, when that is not an agent path
+    and stays on this site: ``//evil.example`` is answered, never sent to that host."""
     if (not settings.APPEND_SLASH or request.method not in ("GET", "HEAD")
             or request.path_info.endswith("/")):
         return None
@@ -458,4 +460,6 @@ def _site_page_with_slash(request: HttpRequest) -> str | None:
         return None
     if getattr(match.func, "view_class", None) is NotFoundView:
         return None
-    return request.get_full_path(force_append_slash=True)
+    location = request.get_full_path(force_append_slash=True)
+    # A path that reads as scheme-relative (``//host/``) would leave the site.
+    return location if url_has_allowed_host_and_scheme(location, allowed_hosts=None) else None

@@ -143,6 +143,8 @@ GUARDED_TOOLS = {
     if OAUTH_INSTALLED and os.environ.get("GT_OAUTH", "0") == "1" else [],
     "OAUTH_DEFAULT_SCOPES": "guarded_tools.oauth.scope_per_app",
     "OBSERVERS": ["guarded_tools.otel.observe"] if TELEMETRY else [],
+    # Where approvers' emails link to (the address the demo is opened at).
+    "CONSOLE_BASE_URL": os.environ.get("GT_CONSOLE_BASE_URL", "http://127.0.0.1:8000"),
 }
 
 # django-oauth-toolkit as the authorization server for MCP hosts: authorization code

@@ -176,6 +176,8 @@ def test_worker_emails_the_approvers_of_a_new_request(
     assert sent.findall(log) == ["1"]  # one email, sent once
     printed = log.replace("=\n", "")  # the body's quoted-printable soft line breaks
     assert "To: approver@example.com" in printed and "Approval requested:" in printed
-    assert f"/admin/guarded_tools/confirmation/{confirmation_id}/change/" in printed
+    # Absolute, on the host the demo names (CONSOLE_BASE_URL), as a mail reader opens it.
+    assert (f"Decide on its page: http://127.0.0.1:8000/admin/guarded_tools/confirmation/"
+            f"{confirmation_id}/change/") in printed
     assert mailoutbox == []  # not sent by this (the agent's) process
     assert "Traceback" not in log, log

@@ -81,3 +81,26 @@ def test_atomic_tools_above_read_committed_are_told_they_claim_first(
     assert ids(check_isolation()) == (["guarded_tools.W005"] if warned else [])
     one_transaction(settings, False)  # atomic tools claim first anyway: nothing to say
     assert check_isolation() == []
+
+
+def test_the_host_approvers_emails_link_to_is_named_and_absolute(settings: Any) -> None:
+    """Issue 25, item 14: an email's link is absolute, on the host ``CONSOLE_BASE_URL``
+    names; without it the site is warned (the emails carry no link), and a base that
+    cannot start a link is an error."""
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from guarded_tools.checks import check_links
+
+    settings.GUARDED_TOOLS = {"CONSOLE_BASE_URL": "https://ops.example.com/"}
+    assert check_links() == []
+    settings.GUARDED_TOOLS = {}
+    assert ids(check_links()) == ["guarded_tools.W013"]
+    settings.GUARDED_TOOLS = {"CONFIRMATION_NOTIFY_EMAIL": False}
+    assert check_links() == []  # no emails, no links
+    for base in ("ops.example.com", "/admin", "https://", "javascript:alert(1)",
+                 "https://ops.example.com/?next=x", "https://user@ops.example.com"):
+        settings.GUARDED_TOOLS = {"CONSOLE_BASE_URL": base}
+        assert ids(check_links()) == ["guarded_tools.E013"], base
+    with pytest.raises(SystemCheckError, match=r"guarded_tools\.E013"):
+        call_command("check")

@@ -407,6 +407,38 @@ def test_approvers_are_emailed_a_link_to_the_request_never_a_decision(
     assert "approve" not in mail.body.split("https://")[1]  # a page to decide on, not a GET
 
 
+@pytest.mark.parametrize("auth", ["token", "session"])
+@pytest.mark.parametrize("base", ["", "ops.example.com", "/"])
+def test_without_a_base_the_email_says_where_to_decide_and_links_nowhere(
+        user_factory: Any, session_client_for: Any, refund: Any, mailoutbox: Any,
+        settings: Any, eager_celery: None, django_capture_on_commit_callbacks: Any,
+        auth: str, base: str) -> None:
+    """Issue 25, item 14: with no ``CONSOLE_BASE_URL`` (or one that names no host) the
+    email said "Decide on its page: /admin/…", a link no mail reader opens. It names the
+    admin's page in words instead, and never the Host the agent's request came with."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    settings.ALLOWED_HOSTS = ["*"]
+    settings.GUARDED_TOOLS = {"CONSOLE_BASE_URL": base} if base else {}
+    user_factory("approver", perms=APPROVER, email="approver@example.com")
+    requester = user_factory("asker")
+    if auth == "token":
+        agent = APIClient()
+        agent.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=requester).key}")
+    else:
+        agent = session_client_for(requester)
+    with django_capture_on_commit_callbacks(execute=True):
+        asked = agent.post(f"/agent/tools/{refund.name}/", {"operationId": key(), "amount": "5"},
+                           format="json", HTTP_HOST="rebind.attacker.example")
+    assert asked.status_code == 202, asked.content[:300]
+    confirmation = Confirmation.objects.get()
+    [mail] = mailoutbox
+    assert "attacker" not in mail.body
+    assert f"{CONF_LIST}{confirmation.pk}/change/" not in mail.body  # no relative link
+    assert "Guarded Tools > Confirmations" in mail.body and str(confirmation.pk) in mail.body
+
+
 def test_a_request_decided_before_the_email_task_runs_emails_nobody(
         user_factory: Any, requester: Any, client_for: Any, refund: Any, mailoutbox: Any,
         eager_celery: None, django_capture_on_commit_callbacks: Any) -> None:
@@ -535,3 +567,35 @@ def test_demo_incidents_give_an_operator_something_to_reconcile_and_to_recover(
     assert sweep().released == 1  # no ledger row: proven not run, the key is fresh again
     assert Operation.objects.filter(state="released").count() == 1
     assert not LedgerEntry.objects.exists()
+
+
+LINKS = {"js": "javascript:alert(document.cookie)", "spaced": " JaVaScRiPt:alert(1)",
+         "tabbed": "java\tscript:alert(1)", "data": "data:text/html,<script>alert(1)</script>",
+         "web": "https://crm.example/customers/7?tab=1", "site": "/admin/demo/account/"}
+
+
+def test_only_http_and_relative_links_of_a_present_hook_reach_the_approvers_page(
+        user_factory: Any, requester: Any, client_for: Any, make_tool: Any) -> None:
+    """Issue 25, item 12: a ``present`` hook's ``javascript:`` link rendered as
+    ``<a href="javascript:…">`` on the approver's page, one click from running in a staff
+    session. Only http(s) and relative links are links now; the others are plain text."""
+    properties = {name: {"type": "string", "title": name.title()} for name in LINKS}
+    definition = make_tool(
+        confirm="always",
+        input_schema={"type": "object",
+                      "properties": {"operationId": {"type": "string"}, **properties}},
+        present=lambda input, user: {"fields": {
+            name: (f"shown {name}", url) for name, url in LINKS.items()}})
+    assert ask(client_for, requester, definition, **dict.fromkeys(LINKS, "x")).status_code == 202
+    confirmation = Confirmation.objects.get()
+    page = staff_client(user_factory, *APPROVER).get(
+        f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    for name in LINKS:
+        assert f"shown {name}" in page  # every field still shown
+    hrefs = page.split('data-testid="field-')
+    for name in ("js", "spaced", "tabbed", "data"):
+        cell = next(h for h in hrefs if h.startswith(f'{name}"')).split("</td>")[0]
+        assert "<a " not in cell, cell
+    assert "javascript:" not in page.lower() and "data:text/html" not in page
+    assert 'href="https://crm.example/customers/7?tab=1"' in page
+    assert 'href="/admin/demo/account/"' in page

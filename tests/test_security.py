@@ -164,12 +164,12 @@ INIT = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
 
 
 def mcp_post(client: APIClient, origin: str | None = None, *, host: str = "testserver",
-             remote: str = "127.0.0.1", body: str = PING) -> Any:
+             remote: str = "127.0.0.1", body: str = PING, secure: bool = False) -> Any:
     headers = {"MCP-Protocol-Version": "2025-11-25"}
     if origin is not None:
         headers["Origin"] = origin
     return client.post(MCP, body, content_type="application/json", headers=headers,
-                       HTTP_HOST=host, REMOTE_ADDR=remote)
+                       HTTP_HOST=host, REMOTE_ADDR=remote, secure=secure)
 
 
 def refused(response: Any) -> bool:
@@ -200,27 +200,82 @@ def test_a_rebound_origin_equal_to_its_host_is_refused(settings: Any, alice: Any
 def test_the_origins_the_site_owns(settings: Any, alice: Any, client_for: Any) -> None:
     settings.ALLOWED_HOSTS = ["shop.example", "admin.shop.example", ".wild.example"]
     agent = client_for(alice)
-    assert not refused(mcp_post(agent, "https://shop.example", host="shop.example"))
-    assert not refused(mcp_post(agent, "https://ADMIN.shop.example", host="shop.example"))
-    assert refused(mcp_post(agent, "https://evil.wild.example", host="evil.wild.example"))
+    assert not refused(mcp_post(agent, "https://shop.example", host="shop.example",
+                                secure=True))
+    assert not refused(mcp_post(agent, "https://SHOP.example", host="shop.example:443",
+                                secure=True))
+    assert not refused(mcp_post(agent, "http://shop.example", host="shop.example"))
+    # Another host of the site is another origin, as for Django's CSRF: named or refused.
+    assert refused(mcp_post(agent, "https://admin.shop.example", host="shop.example",
+                            secure=True))
+    assert refused(mcp_post(agent, "https://evil.wild.example", host="evil.wild.example",
+                            secure=True))
     assert refused(mcp_post(agent, "null", host="shop.example"))
-    assert refused(mcp_post(agent, "https://shop.example.attacker.example", host="shop.example"))
+    assert refused(mcp_post(agent, "https://shop.example.attacker.example",
+                            host="shop.example", secure=True))
     settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS,
                               "MCP_ALLOWED_ORIGINS": ["https://app.example/"]}
     assert not refused(mcp_post(agent, "https://app.example", host="shop.example"))
+    assert refused(mcp_post(agent, "http://app.example", host="shop.example"))
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("origin", ["http://localhost:6274", "http://127.0.0.1:3000",
-                                    "http://[::1]:3000"])
+def test_the_origins_csrf_trusts_are_trusted(settings: Any, alice: Any,
+                                             client_for: Any) -> None:
+    """``CSRF_TRUSTED_ORIGINS`` names origins, wildcard subdomains too, as Django reads it."""
+    settings.ALLOWED_HOSTS = ["shop.example"]
+    settings.CSRF_TRUSTED_ORIGINS = ["https://admin.shop.example", "https://*.partner.example"]
+    agent = client_for(alice)
+    for origin in ("https://admin.shop.example", "https://a.partner.example",
+                   "https://partner.example", "https://b.a.partner.example"):
+        assert not refused(mcp_post(agent, origin, host="shop.example", secure=True)), origin
+    for origin in ("http://admin.shop.example", "https://admin.shop.example:8443",
+                   "http://a.partner.example", "https://a.partner.example:1",
+                   "https://apartner.example", "https://a.partner.example.evil.example"):
+        assert refused(mcp_post(agent, origin, host="shop.example", secure=True)), origin
+
+
+def _token_client(user: Any) -> APIClient:
+    from rest_framework.authtoken.models import Token
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("auth", ["token", "session"])
+@pytest.mark.parametrize("origin", ["http://shop.example:1", "https://shop.example",
+                                    "http://shop.example:8443", "ftp://shop.example"])
+def test_an_origin_on_another_port_or_scheme_of_the_host_is_refused(
+        settings: Any, alice: Any, session_client_for: Any, auth: str, origin: str) -> None:
+    """Issue 25, item 10: the whole origin is compared (scheme, host and port), not the
+    host's name alone: another port or scheme of the site is another page's origin."""
+    settings.ALLOWED_HOSTS = ["shop.example", "testserver"]
+    agent = _token_client(alice) if auth == "token" else session_client_for(alice)
+    assert refused(mcp_post(agent, origin, host="shop.example"))
+    assert not refused(mcp_post(agent, "http://shop.example", host="shop.example"))
+    assert refused(mcp_post(agent, "http://shop.example:8000", host="shop.example:8000",
+                            secure=True))
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("origin", ["http://localhost:8000", "http://127.0.0.1:8000",
+                                    "http://[::1]:8000"])
 def test_loopback_origins_only_for_a_loopback_server(settings: Any, alice: Any,
                                                      client_for: Any, origin: str) -> None:
     settings.ALLOWED_HOSTS = ["*"]
     agent = client_for(alice)
-    assert not refused(mcp_post(agent, origin, host="localhost:8000"))
-    assert not refused(mcp_post(agent, origin, host="[::1]:8000", remote="::1"))
+    host = origin.removeprefix("http://")
+    assert not refused(mcp_post(agent, origin, host=host))
+    assert not refused(mcp_post(agent, origin, host=host, remote="::1"))
+    # Another port of the loopback server is another page (a dev tool says so by name).
+    other = origin.replace(":8000", ":6274")
+    assert refused(mcp_post(agent, other, host=host))
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "MCP_ALLOWED_ORIGINS": [other]}
+    assert not refused(mcp_post(agent, other, host=host))
     # The same page calling a server reached from elsewhere, or under another name.
-    assert refused(mcp_post(agent, origin, host="localhost:8000", remote="203.0.113.9"))
+    assert refused(mcp_post(agent, origin, host=host, remote="203.0.113.9"))
     assert refused(mcp_post(agent, origin, host="shop.example"))
 
 

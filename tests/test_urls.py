@@ -98,3 +98,45 @@ def test_a_body_over_the_limit_without_the_slash_is_refused_before_it_is_read() 
         sent, read = run_asgi(path, len(CHUNK) * 400, 400)
         assert sent[0]["status"] == 413, path
         assert read == [0], path
+
+
+def _raw_get(live_server: Any, target: str) -> tuple[int, str | None, str]:
+    """A GET of ``target`` exactly as written (``//evil.example`` stays a path)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    address = urlsplit(live_server.url)
+    connection = http.client.HTTPConnection(address.hostname or "", address.port, timeout=30)
+    try:
+        connection.request("GET", target)
+        response = connection.getresponse()
+        return response.status, response.getheader("Location"), response.read().decode()
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("target", ["/%2Fevil.example", "/%2Fevil.example?next=1",
+                                    "/%2F%2Fevil.example/x", "/%5C%5Cevil.example",
+                                    "//evil.example"])
+def test_a_path_that_reads_as_another_host_is_never_redirected_there(
+        debug: bool, settings: Any, live_server: Any, client: Any, target: str) -> None:
+    """Issue 25, item 11: mounted at the root after a catch-all of the site's pages, a
+    path of ``//evil.example`` (what gunicorn or uvicorn hand Django for ``GET
+    //evil.example``; Python's own server folds the slashes, ``%2F`` keeps them) answered
+    ``301 Location: //evil.example/``, a browser's way to another host. It is the agents'
+    JSON not-found error now; the site's own pages still get their slash."""
+    settings.ROOT_URLCONF = "tests.urls_agent_at_root_beside_pages"
+    status, location, body = _raw_get(live_server, target)
+    if target.startswith("/%2F"):
+        assert status == 404 and location is None, (status, location)
+        assert '"tool_not_found"' in body
+    else:  # folded to /evil.example by the server, or escaped: a page of the site
+        assert status == 301 and location in ("/evil.example/", "/%5C%5Cevil.example/")
+    answer = client.get(target)  # the test client's PATH_INFO keeps the decoded slashes
+    assert answer.status_code in (301, 404)
+    if answer.status_code == 301:
+        assert answer["Location"].startswith("/") and answer["Location"][1] not in "/\\"
+    status, location, _ = _raw_get(live_server, "/about?x=1")
+    assert status == 301 and location == "/about/?x=1"
+    status, _, body = _raw_get(live_server, "/about/")
+    assert status == 200 and body == "page about"
