@@ -364,11 +364,44 @@ def precheck_balance(*, input: dict[str, Any], **_: Any) -> None:
         raise DEMO_ERRORS.error("insufficient_funds")
 
 
+def _stale_authorization(input: dict[str, Any], source: Account | None) -> bool:
+    """No authorization of this source in its current state (a payment since changed it)."""
+    auth = PaymentAuthorization.objects.filter(
+        pk=input["authorizationId"], source_id=input["sourceId"]).first()
+    return source is None or auth is None or auth.source_version != source.version
+
+
+def _source_stale() -> ToolError:
+    """payment_source_stale with its plan: refresh, authorize again, retry the same key."""
+    return DEMO_ERRORS.error(
+        "payment_source_stale",
+        repair={
+            "steps": [
+                {"action": "call_tool", "tool": "list_payment_accounts",
+                 "instruction": "Refresh the source account state."},
+                {"action": "call_tool", "tool": "prepare_payment_authorization",
+                 "instruction": "Create a replacement authorization."},
+                {"action": "retry_same_operation", "tool": "send_payment",
+                 "instruction": "Retry with the replacement authorization."},
+            ],
+            "preserve": ["operationId", "amount", "receiverId"],
+            "update": ["authorizationId"],
+        },
+    )
+
+
 def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
-    """Before anyone approves it: the receiver exists and the balance covers the amount."""
+    """Before anyone approves it: the receiver exists, the authorization is of the
+    source as it is now, and the balance covers the amount.
+
+    The handler checks the authorization again (a payment may run between the approval
+    and the retry); this check only spares a person approving a call that would fail.
+    """
     if not Account.objects.filter(pk=input["receiverId"]).exists():
         raise DEMO_ERRORS.error("receiver_not_found", repair={
             "action": "ask_user", "instruction": "Ask the user which account to pay."})
+    if _stale_authorization(input, Account.objects.filter(pk=input["sourceId"]).first()):
+        raise _source_stale()
     precheck_balance(input=input)
 
 
@@ -401,25 +434,8 @@ def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
 def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     effects.after_claim(input["operationId"])
     source = Account.objects.get(pk=input["sourceId"])
-    auth = PaymentAuthorization.objects.filter(
-        pk=input["authorizationId"], source=source
-    ).first()
-    if auth is None or auth.source_version != source.version:
-        raise DEMO_ERRORS.error(
-            "payment_source_stale",
-            repair={
-                "steps": [
-                    {"action": "call_tool", "tool": "list_payment_accounts",
-                     "instruction": "Refresh the source account state."},
-                    {"action": "call_tool", "tool": "prepare_payment_authorization",
-                     "instruction": "Create a replacement authorization."},
-                    {"action": "retry_same_operation", "tool": "send_payment",
-                     "instruction": "Retry with the replacement authorization."},
-                ],
-                "preserve": ["operationId", "amount", "receiverId"],
-                "update": ["authorizationId"],
-            },
-        )
+    if _stale_authorization(input, source):
+        raise _source_stale()
     return _transfer(input, ctx, source)
 
 
