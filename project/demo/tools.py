@@ -329,10 +329,12 @@ def _account_text(account: Account | None, *, balance: bool = False) -> str:
     return f"{text} (balance {_money(account.balance)})" if balance else text
 
 
-def _account_url(account: Account | None) -> str:
+def _account_url(account: Account | None, user: Any) -> str:
+    """The account's admin page, for a person who may open it (staff with view_account)."""
     from django.urls import NoReverseMatch, reverse
 
-    if account is None:
+    if account is None or not (getattr(user, "is_staff", False)
+                               and user.has_perm("demo.view_account")):
         return ""
     try:
         return reverse("admin:demo_account_change", args=[account.pk])
@@ -351,8 +353,8 @@ def present_payment(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, 
         "summary": f"Pay {amount} from {_account_text(source, balance=True)}"
                    f" to {_account_text(receiver)}",
         "fields": {
-            "sourceId": (_account_text(source, balance=True), _account_url(source)),
-            "receiverId": (_account_text(receiver), _account_url(receiver)),
+            "sourceId": (_account_text(source, balance=True), _account_url(source, user)),
+            "receiverId": (_account_text(receiver), _account_url(receiver, user)),
         },
     }
 
@@ -483,14 +485,12 @@ def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any
     accounts = Account.objects.select_related("owner").in_bulk(
         [i for i in ids if isinstance(i, int)])
     source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
-    staff = bool(getattr(user, "is_staff", False))  # the admin's links are for staff only
     return {
         "summary": f"Move {input.get('amount', '?')} from {_own_account_text(source, user)}"
                    f" to {_own_account_text(receiver, user)}",
         "fields": {
-            "sourceId": (_own_account_text(source, user), _account_url(source) if staff else ""),
-            "receiverId": (_own_account_text(receiver, user),
-                           _account_url(receiver) if staff else ""),
+            "sourceId": (_own_account_text(source, user), _account_url(source, user)),
+            "receiverId": (_own_account_text(receiver, user), _account_url(receiver, user)),
         },
     }
 
