@@ -71,11 +71,27 @@ cat <<BANNER
 BANNER
 
 # -e /dev/null: no .env file, so the processes see the same environment as migrate/seed above.
-# Ctrl-C reaches honcho (its processes run in sessions of their own): it stops both and exits
-# 130. That is the way to stop the demo, so the script ends quietly, with status 0 (make,
-# which got the Ctrl-C too, then exits 130 without a message).
-trap : INT   # a handler, not SIG_IGN: children must not inherit an ignored SIGINT
+# honcho runs in the background and this script waits for it, so that a signal reaches it
+# however the demo is stopped: Ctrl-C (the terminal signals honcho too), or SIGTERM to this
+# script or to make (a process manager, an IDE's stop button: make passes SIGTERM on to
+# its child, this script). honcho then stops both processes (they run in sessions of their
+# own) and exits 130 or 143; nothing is left running and the port is free again. Ctrl-C is
+# the way to stop the demo, so the script then ends quietly, with status 0 (make, which got
+# the Ctrl-C too, then exits 130 without a message).
+# The handlers pass the signal to $! (honcho, the only background job), set as soon as it
+# is started; before that there is nothing to stop and the script exits.
+forward() { if [[ -n "${!:-}" ]]; then kill -"$1" "$!" 2>/dev/null || :; else exit "$2"; fi; }
+trap 'forward INT 130' INT
+trap 'forward TERM 143' TERM HUP
+.venv/bin/honcho start -f Procfile -e /dev/null -p "$port" &
+honcho=$!
 rc=0
-.venv/bin/honcho start -f Procfile -e /dev/null -p "$port" || rc=$?
-if [[ $rc -eq 130 ]]; then echo "demo.sh: stopped (Ctrl-C)" >&2; exit 0; fi
+# `wait` returns early when a trapped signal arrives: wait again until honcho has exited.
+while kill -0 "$honcho" 2>/dev/null; do
+  rc=0; wait "$honcho" || rc=$?
+done
+case "$rc" in
+  130) echo "demo.sh: stopped (Ctrl-C)" >&2; exit 0 ;;
+  143) echo "demo.sh: stopped (SIGTERM)" >&2; exit 143 ;;
+esac
 exit "$rc"

@@ -116,6 +116,34 @@ def test_a_payment_that_cannot_succeed_is_refused_before_anyone_approves_it(
     assert repaired.status_code == 202
 
 
+@pytest.mark.parametrize("authorization", ["stale", "of-another-account", "missing"])
+def test_a_payment_with_a_stale_authorization_is_refused_before_anyone_approves_it(
+        client_for: Any, payer: Any, accounts: tuple[Any, Any], authorization: str) -> None:
+    """Issue 25 item 15: the precheck refuses it (409 with the plan), never a 202 first."""
+    from project.demo.models import Account, PaymentAuthorization
+
+    source, savings = accounts
+    body = payment(source, savings.pk)
+    if authorization == "stale":  # a payment since changed the source's state
+        Account.objects.filter(pk=source.pk).update(version=source.version + 1)
+    elif authorization == "of-another-account":
+        other = PaymentAuthorization.objects.create(source=savings, source_version=1)
+        body["authorizationId"] = other.pk
+    else:
+        body["authorizationId"] += 1000
+    response = pay(client_for, payer, body)
+    assert response.status_code == 409, response.json()
+    error = response.json()["error"]
+    assert error["code"] == "payment_source_stale"
+    assert [step["tool"] for step in error["repair"]["steps"]] == [
+        "list_payment_accounts", "prepare_payment_authorization", "send_payment"]
+    assert not Confirmation.objects.exists()  # nobody was asked
+    # The plan works: a new authorization, same operationId, amount and receiverId.
+    source.refresh_from_db()
+    fresh = PaymentAuthorization.objects.create(source=source, source_version=source.version)
+    assert pay(client_for, payer, {**body, "authorizationId": fresh.pk}).status_code == 202
+
+
 def test_an_approval_survives_a_repaired_retry_of_its_intent(
         client_for: Any, payer: Any, accounts: tuple[Any, Any], user_factory: Any) -> None:
     from guarded_tools.confirmations import approve
@@ -132,7 +160,9 @@ def test_an_approval_survives_a_repaired_retry_of_its_intent(
     done = pay(client_for, payer, {**body, "authorizationId": fresh.pk})
     assert done.status_code == 200, done.json()
     assert Confirmation.objects.count() == 1 and LedgerEntry.objects.count() == 1
-    # A retry that changes what was approved (the amount) is a new request to a person.
+    # A retry that changes what was approved (the amount) is a new request to a person
+    # (with an authorization of the source as the payment left it).
+    source.refresh_from_db()
     other = pay(client_for, payer, {**payment(source, savings.pk), "amount": "13.00"})
     assert other.status_code == 202 and Confirmation.objects.count() == 2
 

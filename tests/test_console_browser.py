@@ -162,6 +162,30 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     assert Confirmation.objects.filter(status="approved").count() == 3
 
 
+def test_the_demo_approver_sees_the_queue_and_the_request_as_an_approver(
+        page: Any, demo: dict[str, Any], tmp_path: Path) -> None:
+    """Issue 25 item 18: `approver` is staff with an approver's permissions, no superuser."""
+    confirmation = request_payment(demo)
+    log_in(page, "approver", "approver")
+    nav = page.locator("#content-main")
+    expect(nav.get_by_role("link", name="Confirmations").first).to_be_visible()
+    expect(nav.get_by_role("link", name="Users")).to_have_count(0)  # not a superuser
+    page.goto(CONF_LIST)
+    page.locator("#result_list a", has_text=SENTENCE).click()
+    expect(page.get_by_test_id("summary")).to_have_text(SENTENCE)
+    fits(page, "request, as the approver")
+    page.screenshot(path=str(tmp_path / "approver-request-1280.png"), full_page=True)
+    page.get_by_test_id("field-sourceId").locator("a").click()  # the account opens for them
+    expect(page.locator("#content h1")).to_contain_text("View account")
+    page.go_back()
+    page.fill("#gt-reason", "Rent, as agreed.")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messagelist")).to_contain_text("Approved")
+    expect(page.get_by_test_id("decided")).to_contain_text("approver")
+    confirmation.refresh_from_db()
+    assert confirmation.status == "approved"
+
+
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_request_page_reads_it_now_beside_the_request_as_asked(
         browser: Any, live_server: Any, demo: dict[str, Any], scheme: str) -> None:
@@ -232,9 +256,10 @@ def test_a_stale_reconcile_form_is_refused(browser: Any, live_server: Any, page:
     log_in(page, "staff", "staff")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     page.get_by_test_id("mark_not_executed").click()  # opened on attempt 1, left open
+    type(demo["agent"]).objects.create_superuser("operator", password="operator")
     other = open_page(browser, live_server.url)
     try:
-        log_in(other, "approver", "approver")
+        log_in(other, "operator", "operator")
         other.goto(f"{OPS_LIST}{operation.pk}/change/")
         other.get_by_test_id("mark_failed").click()
         other.fill("#id_note", "Reversed by the bank.")

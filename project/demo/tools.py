@@ -329,10 +329,12 @@ def _account_text(account: Account | None, *, balance: bool = False) -> str:
     return f"{text} (balance {_money(account.balance)})" if balance else text
 
 
-def _account_url(account: Account | None) -> str:
+def _account_url(account: Account | None, user: Any) -> str:
+    """The account's admin page, for a person who may open it (staff with view_account)."""
     from django.urls import NoReverseMatch, reverse
 
-    if account is None:
+    if account is None or not (getattr(user, "is_staff", False)
+                               and user.has_perm("demo.view_account")):
         return ""
     try:
         return reverse("admin:demo_account_change", args=[account.pk])
@@ -351,8 +353,8 @@ def present_payment(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, 
         "summary": f"Pay {amount} from {_account_text(source, balance=True)}"
                    f" to {_account_text(receiver)}",
         "fields": {
-            "sourceId": (_account_text(source, balance=True), _account_url(source)),
-            "receiverId": (_account_text(receiver), _account_url(receiver)),
+            "sourceId": (_account_text(source, balance=True), _account_url(source, user)),
+            "receiverId": (_account_text(receiver), _account_url(receiver, user)),
         },
     }
 
@@ -364,11 +366,44 @@ def precheck_balance(*, input: dict[str, Any], **_: Any) -> None:
         raise DEMO_ERRORS.error("insufficient_funds")
 
 
+def _stale_authorization(input: dict[str, Any], source: Account | None) -> bool:
+    """No authorization of this source in its current state (a payment since changed it)."""
+    auth = PaymentAuthorization.objects.filter(
+        pk=input["authorizationId"], source_id=input["sourceId"]).first()
+    return source is None or auth is None or auth.source_version != source.version
+
+
+def _source_stale() -> ToolError:
+    """payment_source_stale with its plan: refresh, authorize again, retry the same key."""
+    return DEMO_ERRORS.error(
+        "payment_source_stale",
+        repair={
+            "steps": [
+                {"action": "call_tool", "tool": "list_payment_accounts",
+                 "instruction": "Refresh the source account state."},
+                {"action": "call_tool", "tool": "prepare_payment_authorization",
+                 "instruction": "Create a replacement authorization."},
+                {"action": "retry_same_operation", "tool": "send_payment",
+                 "instruction": "Retry with the replacement authorization."},
+            ],
+            "preserve": ["operationId", "amount", "receiverId"],
+            "update": ["authorizationId"],
+        },
+    )
+
+
 def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
-    """Before anyone approves it: the receiver exists and the balance covers the amount."""
+    """Before anyone approves it: the receiver exists, the authorization is of the
+    source as it is now, and the balance covers the amount.
+
+    The handler checks the authorization again (a payment may run between the approval
+    and the retry); this check only spares a person approving a call that would fail.
+    """
     if not Account.objects.filter(pk=input["receiverId"]).exists():
         raise DEMO_ERRORS.error("receiver_not_found", repair={
             "action": "ask_user", "instruction": "Ask the user which account to pay."})
+    if _stale_authorization(input, Account.objects.filter(pk=input["sourceId"]).first()):
+        raise _source_stale()
     precheck_balance(input=input)
 
 
@@ -401,25 +436,8 @@ def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
 def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     effects.after_claim(input["operationId"])
     source = Account.objects.get(pk=input["sourceId"])
-    auth = PaymentAuthorization.objects.filter(
-        pk=input["authorizationId"], source=source
-    ).first()
-    if auth is None or auth.source_version != source.version:
-        raise DEMO_ERRORS.error(
-            "payment_source_stale",
-            repair={
-                "steps": [
-                    {"action": "call_tool", "tool": "list_payment_accounts",
-                     "instruction": "Refresh the source account state."},
-                    {"action": "call_tool", "tool": "prepare_payment_authorization",
-                     "instruction": "Create a replacement authorization."},
-                    {"action": "retry_same_operation", "tool": "send_payment",
-                     "instruction": "Retry with the replacement authorization."},
-                ],
-                "preserve": ["operationId", "amount", "receiverId"],
-                "update": ["authorizationId"],
-            },
-        )
+    if _stale_authorization(input, source):
+        raise _source_stale()
     return _transfer(input, ctx, source)
 
 
@@ -467,14 +485,12 @@ def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any
     accounts = Account.objects.select_related("owner").in_bulk(
         [i for i in ids if isinstance(i, int)])
     source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
-    staff = bool(getattr(user, "is_staff", False))  # the admin's links are for staff only
     return {
         "summary": f"Move {input.get('amount', '?')} from {_own_account_text(source, user)}"
                    f" to {_own_account_text(receiver, user)}",
         "fields": {
-            "sourceId": (_own_account_text(source, user), _account_url(source) if staff else ""),
-            "receiverId": (_own_account_text(receiver, user),
-                           _account_url(receiver) if staff else ""),
+            "sourceId": (_own_account_text(source, user), _account_url(source, user)),
+            "receiverId": (_own_account_text(receiver, user), _account_url(receiver, user)),
         },
     }
 

@@ -1,4 +1,8 @@
-"""Creates the demo's users, token, orders, slots and accounts (idempotent)."""
+"""Creates the demo's users, token, orders, slots and accounts (idempotent).
+
+``staff`` is a superuser (the operator); ``approver`` is staff with only what an approver
+needs (README, *For approvers*), so the demo shows the pages as such a person sees them.
+"""
 
 from __future__ import annotations
 
@@ -9,12 +13,18 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand
+from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from project.demo.models import Account, Order, Slot
 
 AGENT_TOKEN = "demo-agent-token-0000000000000000000000"
+#: What an approver needs (README, *For approvers*): the queue and request pages, deciding,
+#: the audit trail, and what the request page links to (the calls, the accounts it names).
+APPROVER_PERMISSIONS = ("guarded_tools.view_confirmation", "guarded_tools.approve_confirmation",
+                        "guarded_tools.view_auditentry", "guarded_tools.view_operation",
+                        "demo.view_account")
 
 
 class Command(BaseCommand):
@@ -36,13 +46,14 @@ class Command(BaseCommand):
         )
         Token.objects.filter(user=agent).exclude(key=AGENT_TOKEN).delete()
         Token.objects.get_or_create(user=agent, key=AGENT_TOKEN)
-        for name in ("staff", "approver"):
-            staff, _ = User.objects.get_or_create(username=name, defaults={"is_staff": True})
-            staff.is_staff = True
-            staff.email = staff.email or f"{name}@example.com"  # emailed new requests
-            staff.is_superuser = True
-            staff.set_password(name)
-            staff.save()
+        self._person("staff", superuser=True)  # the operator: everything, reconciling too
+        # A person who only decides requests: the permissions the README recommends.
+        approver = self._person("approver", superuser=False)
+        wanted = Q()
+        for permission in APPROVER_PERMISSIONS:
+            app_label, codename = permission.split(".")
+            wanted |= Q(content_type__app_label=app_label, codename=codename)
+        approver.user_permissions.set(Permission.objects.filter(wanted))
         for number, status in (("A-1001", "open"), ("A-1002", "shipped"), ("A-1003", "open")):
             Order.objects.get_or_create(
                 number=number,
@@ -58,3 +69,12 @@ class Command(BaseCommand):
         self.stdout.write(self.style.SUCCESS(
             f"Demo data ready. Agent token: {AGENT_TOKEN}  Admin: staff/staff, approver/approver"
         ))
+
+    def _person(self, name: str, *, superuser: bool) -> Any:
+        """A staff user ``name``/``name`` with an address (emailed new requests)."""
+        person, _ = get_user_model().objects.get_or_create(username=name)
+        person.is_staff, person.is_superuser = True, superuser
+        person.email = person.email or f"{name}@example.com"
+        person.set_password(name)
+        person.save()
+        return person

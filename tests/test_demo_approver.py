@@ -1,0 +1,130 @@
+"""The demo's `approver` (issue 25 item 18): staff with only an approver's permissions.
+
+The pages are walked as that person, logged in through the admin's login form with CSRF
+enforced, for requests the demo agent made over HTTP as the README's walk-through does.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.test import Client
+from rest_framework.test import APIClient
+
+from guarded_tools.models import Confirmation
+from project.demo.management.commands.demo_seed import AGENT_TOKEN, APPROVER_PERMISSIONS
+
+pytestmark = pytest.mark.django_db
+
+CONF_LIST = "/admin/guarded_tools/confirmation/"
+
+
+@pytest.fixture
+def agent() -> APIClient:
+    call_command("demo_seed", stdout=StringIO())
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {AGENT_TOKEN}")
+    return client
+
+
+def call(agent: APIClient, tool: str, body: dict[str, Any]) -> Any:
+    return agent.post(f"/agent/tools/{tool}/", body, format="json")
+
+
+def ask_payment(agent: APIClient, amount: str) -> tuple[dict[str, Any], Confirmation]:
+    """The README's walk: the accounts, an authorization, the payment (answered 202)."""
+    source, receiver = call(agent, "list_payment_accounts", {}).json()["output"]["accounts"]
+    authorization = call(agent, "prepare_payment_authorization", {
+        "requestId": str(uuid.uuid4()), "sourceId": source["id"]}).json()["output"]
+    body = {"operationId": str(uuid.uuid4()), "sourceId": source["id"],
+            "receiverId": receiver["id"], "amount": amount, **authorization}
+    response = call(agent, "send_payment", body)
+    assert response.status_code == 202, response.json()
+    return body, Confirmation.objects.get(key=body["operationId"])
+
+
+def csrf(client: Client, url: str) -> str:
+    page = client.get(url)
+    assert page.status_code == 200, url
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode())
+    assert found, url
+    return found.group(1)
+
+
+def log_in_as_approver() -> Client:
+    client = Client(enforce_csrf_checks=True)
+    login = client.post("/admin/login/?next=/admin/", {
+        "username": "approver", "password": "approver",
+        "csrfmiddlewaretoken": csrf(client, "/admin/login/")})
+    assert login.status_code == 302 and login["Location"] == "/admin/"
+    return client
+
+
+def test_the_demo_approver_is_staff_with_exactly_the_approvers_permissions(agent: Any) -> None:
+    from django.contrib.auth import get_user_model
+
+    approver = get_user_model().objects.get(username="approver")
+    assert approver.is_staff and not approver.is_superuser
+    assert approver.get_all_permissions() == set(APPROVER_PERMISSIONS)
+    staff = get_user_model().objects.get(username="staff")
+    assert staff.is_staff and staff.is_superuser  # the operator
+    call_command("demo_seed", stdout=StringIO())  # seeding again changes nothing
+    approver.refresh_from_db()
+    assert not approver.is_superuser
+    assert approver.get_all_permissions() == set(APPROVER_PERMISSIONS)
+
+
+def test_the_demo_approver_sees_the_queue_and_the_request_and_decides_it(agent: Any) -> None:
+    body, first = ask_payment(agent, "12.50")
+    _, second = ask_payment(agent, "20.00")
+    client = log_in_as_approver()
+
+    queue = client.get(CONF_LIST)
+    assert queue.status_code == 200
+    assert "Pay 12.50 from agent&#x27;s Checking" in queue.content.decode()
+    url = f"{CONF_LIST}{first.pk}/change/"
+    page = client.get(url).content.decode()
+    assert 'data-testid="summary"' in page and "Approve" in page and "Decline" in page
+    # Every admin link on the request page opens for this person: no dead ends (403).
+    links = set(re.findall(r'href="(/admin/[^"#]*)"', page)) - {"/admin/logout/"}
+    assert f"/admin/demo/account/{body['sourceId']}/change/" in links
+    for link in sorted(links):
+        assert client.get(link).status_code == 200, link
+
+    decided = client.post(f"{CONF_LIST}{first.pk}/decide/", {
+        "decision": "approve", "reason": "Rent, as agreed.",
+        "csrfmiddlewaretoken": csrf(client, url)}, follow=True)
+    assert "Approved. The agent&#x27;s retry will run it once." in decided.content.decode()
+    first.refresh_from_db()
+    assert first.status == "approved" and first.decided_by.username == "approver"
+    done = call(agent, "send_payment", body)
+    assert done.status_code == 200, done.json()
+
+    other = f"{CONF_LIST}{second.pk}/change/"
+    client.post(f"{CONF_LIST}{second.pk}/decide/", {
+        "decision": "decline", "reason": "Not this month.",
+        "csrfmiddlewaretoken": csrf(client, other)})
+    second.refresh_from_db()
+    assert second.status == "declined" and second.reason == "Not this month."
+    # A decision without the CSRF token is refused.
+    assert client.post(f"{CONF_LIST}{second.pk}/decide/", {"decision": "approve"}
+                       ).status_code == 403
+
+
+def test_the_demo_approver_cannot_reconcile_or_manage_users(agent: Any) -> None:
+    call_command("demo_incident", "unknown", stdout=StringIO())
+    from guarded_tools.models import Operation
+
+    operation = Operation.objects.get(state="outcome_unknown")
+    client = log_in_as_approver()
+    page = client.get(f"/admin/guarded_tools/operation/{operation.pk}/change/")
+    assert page.status_code == 200  # the request page links to calls: it may read them
+    assert 'data-testid="mark_succeeded"' not in page.content.decode()
+    assert client.get("/admin/auth/user/").status_code == 403
+    index = client.get("/admin/").content.decode()
+    assert "/admin/auth/user/" not in index
