@@ -6,8 +6,9 @@ Documents) and serves the RFC 8414 and RFC 9728 metadata documents. This module 
 what a resource server adds on top: the ``WWW-Authenticate`` challenge that points at the
 MCP resource's metadata, the audience check (a token minted for another resource never
 works here), and the OAuth scopes a tool needs, checked on every call and used to filter
-the tool list. Only :mod:`guarded_tools.views`, :mod:`guarded_tools.mcp` and
-:mod:`guarded_tools.pipeline` import it, and only where DOT is an installed app.
+the tool list. Only :mod:`guarded_tools.views`, :mod:`guarded_tools.mcp`,
+:mod:`guarded_tools.pipeline` and :mod:`guarded_tools.credentials` import it, and only where
+DOT is an installed app.
 """
 
 from __future__ import annotations
