@@ -449,6 +449,14 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             reverse("admin:guarded_tools_confirmation_change", args=[confirmation.pk])
         )
 
+    def may_view_operations(self, request: HttpRequest) -> bool:
+        """Whether the operations' admin lets this user see them (the list, a page)."""
+        try:
+            model_admin = self.admin_site.get_model_admin(Operation)
+        except admin.sites.NotRegistered:  # a site without the operations' admin
+            return False
+        return model_admin.has_view_permission(request)
+
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: Any = None) -> HttpResponse:
         confirmation = self.get_object(request, object_id)
@@ -461,14 +469,17 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                    args=[confirmation.pk])
             rows, not_shown = input_rows(confirmation.tool, confirmation.input,
                                          limit=self.input_shown_chars)
-            # By the principal's scope: a caller with no user row has calls too.
+            # By the principal's scope: a caller with no user row has calls too. Only to
+            # those the operations list admits (their keys, states and links are its rows).
+            may_view_operations = self.may_view_operations(request)
             recent = (Operation.objects.filter(tool=confirmation.tool, scope=confirmation.scope)
-                      .order_by("-created_at")[:5])
+                      .order_by("-created_at")[:5]) if may_view_operations else None
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,
                 "presented": present_request(confirmation, confirmation.input, request.user),
                 "recent_calls": recent,
+                "may_view_operations": may_view_operations,
                 "open": open_,
                 "tool_description": definition.description if definition else "",
                 "input_rows": rows,
