@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.views.main import (
     ERROR_FLAG,
     IGNORED_PARAMS,
@@ -453,7 +454,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         """Whether the operations' admin lets this user see them (the list, a page)."""
         try:
             model_admin = self.admin_site.get_model_admin(Operation)
-        except admin.sites.NotRegistered:  # a site without the operations' admin
+        except NotRegistered:  # a site without the operations' admin
             return False
         return model_admin.has_view_permission(request)
 

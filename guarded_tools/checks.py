@@ -356,7 +356,7 @@ def check_published_routes(app_configs: Any = None, **kwargs: Any) -> list[check
     messages: list[checks.CheckMessage] = []
     for viewset, names in published.items():
         accepted = accepts_agent_credentials(viewset)
-        if accepted and RefuseAgentCredentials not in viewset.permission_classes:
+        if accepted and RefuseAgentCredentials not in getattr(viewset, "permission_classes", ()):
             messages.append(checks.Warning(
                 f"{viewset.__qualname__}, published as {', '.join(sorted(names))}, accepts"
                 f" agent credentials on its own route ({', '.join(accepted)}, which the tool"

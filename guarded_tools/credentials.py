@@ -18,7 +18,7 @@ without it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.apps import apps
 from django.urls import NoReverseMatch
@@ -65,8 +65,9 @@ def agent_authentication() -> tuple[type, ...]:
     if named is not None:
         return tuple(named)
     oauth = oauth_classes()
+    defaults = cast("list[type]", api_settings.DEFAULT_AUTHENTICATION_CLASSES)  # imported
     return tuple(
-        cls for cls in api_settings.DEFAULT_AUTHENTICATION_CLASSES
+        cls for cls in defaults
         if not issubclass(cls, SessionAuthentication) and not (oauth and issubclass(cls, oauth))
     )
 
