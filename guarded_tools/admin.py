@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
+from django.contrib.admin.exceptions import NotRegistered
 from django.contrib.admin.views.main import (
     ERROR_FLAG,
     IGNORED_PARAMS,
@@ -456,6 +457,14 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             reverse("admin:guarded_tools_confirmation_change", args=[confirmation.pk])
         )
 
+    def may_view_operations(self, request: HttpRequest) -> bool:
+        """Whether the operations' admin lets this user see them (the list, a page)."""
+        try:
+            model_admin = self.admin_site.get_model_admin(Operation)
+        except NotRegistered:  # a site without the operations' admin
+            return False
+        return model_admin.has_view_permission(request)
+
     @method_decorator(xframe_options_deny)
     def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
                     extra_context: Any = None) -> HttpResponse:
@@ -469,14 +478,17 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                    args=[confirmation.pk])
             rows, not_shown = input_rows(confirmation.tool, confirmation.input,
                                          limit=self.input_shown_chars)
-            # By the principal's scope: a caller with no user row has calls too.
+            # By the principal's scope: a caller with no user row has calls too. Only to
+            # those the operations list admits (their keys, states and links are its rows).
+            may_view_operations = self.may_view_operations(request)
             recent = (Operation.objects.filter(tool=confirmation.tool, scope=confirmation.scope)
-                      .order_by("-created_at")[:5])
+                      .order_by("-created_at")[:5]) if may_view_operations else None
             extra_context = {
                 **(extra_context or {}),
                 "confirmation": confirmation,
                 "presented": present_request(confirmation, confirmation.input, request.user),
                 "recent_calls": recent,
+                "may_view_operations": may_view_operations,
                 "open": open_,
                 "tool_description": definition.description if definition else "",
                 "input_rows": rows,

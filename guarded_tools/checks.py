@@ -388,3 +388,36 @@ def check_derived_schemas(app_configs: Any = None, **kwargs: Any) -> list[checks
         for definition in registry
         for problem in definition.schema_problems
     ]
+
+
+@checks.register(checks.Tags.security)
+def check_published_routes(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A published viewset whose own route takes agent credentials without refusing them.
+
+    Its route runs no guard: the agent's token would delete through it what the tool asks
+    a person to approve.
+    """
+    from guarded_tools.credentials import RefuseAgentCredentials, accepts_agent_credentials
+    from guarded_tools.registry import registry
+
+    published: dict[type, list[str]] = {}
+    for definition in registry:
+        view_action = getattr(definition, "published_action", None)
+        if view_action is not None:
+            published.setdefault(view_action[0], []).append(definition.name)
+    messages: list[checks.CheckMessage] = []
+    for viewset, names in published.items():
+        accepted = accepts_agent_credentials(viewset)
+        if accepted and RefuseAgentCredentials not in getattr(viewset, "permission_classes", ()):
+            messages.append(checks.Warning(
+                f"{viewset.__qualname__}, published as {', '.join(sorted(names))}, accepts"
+                f" agent credentials on its own route ({', '.join(accepted)}, which the tool"
+                " endpoints take too): an agent reaches the view there without the guard.",
+                hint="Keep guarded_viewset's default refuse_agent_credentials=True, or put"
+                " guarded_tools.credentials.RefuseAgentCredentials first in its"
+                " permission_classes, or give its route authentication agents do not have"
+                " (AGENT_AUTHENTICATION_CLASSES names what agents have).",
+                obj=viewset,
+                id="guarded_tools.W014",
+            ))
+    return messages

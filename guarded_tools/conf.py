@@ -63,10 +63,14 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_RESOURCE": "",  # the MCP resource identifier; "" derives the MCP URL
     "OAUTH_DEFAULT_SCOPES": None,  # import string: tool -> scopes, for tools without scopes=
     "OAUTH_CHALLENGE_SCOPES": [],  # what a 401 asks a host to start with; [] leaves it to PRM
+    # Published viewsets' own routes refuse agent credentials (guarded_tools.credentials):
+    # import strings of DRF authentication classes; None: the tool endpoints' own
+    # DEFAULT_AUTHENTICATION_CLASSES except sessions (OAuth tokens: by their audience).
+    "AGENT_AUTHENTICATION_CLASSES": None,
 }
 
 IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS", "OAUTH_DEFAULT_SCOPES",
-                  "CONSENT_STEP_UP"}
+                  "CONSENT_STEP_UP", "AGENT_AUTHENTICATION_CLASSES"}
 
 #: Settings that do nothing any more, each with why: accepted so that a site that still
 #: names one starts (check ``E001`` refuses unknown names), and warned of (``W006``).

@@ -8,8 +8,8 @@ MCP resource's metadata, the audience check (a token minted for another resource
 works here), and the OAuth scopes a tool needs, checked on every call and used to filter
 the tool list; and the grant a call was requested with, which the run an approval starts
 re-checks. Only :mod:`guarded_tools.views`, :mod:`guarded_tools.mcp`,
-:mod:`guarded_tools.pipeline` and :mod:`guarded_tools.confirmations` import it, and only
-where DOT is an installed app.
+:mod:`guarded_tools.pipeline`, :mod:`guarded_tools.confirmations` and
+:mod:`guarded_tools.credentials` import it, and only where DOT is an installed app.
 """
 
 from __future__ import annotations

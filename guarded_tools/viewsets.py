@@ -19,6 +19,12 @@ with the same key runs. An exception, or a 5xx answer, keeps the entry: the outc
 unknown, the view never runs again for that key, and a person reconciles it (or the
 tool's ``recover``, given in the action's options, proves it). The view can read
 the operation handle as ``request.guarded_operation`` to write its own entries.
+
+The viewset's own route (``/api/orders/``) runs no guard, so by default the viewsets
+published here refuse agent credentials there: :class:`guarded_tools.credentials.
+RefuseAgentCredentials` goes first in their ``permission_classes`` (the guard's own
+request passes it), unless ``refuse_agent_credentials=False``; check ``W013`` warns of a
+published viewset whose route takes agent credentials without it.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ from rest_framework.response import Response
 
 from guarded_tools.binding import InputRejected, field_title, issue
 from guarded_tools.catalog import ErrorCatalog
+from guarded_tools.credentials import RefuseAgentCredentials, mark_guarded
 from guarded_tools.exceptions import AuthorizationError, NotAuthenticated, RateLimited
 from guarded_tools.registry import Tool, ToolRegistry
 from guarded_tools.registry import registry as default_registry
@@ -220,6 +227,7 @@ def view_request(ctx: Any, method: str, body: Any, *, user: Any = None,
     else:
         request.user = AnonymousUser()
     request.guarded_operation = getattr(ctx, "operation", None)  # type: ignore[attr-defined]
+    mark_guarded(request)  # the view's own route refuses agent credentials; this call is ours
     return request
 
 
@@ -391,6 +399,16 @@ def model_permissions(viewset: type[viewsets.GenericViewSet], method: str) -> tu
     return tuple(required)
 
 
+def refuse_agents(viewset: type[viewsets.GenericViewSet]) -> None:
+    """Put ``RefuseAgentCredentials`` first in ``viewset``'s permission classes (once).
+
+    The class itself changes, so the site's own route to it (its router's) refuses agent
+    credentials too; the guard's own request passes.
+    """
+    if RefuseAgentCredentials not in viewset.permission_classes:
+        viewset.permission_classes = [RefuseAgentCredentials, *viewset.permission_classes]
+
+
 def guarded_viewset(
     viewset: type[viewsets.GenericViewSet],
     *,
@@ -398,6 +416,7 @@ def guarded_viewset(
     basename: str | None = None,
     key_field: str = "operationId",
     registry: ToolRegistry | None = None,
+    refuse_agent_credentials: bool = True,
     **common: Any,
 ) -> dict[str, Tool]:
     """Register the chosen ``actions`` of ``viewset`` as guarded tools; return them by action.
@@ -406,8 +425,12 @@ def guarded_viewset(
     ``partial_update``, ``destroy``) to that tool's options (``confirm``,
     ``permissions``, ``recover``, ``description``...); ``common`` applies to all.
     ``list`` and ``retrieve`` are read-only; the others are keyed by ``key_field``.
+    ``refuse_agent_credentials``: the viewset's own route refuses agent credentials
+    (:mod:`guarded_tools.credentials`); False leaves its permission classes as they are.
     """
     target = registry if registry is not None else default_registry
+    if refuse_agent_credentials:
+        refuse_agents(viewset)
     base = basename or viewset.__name__.removesuffix("ViewSet").lower()
     lookup, _schema = _lookup_schema(viewset)
     made: dict[str, Tool] = {}
@@ -444,6 +467,7 @@ def guarded_viewset(
             **spec,
         )
         object.__setattr__(definition, "schema_problems", problems)
+        object.__setattr__(definition, "published_action", (viewset, action))  # check W013
         if action in ("create", "update", "partial_update", "destroy"):
             object.__setattr__(definition, "input_check", view_check(
                 viewset, action=action, method=method, url_kwargs=(lookup,) if detail else (),

@@ -424,3 +424,33 @@ def test_an_action_on_a_crafted_selection_does_nothing(user_factory: Any, unknow
     pending.refresh_from_db()
     assert unknown.state == "outcome_unknown" and pending.status == "pending"
     assert not AuditEntry.objects.exists()
+
+
+def test_view_only_staff_see_no_operations_on_the_request_page(
+    user_factory: Any, make_tool: Any, requester: Any, client_for: Any
+) -> None:
+    """Issue 25, item 9: a staff user with only view_confirmation gets 403 on the operations
+    list, so the request page shows them no operation's key, state or link either."""
+    definition = make_tool(confirm="effect-only", description="Refund a customer.")
+    earlier_key, asked_key = key(), key()
+    for operation_id in (earlier_key, asked_key):
+        response = client_for(requester).post(f"/agent/tools/{definition.name}/",
+                                              {"operationId": operation_id}, format="json")
+        assert response.status_code == 202, response.content
+    confirmation = Confirmation.objects.get(key=asked_key)
+    operation = Operation.objects.get(tool=definition.name, key=earlier_key)
+    viewer = staff_client(user_factory, *VIEW_CONF, name="viewer")
+    assert viewer.get(OPS_LIST).status_code == 403
+    page = viewer.get(f"{CONF_LIST}{confirmation.pk}/change/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert 'data-testid="recent-calls-hidden"' in html
+    assert 'data-testid="recent-calls"' not in html
+    assert earlier_key not in html and OPS_LIST not in html  # the other call's key, links
+    assert str(operation.pk) not in html
+    operator = staff_client(user_factory, *VIEW_CONF, "guarded_tools.view_operation",
+                            name="operator")
+    shown = operator.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert 'data-testid="recent-calls"' in shown and f"{OPS_LIST}{operation.pk}/" in shown
+    assert earlier_key[:20] in shown
+    assert 'data-testid="recent-calls-hidden"' not in shown

@@ -6,7 +6,13 @@ from typing import Any
 
 import pytest
 
-from guarded_tools.checks import check_databases, check_isolation, check_settings, check_tools
+from guarded_tools.checks import (
+    check_databases,
+    check_isolation,
+    check_published_routes,
+    check_settings,
+    check_tools,
+)
 from tests.conftest import one_transaction
 
 
@@ -16,7 +22,7 @@ def ids(messages: list[Any]) -> list[str]:
 
 def test_the_demo_site_passes_every_check() -> None:
     assert check_settings() == [] and check_tools() == [] and check_databases() == []
-    assert check_isolation() == []
+    assert check_isolation() == [] and check_published_routes() == []
 
 
 def test_unknown_and_invalid_settings(settings: Any) -> None:
@@ -80,7 +86,7 @@ def test_atomic_tools_above_read_committed_are_told_they_claim_first(
     make_tool(atomic=True)
     assert ids(check_isolation()) == (["guarded_tools.W005"] if warned else [])
     one_transaction(settings, False)  # atomic tools claim first anyway: nothing to say
-    assert check_isolation() == []
+    assert check_isolation() == [] and check_published_routes() == []
 
 
 def test_the_host_approvers_emails_link_to_is_named_and_absolute(settings: Any) -> None:
@@ -104,3 +110,48 @@ def test_the_host_approvers_emails_link_to_is_named_and_absolute(settings: Any) 
         assert ids(check_links()) == ["guarded_tools.E013"], base
     with pytest.raises(SystemCheckError, match=r"guarded_tools\.E013"):
         call_command("check")
+
+
+@pytest.mark.parametrize("refuse", [True, False])
+def test_a_published_route_that_takes_agent_tokens_is_warned_of(refuse: bool) -> None:
+    """W014: a published viewset whose own route accepts the tool endpoints' token
+    authentication without RefuseAgentCredentials (the opt-out); sessions only is fine."""
+    from rest_framework.authentication import SessionAuthentication
+    from rest_framework.permissions import IsAuthenticated
+
+    from guarded_tools.registry import registry
+    from guarded_tools.viewsets import guarded_viewset
+    from project.demo.api import OrderViewSet
+
+    class TokenOrders(OrderViewSet):
+        permission_classes = [IsAuthenticated]
+
+    class SessionOrders(OrderViewSet):
+        permission_classes = [IsAuthenticated]
+        authentication_classes = [SessionAuthentication]
+
+    made = [*guarded_viewset(TokenOrders, basename="tokenorders", actions={"list": {}},
+                             refuse_agent_credentials=refuse).values(),
+            *guarded_viewset(SessionOrders, basename="sessionorders", actions={"list": {}},
+                             refuse_agent_credentials=False).values()]
+    try:
+        messages = check_published_routes()
+    finally:
+        for definition in made:
+            registry.unregister(definition.name)
+    if refuse:
+        assert messages == []
+        return
+    assert ids(messages) == ["guarded_tools.W014"] and messages[0].obj is TokenOrders
+    assert "tokenorders_list" in messages[0].msg and "TokenAuthentication" in messages[0].msg
+    assert "RefuseAgentCredentials" in messages[0].hint
+
+
+def test_agent_authentication_can_be_named(settings: Any) -> None:
+    """AGENT_AUTHENTICATION_CLASSES narrows what counts as an agent's: here nothing the
+    demo's viewset takes, so its route is not refused and no check warns."""
+    settings.GUARDED_TOOLS = {
+        **settings.GUARDED_TOOLS,
+        "AGENT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"],
+    }
+    assert check_settings() == [] and check_published_routes() == []

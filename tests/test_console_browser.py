@@ -322,3 +322,24 @@ def test_counts_past_the_bound_read_as_such_on_the_index_and_the_list(
     fits(page, "operations")
     expect(page.locator(".paginator")).to_contain_text(
         re.compile("about 61 operations" if estimated else "61 operations"))
+
+
+def test_a_view_only_approver_sees_the_request_without_operations(
+    page: Any, demo: dict[str, Any], user_factory: Any, tmp_path: Path
+) -> None:
+    """Issue 25, item 9: staff with only view_confirmation read the request, and a sentence
+    where the requester's recent calls would be: no key, no state, no link to operations."""
+    earlier = request_payment(demo, "5.00")
+    confirmation = request_payment(demo)
+    user_factory("viewer", is_staff=True, perms=("guarded_tools.view_confirmation",))
+    log_in(page, "viewer", "pw")
+    page.goto(f"{CONF_LIST}{confirmation.pk}/change/")
+    expect(page.locator("#content h1")).to_be_visible()
+    expect(page.get_by_test_id("recent-calls-hidden")).to_contain_text("may not view operations")
+    expect(page.get_by_test_id("recent-calls")).to_have_count(0)
+    expect(page.locator(f'#content a[href*="{OPS_LIST}"]')).to_have_count(0)
+    expect(page.locator("#content")).not_to_contain_text(earlier.key)
+    fits(page, "request page, view only")
+    page.screenshot(path=str(tmp_path / "request-view-only.png"), full_page=True)
+    shoot(page, "console-request-view-only-1280-light.png")
+    print(f"screenshot: {tmp_path / 'request-view-only.png'}")

@@ -632,3 +632,46 @@ def test_an_oauth_rest_client_polls_its_confirmation(alice: Any, issue: Any,
     assert polled.json()["status"] == "pending"
     refused = bearer(issue(alice, "demo:read")).get(f"/agent/confirmations/{confirmation}/")
     assert refused.status_code == 403
+
+
+# -- a published viewset's own route (issue 25, item 2) ------------------------------------------
+@pytest.fixture
+def oauth_orders() -> Any:
+    """``OAuthOrderViewSet`` published (its destroy asks a person) and routed for the test."""
+    from guarded_tools.registry import registry
+    from guarded_tools.viewsets import guarded_viewset
+    from tests.urls_oauth_orders import OAuthOrderViewSet
+
+    destroy = {"confirm": "effect-only", "scopes": ("demo:write",)}
+    made = guarded_viewset(OAuthOrderViewSet, basename="oauthorder", actions={"destroy": destroy})
+    yield
+    registry.unregister(made["destroy"].name)
+
+
+@pytest.mark.urls("tests.urls_oauth_orders")
+def test_a_token_for_the_mcp_resource_never_opens_the_sites_own_route(
+    oauth_orders: None, user_factory: Any, issue: Any
+) -> None:
+    """A token bound to the MCP resource is an agent's. DOT's resource validator already
+    refuses one bound to it alone on other routes (401); one bound to the route as well
+    is refused by RefuseAgentCredentials (403, pointing at the tool). The tool still asks
+    a person, and a token the site issued for its own API alone keeps working there."""
+    from project.demo.models import Order
+
+    carol = user_factory("carol", perms=("demo.delete_order",))
+    order = Order.objects.create(number="B-1", customer=carol, total="1.00")
+    agent = bearer(issue(carol))
+    assert agent.delete(f"/api/oauth-orders/{order.pk}/").status_code == 401
+    assert agent.delete(f"/api/orders/{order.pk}/").status_code == 401
+    both = bearer(issue(carol, resource=[RESOURCE, "http://testserver/api/oauth-orders/"]))
+    refused = both.delete(f"/api/oauth-orders/{order.pk}/")
+    assert refused.status_code == 403, refused.content
+    assert "oauthorder_destroy" in refused.json()["detail"]
+    assert Order.objects.filter(pk=order.pk).exists()
+    pending = agent.post("/agent/tools/oauthorder_destroy/", content_type="application/json",
+                         data={"operationId": key(), "pk": order.pk})
+    assert pending.status_code == 202, pending.content
+    assert Order.objects.filter(pk=order.pk).exists()
+    own = bearer(issue(carol, resource=["http://testserver/api/oauth-orders/"]))
+    assert own.delete(f"/api/oauth-orders/{order.pk}/").status_code == 204
+    assert not Order.objects.filter(pk=order.pk).exists()

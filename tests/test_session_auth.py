@@ -212,8 +212,9 @@ def test_a_user_object_that_is_no_row_asks_for_confirmation_under_its_label(
     from django.test import Client
 
     staff = Client()
-    staff.force_login(user_factory("approver", is_staff=True,
-                                   perms=("guarded_tools.view_confirmation",)))
+    staff.force_login(user_factory("approver", is_staff=True,  # operations: their calls
+                                   perms=("guarded_tools.view_confirmation",
+                                          "guarded_tools.view_operation")))
     queue = "/admin/guarded_tools/confirmation/"
     rows = staff.get(queue).content.decode()
     assert f'<td class="field-requester">{label}</td>' in rows

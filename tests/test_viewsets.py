@@ -369,12 +369,68 @@ def test_a_browser_session_creates_through_the_views_session_authentication(
 
 
 @pytest.mark.django_db
-def test_the_demo_api_answers_directly_as_the_tools_do(carol: Any) -> None:
+def test_the_demo_api_answers_directly_as_the_tools_do(
+    carol: Any, session_client_for: Any
+) -> None:
     order = Order.objects.create(number="Z-1", customer=carol, total="4.00")
-    client = token_client(carol)
-    direct = client.get(f"/api/orders/{order.pk}/")
+    direct = session_client_for(carol).get(f"/api/orders/{order.pk}/")  # a person's route
     assert direct.status_code == 200
-    assert call(client, "order_retrieve", {"pk": order.pk}).json()["output"] == direct.json()
+    tool = call(token_client(carol), "order_retrieve", {"pk": order.pk})
+    assert tool.json()["output"] == direct.json()
+
+
+# -- the viewset's own route: never for agent credentials (issue 25, item 2) --------------
+
+@pytest.mark.django_db
+def test_the_agent_token_cannot_delete_through_the_viewsets_own_route(
+    carol: Any, session_client_for: Any
+) -> None:
+    """order_destroy asks a person; the same token on DELETE /api/orders/<id>/ must not
+    delete behind the guard's back. The site's own users (sessions) keep their route."""
+    order = Order.objects.create(number="G-1", customer=carol, total="1.00")
+    agent = token_client(carol)
+    for refused in (agent.delete(f"/api/orders/{order.pk}/"), agent.get("/api/orders/"),
+                    agent.post("/api/orders/", {"number": "G-2", "total": "1.00"},
+                               format="json")):
+        assert refused.status_code == 403, refused.content
+        assert "agent credentials" in refused.json()["detail"]
+    detail = agent.delete(f"/api/orders/{order.pk}/").json()["detail"]
+    assert "order_destroy" in detail and "/agent/tools/order_destroy/" in detail
+    assert Order.objects.filter(pk=order.pk).exists()
+    assert not Order.objects.filter(number="G-2").exists()
+    pending = call(agent, "order_destroy", {"operationId": key(), "pk": order.pk})
+    assert pending.status_code == 202, pending.json()  # the tool still asks a person
+    assert pending.json()["error"]["code"] == "confirmation_required"
+    assert Order.objects.filter(pk=order.pk).exists()
+    person = session_client_for(carol)
+    assert person.get("/api/orders/").json()[0]["number"] == "G-1"
+    assert person.delete(f"/api/orders/{order.pk}/").status_code == 204
+    assert not Order.objects.filter(pk=order.pk).exists()
+
+
+class OpenOrderViewSet(OrderViewSet):
+    """Orders whose route takes agents' tokens (published with the opt-out)."""
+
+    permission_classes = [IsAuthenticated]
+
+
+@pytest.fixture
+def opened() -> Iterator[dict[str, Any]]:
+    made = guarded_viewset(OpenOrderViewSet, basename="open", actions={"list": {}},
+                           refuse_agent_credentials=False)
+    yield made
+    registry.unregister(made["list"].name)
+
+
+@pytest.mark.django_db
+def test_the_opt_out_leaves_the_views_permissions_as_they_are(opened: Any, carol: Any) -> None:
+    from guarded_tools.credentials import RefuseAgentCredentials
+
+    assert OpenOrderViewSet.permission_classes == [IsAuthenticated]
+    assert RefuseAgentCredentials in OrderViewSet.permission_classes
+    Order.objects.create(number="O-1", customer=carol, total="1.00")
+    listed = call(token_client(carol), "open_list", {})
+    assert listed.status_code == 200 and listed.json()["output"]["results"][0]["number"] == "O-1"
 
 
 class Closed(BaseThrottle):
