@@ -15,6 +15,7 @@ matrix:
 lint:
 	bash scripts/venv.sh main
 	.venv/bin/ruff check .
+	.venv/bin/lint-imports
 	.venv/bin/mypy
 
 bench:

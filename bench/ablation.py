@@ -46,7 +46,8 @@ def main(argv: list[str]) -> None:
     from django.db import connection, connections
     from django.test import override_settings
 
-    from guarded_tools import permissions, store
+    from guarded_tools import store
+    from guarded_tools.pipeline import permissions
 
     if connection.vendor != "postgresql":
         raise SystemExit("bench.ablation measures PostgreSQL's CPU: set DATABASE_URL")

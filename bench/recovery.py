@@ -3,7 +3,7 @@
 Seeds N abandoned operations of the realistic tool (``bench_remote``: each has its
 row, so its ``recover`` proves success), then runs one sweeper until none is left,
 re-seeds, and runs two sweepers at once. Each sweeper is its own process calling
-``guarded_tools.recovery.sweep()`` in a loop, as a Celery worker or the management
+``guarded_tools.pipeline.recovery.sweep()`` in a loop, as a Celery worker or the management
 command would; they start together on a barrier, after Django is set up, so
 process start-up is not timed. Prints one JSON object.
 """
@@ -72,7 +72,7 @@ def _sweeper(barrier: Any, results: Any, batch: int) -> None:
     _setup()
     from django.db import connection
 
-    from guarded_tools.recovery import sweep
+    from guarded_tools.pipeline.recovery import sweep
 
     connection.ensure_connection()
     barrier.wait()

@@ -24,8 +24,8 @@ from typing import Any
 #: (module, class or None, attribute): the stages timed.
 STAGES = [
     ("rest_framework.authentication", "TokenAuthentication", "authenticate"),
-    ("guarded_tools.views", "GuardedAPIView", "request_body"),
-    ("guarded_tools.views", "ToolCallView", "post"),
+    ("guarded_tools.transports.rest.views", "GuardedAPIView", "request_body"),
+    ("guarded_tools.transports.rest.views", "ToolCallView", "post"),
     ("guarded_tools.pipeline", "Pipeline", "guarded"),
     ("guarded_tools.pipeline", "Pipeline", "validate_input"),
     ("guarded_tools.pipeline", "Pipeline", "check_authorization"),
@@ -40,8 +40,8 @@ STAGES = [
     ("guarded_tools.store", "OperationStore", "insert_completed"),
     ("guarded_tools.store", "OperationStore", "complete"),
     ("guarded_tools.store", None, "fingerprint"),
-    ("guarded_tools.replays", "ReplayCache", "put"),
-    ("guarded_tools.replays", "ReplayCache", "get"),
+    ("guarded_tools.store.replays", "ReplayCache", "put"),
+    ("guarded_tools.store.replays", "ReplayCache", "get"),
     ("guarded_tools.pipeline", "Pipeline", "replay_remembered"),
     ("guarded_tools.pipeline", "Pipeline", "verify"),
 ]

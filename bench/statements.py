@@ -70,8 +70,8 @@ def main() -> None:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.test import APIClient
 
-    from guarded_tools.replays import replays
     from guarded_tools.store import OperationStore, fingerprint
+    from guarded_tools.store.replays import replays
 
     user = User.objects.get(username="bench")
     client = APIClient()

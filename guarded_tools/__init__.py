@@ -27,24 +27,24 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AuthorizationError": "guarded_tools.exceptions",
-    "ConfirmationError": "guarded_tools.exceptions",
-    "GuardError": "guarded_tools.exceptions",
-    "OutcomeUnknownError": "guarded_tools.exceptions",
-    "ToolError": "guarded_tools.exceptions",
-    "ValidationError": "guarded_tools.exceptions",
-    "VerificationError": "guarded_tools.exceptions",
-    "Repair": "guarded_tools.repair",
-    "RepairPlan": "guarded_tools.repair",
-    "CancelSignal": "guarded_tools.cancellation",
-    "guard": "guarded_tools.registry",
-    "registry": "guarded_tools.registry",
-    "tool": "guarded_tools.registry",
+    "AuthorizationError": "guarded_tools.core.errors",
+    "ConfirmationError": "guarded_tools.core.errors",
+    "GuardError": "guarded_tools.core.errors",
+    "OutcomeUnknownError": "guarded_tools.core.errors",
+    "ToolError": "guarded_tools.core.errors",
+    "ValidationError": "guarded_tools.core.errors",
+    "VerificationError": "guarded_tools.core.errors",
+    "Repair": "guarded_tools.core.repair",
+    "RepairPlan": "guarded_tools.core.repair",
+    "CancelSignal": "guarded_tools.core.cancellation",
+    "guard": "guarded_tools.tools.registry",
+    "registry": "guarded_tools.tools.registry",
+    "tool": "guarded_tools.tools.registry",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from guarded_tools.cancellation import CancelSignal
-    from guarded_tools.exceptions import (
+    from guarded_tools.core.cancellation import CancelSignal
+    from guarded_tools.core.errors import (
         AuthorizationError,
         ConfirmationError,
         GuardError,
@@ -53,8 +53,8 @@ if TYPE_CHECKING:  # pragma: no cover
         ValidationError,
         VerificationError,
     )
-    from guarded_tools.registry import guard, registry, tool
-    from guarded_tools.repair import Repair, RepairPlan
+    from guarded_tools.core.repair import Repair, RepairPlan
+    from guarded_tools.tools.registry import guard, registry, tool
 
 
 def __getattr__(name: str) -> Any:

@@ -12,6 +12,6 @@ class GuardedToolsConfig(AppConfig):
 
     def ready(self) -> None:
         from guarded_tools import checks  # noqa: F401 - registers the system checks
-        from guarded_tools.registry import autodiscover
+        from guarded_tools.tools.registry import autodiscover
 
         autodiscover()

@@ -9,8 +9,8 @@ from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
-from guarded_tools import hosts
 from guarded_tools.conf import DEFAULTS, REMOVED, gt_settings
+from guarded_tools.transports import hosts
 
 POSITIVE_INTS = (
     "CONSOLE_COUNT_EXACTLY_UP_TO",
@@ -109,7 +109,7 @@ def check_step_up() -> list[checks.CheckMessage]:
         f"GUARDED_TOOLS['CONSENT_STEP_UP'] gives no usable step-up: {step_up!r}.",
         hint="Name a class (or callable) whose instances have render(request, confirmation)"
         " and verify(request, confirmation) -> label; the default is"
-        " 'guarded_tools.consent.PasswordStepUp'.",
+        " 'guarded_tools.console.consent.PasswordStepUp'.",
         id="guarded_tools.E012",
     )]
 
@@ -176,8 +176,8 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 @checks.register(checks.Tags.compatibility)
 def check_isolation(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Atomic tools claim first on a PostgreSQL database above READ COMMITTED."""
-    from guarded_tools.registry import registry
     from guarded_tools.store import reads_committed
+    from guarded_tools.tools.registry import registry
 
     if not gt_settings.ATOMIC_SINGLE_TRANSACTION or not any(t.atomic for t in registry):
         return []
@@ -202,7 +202,7 @@ def check_isolation(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 
 @checks.register()
 def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from guarded_tools.registry import registry
+    from guarded_tools.tools.registry import registry
 
     messages: list[checks.CheckMessage] = []
     known = _known_permissions()
@@ -283,7 +283,7 @@ def _celery_setting(name: str, default: Any) -> Any:
 
 def _longest_lease() -> tuple[int, str]:
     """The longest lease a claim can get, and where it comes from."""
-    from guarded_tools.registry import registry
+    from guarded_tools.tools.registry import registry
 
     longest, source = int(gt_settings.LEASE_SECONDS), "GUARDED_TOOLS['LEASE_SECONDS']"
     for definition in registry:
@@ -376,7 +376,7 @@ def check_derived_schemas(app_configs: Any = None, **kwargs: Any) -> list[checks
     drf-spectacular maps such a field to a bare ``string``: served as it is, the schema
     would be looser than the serializer, so it is an error until the field says its type.
     """
-    from guarded_tools.registry import registry
+    from guarded_tools.tools.registry import registry
 
     return [
         checks.Error(
@@ -398,7 +398,7 @@ def check_published_routes(app_configs: Any = None, **kwargs: Any) -> list[check
     a person to approve.
     """
     from guarded_tools.credentials import RefuseAgentCredentials, accepts_agent_credentials
-    from guarded_tools.registry import registry
+    from guarded_tools.tools.registry import registry
 
     published: dict[type, list[str]] = {}
     for definition in registry:

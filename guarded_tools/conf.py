@@ -43,10 +43,10 @@ DEFAULTS: dict[str, Any] = {
     "CONSOLE_COUNT_EXACTLY_UP_TO": 10_000,
     "EXECUTE_ON_APPROVAL": False,
     # The consent page (confirm="owner"): what the user supplies at the moment of deciding,
-    # which an agent holding their session cannot (guarded_tools.consent.PasswordStepUp's
+    # which an agent holding their session cannot (guarded_tools.console.consent.PasswordStepUp's
     # interface: render(request, confirmation), verify(request, confirmation) -> label),
     # and how many failed attempts a user gets per lockout window before it refuses more.
-    "CONSENT_STEP_UP": "guarded_tools.consent.PasswordStepUp",
+    "CONSENT_STEP_UP": "guarded_tools.console.consent.PasswordStepUp",
     "CONSENT_STEP_UP_FAILURES": 5,
     "CONSENT_STEP_UP_LOCKOUT_SECONDS": 900,
     # Extension points (import strings)
@@ -58,7 +58,7 @@ DEFAULTS: dict[str, Any] = {
     # MCP
     "MCP_ALLOWED_ORIGINS": [],
     "SERVER_NAME": "guarded-tools",
-    # OAuth resource server (guarded-tools[oauth]; see guarded_tools.oauth)
+    # OAuth resource server (guarded-tools[oauth]; see guarded_tools.contrib.oauth)
     "OAUTH_PROTECTS": [],  # "mcp" and/or "rest": where DOT bearer tokens are accepted
     "OAUTH_RESOURCE": "",  # the MCP resource identifier; "" derives the MCP URL
     "OAUTH_DEFAULT_SCOPES": None,  # import string: tool -> scopes, for tools without scopes=

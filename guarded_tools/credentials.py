@@ -26,9 +26,9 @@ from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.settings import api_settings
 
-from guarded_tools import hosts
 from guarded_tools.conf import gt_settings
-from guarded_tools.registry import registry
+from guarded_tools.tools.registry import registry
+from guarded_tools.transports import hosts
 
 #: The attribute the guard sets on the request it builds for a published view.
 GUARDED_CALL = "guarded_call"
@@ -78,7 +78,7 @@ def bound_to_tools(request: Any) -> bool:
         return False
     from oauth2_provider.models import get_access_token_model
 
-    from guarded_tools import oauth
+    from guarded_tools.contrib import oauth
 
     token = getattr(request, "auth", None)
     return isinstance(token, get_access_token_model()) and oauth.audience_allows(

@@ -9,7 +9,7 @@ from celery import Task, shared_task
 from kombu.exceptions import OperationalError
 
 from guarded_tools.conf import gt_settings
-from guarded_tools.recovery import close_old_connections
+from guarded_tools.pipeline.recovery import close_old_connections
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +39,7 @@ class SweepTask(Task):  # type: ignore[misc]
 )
 def sweep() -> dict[str, Any]:
     """Recover abandoned operations. Safe to deliver twice or run concurrently."""
-    from guarded_tools.recovery import sweep as run_sweep
+    from guarded_tools.pipeline.recovery import sweep as run_sweep
 
     close_old_connections()
     try:
@@ -56,9 +56,9 @@ def execute_approved(confirmation_id: str) -> None:
     makes a second run a replay.
     """
 
-    from guarded_tools import confirmations
-    from guarded_tools.exceptions import GuardError
+    from guarded_tools.core.errors import GuardError
     from guarded_tools.models import Confirmation, ConfirmationStatus
+    from guarded_tools.pipeline import confirmations
 
     close_old_connections()
     confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
@@ -111,8 +111,8 @@ def notify_approvers(confirmation_id: str) -> int:
     """
     from django.db import router
 
-    from guarded_tools import confirmations
     from guarded_tools.models import Confirmation
+    from guarded_tools.pipeline import confirmations
 
     close_old_connections()
     try:
@@ -148,10 +148,10 @@ def _enqueue(task: Any, confirmation_id: str, errors: tuple[type[Exception], ...
 
 
 def _keep_for_the_task(confirmation: Any, exc: Exception) -> None:
-    from guarded_tools.handlers import to_guard_error
+    from guarded_tools.core.repair import Audience
     from guarded_tools.models import Confirmation
-    from guarded_tools.registry import registry
-    from guarded_tools.repair import Audience
+    from guarded_tools.tools.registry import registry
+    from guarded_tools.transports.rest.exception_handler import to_guard_error
 
     error = to_guard_error(exc)
     if error.code == "operation_in_flight":

@@ -2,7 +2,9 @@
 
 from django.urls import URLPattern, path, re_path
 
-from guarded_tools import consent, mcp, views
+from guarded_tools.console import consent
+from guarded_tools.transports.mcp import server as mcp
+from guarded_tools.transports.rest import views
 
 app_name = "guarded_tools"
 

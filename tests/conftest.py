@@ -13,8 +13,8 @@ from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
 from guarded_tools.catalog import ErrorCatalog, catalogs
-from guarded_tools.registry import Tool, registry
-from guarded_tools.registry import tool as tool_decorator
+from guarded_tools.tools.registry import Tool, registry
+from guarded_tools.tools.registry import tool as tool_decorator
 
 OBJECT = {"type": "object", "properties": {"operationId": {"type": "string"}}}
 
@@ -264,7 +264,7 @@ def atomic_path(request: pytest.FixtureRequest, settings: Any) -> str:
 @pytest.fixture(autouse=True)
 def _empty_replay_cache() -> Any:
     """Every test starts with an empty replay cache (each test's database is new)."""
-    from guarded_tools.replays import replays
+    from guarded_tools.store.replays import replays
 
     replays.clear()
     yield

@@ -26,7 +26,7 @@ from guarded_tools.models import (
     OperationState,
     unknown_first,
 )
-from guarded_tools.reconciliation import COUNTED_EXACTLY
+from guarded_tools.pipeline.reconciliation import COUNTED_EXACTLY
 
 pytestmark = pytest.mark.django_db
 

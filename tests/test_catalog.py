@@ -19,8 +19,8 @@ from guarded_tools.catalog import (
     export_llms_txt,
     resolve_link,
 )
-from guarded_tools.exceptions import BUILTIN, ToolError
-from guarded_tools.repair import Repair, RepairPlan
+from guarded_tools.core.errors import BUILTIN, ToolError
+from guarded_tools.core.repair import Repair, RepairPlan
 
 SLOT = {
     "status": 409,

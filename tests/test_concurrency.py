@@ -27,7 +27,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from guarded_tools import confirmations
-from guarded_tools.exceptions import OperationInFlight, OutcomeUnknownError
+from guarded_tools.core.errors import OperationInFlight, OutcomeUnknownError
 from guarded_tools.models import (
     AuditEntry,
     Confirmation,
@@ -36,7 +36,7 @@ from guarded_tools.models import (
     Operation,
     OperationState,
 )
-from guarded_tools.recovery import sweep
+from guarded_tools.pipeline.recovery import sweep
 from guarded_tools.store import OperationStore, fingerprint
 from tests.conftest import REPO_ROOT, key, key_lock_free, one_transaction, wait_until
 from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, effect_rows
@@ -185,7 +185,7 @@ def test_one_key_eight_processes_executes_once(tool_name: str, subprocess_env: d
         "import json, os, sys, time\n"
         "import django\n"
         "django.setup()\n"
-        "from guarded_tools.exceptions import GuardError\n"
+        "from guarded_tools.core.errors import GuardError\n"
         "from tests.tools_for_processes import EFFECT_TOOL, register\n"
         "definition = register()[sys.argv[4]]\n"
         "open(sys.argv[1], 'w').close()\n"
@@ -235,7 +235,7 @@ CALL_ONCE = (
     "import json, sys\n"
     "import django\n"
     "django.setup()\n"
-    "from guarded_tools.exceptions import GuardError\n"
+    "from guarded_tools.core.errors import GuardError\n"
     "from tests.tools_for_processes import register\n"
     "definition = register()[sys.argv[1]]\n"
     "try:\n"
@@ -596,8 +596,8 @@ def test_a_held_key_lock_refuses_fresh_calls_but_never_replays(make_tool: Any) -
     completed: a key's row decides by itself, whoever holds the lock."""
     from django.db import connections
 
-    from guarded_tools.replays import replays
     from guarded_tools.store import LOCK_CLASS, _key_hash
+    from guarded_tools.store.replays import replays
 
     handler = CountingHandler(sleep=0)
     definition = make_tool(handler, input_schema=SCHEMA, atomic=True)

@@ -26,8 +26,8 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.decorators.csrf import csrf_exempt
 
-from guarded_tools.mcp import McpView
-from guarded_tools.registry import Tool, registry
+from guarded_tools.tools.registry import Tool, registry
+from guarded_tools.transports.mcp.server import McpView
 from tests.conftest import unavailable
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]

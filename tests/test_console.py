@@ -17,7 +17,7 @@ from django.test import Client
 from django.utils.html import escape
 
 from guarded_tools import confirmations, tasks
-from guarded_tools.exceptions import ConfirmationRequired
+from guarded_tools.core.errors import ConfirmationRequired
 from guarded_tools.models import Confirmation
 from tests.conftest import key, wait_until
 
@@ -258,7 +258,7 @@ def test_each_reconciliation_is_the_admins_history_and_keeps_what_it_replaced(
 
 def test_a_sweep_recovery_is_in_the_audit_trail(make_tool: Any, requester: Any) -> None:
     from guarded_tools.models import AuditEntry, Operation
-    from guarded_tools.recovery import sweep
+    from guarded_tools.pipeline.recovery import sweep
 
     definition = make_tool(recover=lambda **_: {"recovered": True, "output": {"ok": True}})
     k = key()
@@ -581,7 +581,7 @@ def test_demo_incidents_give_an_operator_something_to_reconcile_and_to_recover(
     from django.core.management import call_command
 
     from guarded_tools.models import Operation
-    from guarded_tools.recovery import sweep
+    from guarded_tools.pipeline.recovery import sweep
     from project.demo.models import LedgerEntry
 
     call_command("demo_seed", stdout=StringIO())

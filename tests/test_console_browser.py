@@ -91,8 +91,8 @@ def shoot(page: Any, name: str) -> None:
 
 def request_payment(demo: dict[str, Any], amount: str = "12.50") -> Confirmation:
     """What the agent's call leaves: a pending request (through the real pipeline)."""
-    from guarded_tools.exceptions import ConfirmationRequired
-    from guarded_tools.registry import registry
+    from guarded_tools.core.errors import ConfirmationRequired
+    from guarded_tools.tools.registry import registry
 
     source = demo["source"]
     auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)

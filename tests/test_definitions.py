@@ -8,7 +8,7 @@ import pytest
 
 from guarded_tools import guard
 from guarded_tools.checks import check_tools
-from guarded_tools.registry import registry
+from guarded_tools.tools.registry import registry
 from tests.conftest import Effects, key
 
 pytestmark = pytest.mark.django_db

@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from guarded_tools.catalog import catalogs
 from guarded_tools.checks import check_settings, check_tools
-from guarded_tools.exceptions import ToolError
+from guarded_tools.core.errors import ToolError
 from tests.conftest import Effects, key
 
 pytestmark = pytest.mark.django_db
@@ -325,7 +325,7 @@ def test_a_header_keyed_tools_missing_key_names_the_sites_header(
      "never"),
 ])
 def test_only_a_foreign_origin_is_told_to_stop(reason: str, retry: str) -> None:
-    from guarded_tools.handlers import csrf_failed
+    from guarded_tools.transports.rest.exception_handler import csrf_failed
 
     error = csrf_failed(f"CSRF Failed: {reason}")
     assert error.retry == retry

@@ -15,10 +15,10 @@ from rest_framework import exceptions as drf
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
-from guarded_tools import exceptions as exc
-from guarded_tools.exceptions import BUILTIN, GuardError
-from guarded_tools.handlers import to_guard_error
-from guarded_tools.registry import Tool
+from guarded_tools.core import errors as exc
+from guarded_tools.core.errors import BUILTIN, GuardError
+from guarded_tools.tools.registry import Tool
+from guarded_tools.transports.rest.exception_handler import to_guard_error
 from tests.conftest import key
 
 pytestmark = pytest.mark.django_db
@@ -154,7 +154,7 @@ REQUEST_CLASSES = [pytest.param(cls, id=cls.code) for cls in CLASSES if cls.aris
 @pytest.mark.parametrize("cls", REQUEST_CLASSES)
 def test_every_error_of_the_tool_list_fits_rest(cls: type[GuardError], alice: Any,
                                                 client_for: Any) -> None:
-    with mock.patch("guarded_tools.views.visible_tools", side_effect=make_error(cls)):
+    with mock.patch("guarded_tools.transports.rest.views.visible_tools", side_effect=make_error(cls)):  # noqa: E501
         response = client_for(alice).get("/agent/tools/")
     assert response.status_code == make_error(cls).status_code
     assert_fits(response.json()["error"], cls.code, "rest", "none")
@@ -164,7 +164,7 @@ def test_every_error_of_the_tool_list_fits_rest(cls: type[GuardError], alice: An
 @pytest.mark.parametrize("cls", REQUEST_CLASSES)
 def test_every_error_before_an_mcp_method_fits_mcp(cls: type[GuardError], method: str,
                                                    alice: Any, client_for: Any) -> None:
-    with mock.patch("guarded_tools.mcp._require_caller", side_effect=make_error(cls)):
+    with mock.patch("guarded_tools.transports.mcp.server._require_caller", side_effect=make_error(cls)):  # noqa: E501
         response = mcp_post(client_for(alice), method, {"protocolVersion": MCP_VERSION})
     assert response.status_code == make_error(cls).status_code
     assert_fits(mcp_error(response), cls.code, "mcp", "none")
@@ -254,7 +254,7 @@ def drf_exceptions() -> list[Exception]:
 def answerable_codes() -> set[str]:
     """The guard's classes, what DRF's and Django's exceptions map to, and the code a
     person's reconciled failure answers by default."""
-    from guarded_tools.reconciliation import mark_failed
+    from guarded_tools.pipeline.reconciliation import mark_failed
 
     codes = {cls.code for cls in CLASSES}
     for raised in [*drf_exceptions(), Http404(), RuntimeError("boom")]:
@@ -430,7 +430,7 @@ def test_an_internal_error_logs_once_at_error_with_its_correlation_id(
         assert response.status_code == 500
         correlation_id = response.json()["error"]["correlation_id"]
     else:  # a failure of the transport itself, before any tool: JSON-RPC with HTTP 500
-        with mock.patch("guarded_tools.mcp._require_caller", side_effect=RuntimeError("x")):
+        with mock.patch("guarded_tools.transports.mcp.server._require_caller", side_effect=RuntimeError("x")):  # noqa: E501
             response = mcp_post(client, "ping")
         assert response.status_code == 500
         correlation_id = response.json()["error"]["data"]["correlation_id"]

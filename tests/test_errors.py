@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from guarded_tools import exceptions as exc
-from guarded_tools.exceptions import (
+from guarded_tools.core import errors as exc
+from guarded_tools.core.errors import (
     BUILTIN,
     GuardError,
     InternalError,
@@ -20,7 +20,7 @@ from guarded_tools.exceptions import (
     ToolError,
     ValidationError,
 )
-from guarded_tools.repair import RETRY_WORDS, Repair, RepairPlan, retry_words
+from guarded_tools.core.repair import RETRY_WORDS, Repair, RepairPlan, retry_words
 
 FAST = settings(max_examples=100, deadline=None)
 SLOT_REPAIR = {
@@ -359,7 +359,7 @@ def test_errors_survive_pickle_and_copy(error: GuardError) -> None:
 def test_an_error_renders_its_message_once() -> None:
     from unittest import mock
 
-    from guarded_tools import exceptions
+    from guarded_tools.core import errors as exceptions
 
     with mock.patch.object(exceptions, "render_message", wraps=exceptions.render_message) as spy:
         error = ToolError("slot_stale", "The slot is gone.", retry="after_repair",

@@ -14,7 +14,7 @@ from django.db import DatabaseError, connection, connections
 from django.db.models.functions import Now
 
 from guarded_tools.models import JournalEntry, Operation, OperationState
-from guarded_tools.recovery import sweep
+from guarded_tools.pipeline.recovery import sweep
 from tests import test_concurrency as concurrency
 from tests.conftest import REPO_ROOT, key, wait_until
 from tests.test_celery_worker import CELERY, Worker, abandoned, recovered, worker  # noqa: F401
@@ -150,7 +150,7 @@ SWEEP = (
     "django.setup()\n"
     "from tests.tools_for_processes import register\n"
     "register()\n"
-    "from guarded_tools.recovery import sweep\n"
+    "from guarded_tools.pipeline.recovery import sweep\n"
     "print(sweep().as_dict(), flush=True)\n"
 )
 

@@ -16,7 +16,7 @@ from rest_framework.test import APIClient
 
 from guarded_tools import ToolError
 from guarded_tools.models import Operation
-from guarded_tools.replays import replays
+from guarded_tools.store.replays import replays
 from project.demo.models import Account, LedgerEntry, Order, PaymentAuthorization, Slot
 from tests.conftest import key
 
@@ -366,7 +366,7 @@ def test_the_sites_throttles_apply_and_answer_rate_limited(make_tool: Any, alice
                                                           monkeypatch: Any) -> None:
     from rest_framework.throttling import BaseThrottle
 
-    from guarded_tools.views import ToolCallView
+    from guarded_tools.transports.rest.views import ToolCallView
 
     class OnePerTest(BaseThrottle):
         calls = 0

@@ -25,8 +25,8 @@ from rest_framework.test import APIClient
 from rest_framework.throttling import BaseThrottle
 
 from guarded_tools import ToolError
-from guarded_tools import mcp as gt_mcp
 from guarded_tools.models import Operation
+from guarded_tools.transports.mcp import server as gt_mcp
 from project.demo.models import Slot
 from tests.conftest import key
 

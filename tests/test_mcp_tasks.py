@@ -14,9 +14,10 @@ import pytest
 from django.test import Client as DjangoClient
 from rest_framework.test import APIClient
 
-from guarded_tools import confirmations, tasks_ext
-from guarded_tools import mcp as gt_mcp
+from guarded_tools import confirmations
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
+from guarded_tools.transports.mcp import server as gt_mcp
+from guarded_tools.transports.mcp import tasks as tasks_ext
 from tests import mcp_tasks_schema as ext
 from tests.conftest import Effects, key
 
@@ -177,7 +178,7 @@ def test_a_poll_is_one_indexed_read_and_a_finished_task_then_the_replay_cache(
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from guarded_tools.replays import replays
+    from guarded_tools.store.replays import replays
 
     settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),
                               "CONFIRMATION_POLL_INTERVAL": 3}

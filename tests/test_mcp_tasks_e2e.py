@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from rest_framework.authtoken.models import Token
 
-from guarded_tools import mcp as gt_mcp
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
+from guarded_tools.transports.mcp import server as gt_mcp
 from tests.conftest import Effects, Lines
 from tests.test_browser import browser, expect, page, staff  # noqa: F401
 from tests.test_mcp_tasks import ITEM, URL

@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from jsonschema import Draft202012Validator
 from rest_framework.authtoken.models import Token
 
-from guarded_tools.registry import registry
+from guarded_tools.tools.registry import registry
 
 PERMS = ("demo.change_order", "demo.add_ledgerentry", "demo.add_order", "demo.delete_order")
 

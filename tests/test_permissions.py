@@ -9,8 +9,8 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from guarded_tools import permissions
-from guarded_tools.permissions import has_perms
+from guarded_tools.pipeline import permissions
+from guarded_tools.pipeline.permissions import has_perms
 
 pytestmark = pytest.mark.django_db
 

@@ -23,7 +23,7 @@ from guarded_tools import (
     VerificationError,
     guard,
 )
-from guarded_tools.exceptions import (
+from guarded_tools.core.errors import (
     IdempotencyKeyInvalid,
     IdempotencyKeyMissing,
     IdempotencyKeyReused,
@@ -31,7 +31,7 @@ from guarded_tools.exceptions import (
     OperationInFlight,
 )
 from guarded_tools.models import JournalEntry, Operation, OperationState
-from guarded_tools.replays import replays
+from guarded_tools.store.replays import replays
 from project.demo.models import Slot
 from tests.conftest import OBJECT, key, one_transaction
 

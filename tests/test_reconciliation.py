@@ -9,9 +9,9 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 
-from guarded_tools import reconciliation
 from guarded_tools.models import AuditEntry, Operation, OperationState
-from guarded_tools.replays import replays
+from guarded_tools.pipeline import reconciliation
+from guarded_tools.store.replays import replays
 from tests.conftest import key
 
 pytestmark = pytest.mark.django_db
@@ -146,7 +146,7 @@ def test_replays_of_a_recovered_result_are_still_verified(make_tool: Any, alice:
                            verify=verify)
     body = {"operationId": key()}
     assert definition(body, user=alice).recovered
-    from guarded_tools.exceptions import VerificationError
+    from guarded_tools.core.errors import VerificationError
 
     with pytest.raises(VerificationError):
         definition(body, user=alice)

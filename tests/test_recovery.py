@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from guarded_tools.models import Confirmation, JournalEntry, Operation, OperationState
-from guarded_tools.recovery import recover_operation, sweep
+from guarded_tools.pipeline.recovery import recover_operation, sweep
 from guarded_tools.store import fingerprint
 from tests.conftest import key
 
@@ -237,7 +237,7 @@ def test_recovery_loads_the_users_with_their_operations(make_tool: Any,
 def test_recovery_the_context_refuses_goes_to_a_person(make_tool: Any) -> None:
     """Left in flight under the sweeper's lease, it would be counted unknown, hidden from
     the admin's outcomes to reconcile, and taken over again at every lease."""
-    from guarded_tools.exceptions import ToolError
+    from guarded_tools.core.errors import ToolError
 
     def context(input: Any, **kw: Any) -> Any:
         raise ToolError("customer_gone", "The customer no longer exists.")
@@ -274,7 +274,7 @@ def test_management_command_reports_failed_recoveries(make_tool: Any, monkeypatc
 
 
 def test_recovery_waits_out_a_context_that_says_retry_as_is(make_tool: Any) -> None:
-    from guarded_tools.exceptions import ToolError
+    from guarded_tools.core.errors import ToolError
 
     down = {"now": True}
 

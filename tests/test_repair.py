@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guarded_tools.repair import (
+from guarded_tools.core.repair import (
     ACTIONS,
     MAX_FIELDS,
     MAX_NAME_CHARS,

@@ -10,9 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from guarded_tools import AuthorizationError, VerificationError, guard
-from guarded_tools.exceptions import IdempotencyKeyReused
+from guarded_tools.core.errors import IdempotencyKeyReused
 from guarded_tools.models import Operation
-from guarded_tools.replays import ReplayCache, replays
+from guarded_tools.store.replays import ReplayCache, replays
 from tests.conftest import OBJECT, key
 
 pytestmark = pytest.mark.django_db
@@ -104,7 +104,7 @@ def test_entries_expire_are_bounded_and_large_outputs_are_not_kept(settings: Any
                               "REPLAY_CACHE_SECONDS": 0.2, "REPLAY_CACHE_MAX_BYTES": 50}
     # The cache's clock, moved by the test: a busy machine's pause must not expire entries.
     now = [1000.0]
-    monkeypatch.setattr("guarded_tools.replays.time", SimpleNamespace(monotonic=lambda: now[0]))
+    monkeypatch.setattr("guarded_tools.store.replays.time", SimpleNamespace(monotonic=lambda: now[0]))  # noqa: E501
     cache = ReplayCache()
     for k in ("a", "b", "c"):
         assert cache.put("t", "s", k, fingerprint="f", output={"k": k}, operation={"id": k},
@@ -128,7 +128,7 @@ def test_a_cached_output_is_a_fresh_copy_each_time() -> None:
 
 
 def test_the_purge_empties_this_processs_cache(settings: Any) -> None:
-    from guarded_tools.recovery import purge_completed
+    from guarded_tools.pipeline.recovery import purge_completed
 
     run = tool(Handler())
     body = {"operationId": key()}
@@ -150,7 +150,7 @@ STRICT = {
 def test_the_very_input_it_answered_is_not_validated_again(monkeypatch: Any) -> None:
     """It passed the same validator when it was answered; every other input is validated."""
     import guarded_tools.pipeline as pipeline
-    from guarded_tools.exceptions import ValidationError
+    from guarded_tools.core.errors import ValidationError
 
     validated: list[Any] = []
     real = pipeline.validate

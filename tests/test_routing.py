@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from guarded_tools import confirmations, reconciliation
-from guarded_tools.exceptions import OutcomeUnknownError
+from guarded_tools import confirmations
+from guarded_tools.core.errors import OutcomeUnknownError
 from guarded_tools.models import Confirmation, Operation, OperationState
-from guarded_tools.recovery import sweep
-from guarded_tools.replays import replays
+from guarded_tools.pipeline import reconciliation
+from guarded_tools.pipeline.recovery import sweep
+from guarded_tools.store.replays import replays
 from tests.conftest import key
 from tests.test_recovery import Recorder, abandoned, never
 
@@ -80,7 +81,7 @@ def test_the_sweep_and_a_person_decide_on_the_primary(make_tool: Any,
 
 def test_a_confirmation_is_asked_and_consumed_on_the_primary(make_tool: Any, alice: Any,
                                                              django_user_model: Any) -> None:
-    from guarded_tools.exceptions import ConfirmationRequired
+    from guarded_tools.core.errors import ConfirmationRequired
 
     boss = django_user_model.objects.create_superuser("boss", password="pw")
     definition = make_tool(confirm="effect-only")

@@ -30,8 +30,8 @@ from django.test.utils import CaptureQueriesContext
 from bench.statements import CONTROL, round_trips, server_prepared, statements
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
-from guarded_tools.replays import replays
 from guarded_tools.store import OperationStore, fingerprint
+from guarded_tools.store.replays import replays
 from tests.conftest import on_the_wire, one_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)  # real BEGIN/COMMIT, as in production
@@ -263,7 +263,7 @@ def test_a_replay_of_a_verified_tool_reads_what_one_without_a_verifier_reads(
         alice: Any) -> None:
     """Whether a person decided the result (then ``verify`` does not judge it) is on the
     row the replay reads: no statement of its own, reconciled or not."""
-    from guarded_tools.reconciliation import mark_succeeded
+    from guarded_tools.pipeline.reconciliation import mark_succeeded
 
     one_transaction(settings, path == "atomic-one-transaction")
     judged: list[Any] = []

@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from guarded_tools.asgi import with_cancellation
 from guarded_tools.models import Operation
-from guarded_tools.replays import replays
+from guarded_tools.store.replays import replays
 from tests.conftest import key
 
 URL = "/agent/tools/{}/"
@@ -147,7 +147,7 @@ def test_a_response_the_renderer_refuses_is_a_json_internal_error(rf: Any, caplo
     JSON error with a correlation id rather than Django's HTML page."""
     from rest_framework.response import Response
 
-    from guarded_tools.views import GuardedAPIView
+    from guarded_tools.transports.rest.views import GuardedAPIView
 
     class Broken(GuardedAPIView):
         permission_classes: list[Any] = []

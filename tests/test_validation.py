@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from guarded_tools.exceptions import MalformedRequest, RequestTooLarge, ValidationError
-from guarded_tools.parsers import StrictJSONParser, read_limited
-from guarded_tools.validation import (
+from guarded_tools.core.errors import MalformedRequest, RequestTooLarge, ValidationError
+from guarded_tools.core.schema.parsers import StrictJSONParser, read_limited
+from guarded_tools.core.schema.validation import (
     compile_schema,
     parse_json,
     safe_path,

@@ -8,7 +8,7 @@ from typing import Any
 from django import template
 from django.utils import dateformat, timezone
 
-from guarded_tools.counting import in_words
+from guarded_tools.store.counting import in_words
 
 register = template.Library()
 
@@ -42,7 +42,7 @@ def age(value: timedelta | None) -> str:
 
 def json_value(value: Any) -> str:
     """``value`` as the admin's highlighted JSON, bounded to a few kilobytes."""
-    from guarded_tools.admin import highlight_json
+    from guarded_tools.console.admin import highlight_json
 
     return highlight_json(value, limit=4096)
 
@@ -58,8 +58,8 @@ def guarded_tools_panel(
     context: Any, confirmations: Any = None, operations: Any = None
 ) -> dict[str, Any]:
     """Render the panel; with no arguments it computes both sets of numbers."""
-    from guarded_tools import confirmations as confirmation_queue
-    from guarded_tools import reconciliation
+    from guarded_tools.pipeline import confirmations as confirmation_queue
+    from guarded_tools.pipeline import reconciliation
 
     user = context["request"].user
     if confirmations is None and user.has_perm("guarded_tools.view_confirmation"):

@@ -24,7 +24,7 @@ from django.db import connection, connections, transaction
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from guarded_tools.exceptions import ToolError
+from guarded_tools.core.errors import ToolError
 from guarded_tools.models import Operation, OperationState
 from tests.conftest import key, wait_until
 from tests.matrix import backends

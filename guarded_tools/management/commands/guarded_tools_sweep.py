@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError
 
-from guarded_tools.recovery import close_old_connections, sweep
+from guarded_tools.pipeline.recovery import close_old_connections, sweep
 
 
 class Command(BaseCommand):

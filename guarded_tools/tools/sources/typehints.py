@@ -2,7 +2,7 @@
 
 The parameters before ``ctx`` become a Pydantic model (``pydantic.create_model``, the
 ``guarded-tools[pydantic]`` extra), so the schema, the validation and the errors are
-those of :mod:`guarded_tools.pydantic`; the handler is called with keyword arguments.
+those of :mod:`guarded_tools.tools.sources.pydantic`; the handler is called with keyword arguments.
 A parameter's ``Annotated[int, Field(description=...)]`` describes it to agents.
 """
 
@@ -13,7 +13,7 @@ import typing
 from collections.abc import Callable
 from typing import Any
 
-from guarded_tools.pydantic import ModelBinding
+from guarded_tools.tools.sources.pydantic import ModelBinding
 
 
 def signature_model(handler: Callable[..., Any]) -> Any:

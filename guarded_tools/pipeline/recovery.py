@@ -17,11 +17,11 @@ from django.db import connections, router, transaction
 from django.db.models.functions import Now
 
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import GuardError
+from guarded_tools.core.errors import GuardError
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
-from guarded_tools.registry import Tool, registry
-from guarded_tools.replays import replays
 from guarded_tools.store import Claim, OperationHandle, OperationStore
+from guarded_tools.store.replays import replays
+from guarded_tools.tools.registry import Tool, registry
 
 logger = logging.getLogger("guarded_tools.recovery")
 

@@ -15,10 +15,9 @@ from django.utils import timezone
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
-from guarded_tools import hosts
-from guarded_tools.catalog import site_names
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import (
+from guarded_tools.core.catalog import site_names
+from guarded_tools.core.errors import (
     AuthorizationError,
     ConfirmationRequired,
     CsrfFailed,
@@ -30,7 +29,8 @@ from guarded_tools.exceptions import (
     RateLimited,
     ToolNotFound,
 )
-from guarded_tools.repair import Audience, Repair, RepairPlan
+from guarded_tools.core.repair import Audience, Repair, RepairPlan
+from guarded_tools.transports import hosts
 
 logger = logging.getLogger("guarded_tools")
 

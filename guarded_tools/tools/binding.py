@@ -19,9 +19,9 @@ from typing import Any, Protocol
 
 from django.utils.text import capfirst
 
-from guarded_tools.exceptions import BUILTIN, ToolError, _issue_fields
-from guarded_tools.repair import Repair
-from guarded_tools.validation import safe_path
+from guarded_tools.core.errors import BUILTIN, ToolError, _issue_fields
+from guarded_tools.core.repair import Repair
+from guarded_tools.core.schema.validation import safe_path
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 #: Where a camelCase name starts a word: ``operationId``, ``HTTPStatus``.
@@ -185,11 +185,11 @@ class OutputBinding(Protocol):
 
 def _class_binding(spec: Any, option: str, direction: str) -> Any:
     """A DRF serializer class's or a Pydantic model class's binding, for ``option=``."""
-    from guarded_tools.serializers import SerializerBinding, is_serializer
+    from guarded_tools.tools.sources.serializers import SerializerBinding, is_serializer
 
     if is_serializer(spec):
         return SerializerBinding(spec, direction=direction)
-    from guarded_tools.pydantic import ModelBinding, is_model
+    from guarded_tools.tools.sources.pydantic import ModelBinding, is_model
 
     if is_model(spec):
         return ModelBinding(spec)

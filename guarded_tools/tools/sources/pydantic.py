@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from guarded_tools.binding import InputRejected, field_title, inline_defs, issue
+from guarded_tools.tools.binding import InputRejected, field_title, inline_defs, issue
 
 
 def is_model(spec: Any) -> bool:

@@ -8,12 +8,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from guarded_tools.validation import compile_schema, schema_names
+from guarded_tools.core.schema.validation import compile_schema, schema_names
 
 if TYPE_CHECKING:
     from jsonschema import Draft202012Validator
 
-    from guarded_tools.cancellation import CancelSignal
+    from guarded_tools.core.cancellation import CancelSignal
     from guarded_tools.pipeline import GuardResult
 
 Handler = Callable[..., Any]
@@ -38,7 +38,7 @@ class Tool:
     input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
     output_schema: Mapping[str, Any] | None = None
     permissions: tuple[str, ...] = ()
-    #: OAuth scopes a bearer token must carry to call the tool (``guarded_tools.oauth``).
+    #: OAuth scopes a bearer token must carry to call the tool (``guarded_tools.contrib.oauth``).
     scopes: tuple[str, ...] = ()
     #: The module that declares the tool, whose installed app ``scope_per_app`` names:
     #: the handler's own module unless given (published views give their view's). Kept
@@ -123,7 +123,7 @@ class Tool:
 
     def _bind(self) -> None:
         """Derive the schemas from ``input``/``output`` or the handler's type hints, once."""
-        from guarded_tools import binding
+        from guarded_tools.tools import binding
 
         hints = self.input is None and binding.wants_type_hints(self.handler)
         if self.input is None and self.output is None and not hints:
@@ -133,7 +133,7 @@ class Tool:
             if dict(self.input_schema) != {"type": "object"}:
                 raise ValueError(f"Tool {self.name!r}: give input= or input_schema=, not both.")
             if hints:
-                from guarded_tools.typehints import SignatureBinding
+                from guarded_tools.tools.sources.typehints import SignatureBinding
 
                 inputs = SignatureBinding(self.handler)
             else:

@@ -19,10 +19,10 @@ from django.db.models import Count, Exists, Min, OuterRef
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from guarded_tools.catalog import is_code
 from guarded_tools.conf import gt_settings
-from guarded_tools.counting import RowCount, count_up_to
-from guarded_tools.exceptions import MalformedRequest
+from guarded_tools.core.catalog import is_code
+from guarded_tools.core.errors import MalformedRequest
+from guarded_tools.core.schema.validation import compile_schema, parse_json
 from guarded_tools.models import (
     AuditEntry,
     JournalEntry,
@@ -30,9 +30,9 @@ from guarded_tools.models import (
     OperationState,
     record_in_admin_history,
 )
-from guarded_tools.registry import registry
 from guarded_tools.store import JSON_ENCODER, storable_json
-from guarded_tools.validation import compile_schema, parse_json
+from guarded_tools.store.counting import RowCount, count_up_to
+from guarded_tools.tools.registry import registry
 
 RECONCILE_PERMISSION = "guarded_tools.reconcile_operation"
 

@@ -25,16 +25,16 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from guarded_tools.exceptions import GuardError
+from guarded_tools.core.errors import GuardError
 from guarded_tools.models import (
     Confirmation,
     ConfirmationStatus,
     Operation,
     OperationState,
 )
-from guarded_tools.registry import Tool
-from guarded_tools.replays import replays
 from guarded_tools.store import fingerprint
+from guarded_tools.store.replays import replays
+from guarded_tools.tools.registry import Tool
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 #: Longer ids are refused before any lookup (an id is 43 characters).
@@ -133,7 +133,7 @@ def _task_id(confirmation: Confirmation) -> str:
 def resolve(task_id: Any, user: Any) -> tuple[TaskRef, Tool] | None:
     """The call behind ``task_id`` and its tool, when it is a task of ``user``'s, else None."""
     from guarded_tools.pipeline import Invocation, get_pipeline
-    from guarded_tools.registry import registry
+    from guarded_tools.tools.registry import registry
 
     if not isinstance(task_id, str) or not task_id or len(task_id) > MAX_TASK_ID:
         return None
@@ -211,8 +211,8 @@ def _from_operation(ref: TaskRef, operation: Operation, pipeline: Any) -> TaskSt
 
 def state(ref: TaskRef, definition: Tool) -> TaskState | None:
     """The task's state now, or None when nothing of its call is stored (any more)."""
-    from guarded_tools.confirmations import error_for
     from guarded_tools.pipeline import get_pipeline
+    from guarded_tools.pipeline.confirmations import error_for
 
     remembered = replays.get(ref.tool, ref.scope, ref.key)
     if remembered is not None and remembered.fingerprint == ref.fingerprint:
@@ -261,7 +261,7 @@ class CancelRefused(Exception):
 
 def cancel(ref: TaskRef, user: Any) -> None:
     """Withdraw the task's confirmation while its call has not started, or say why not."""
-    from guarded_tools.confirmations import withdraw
+    from guarded_tools.pipeline.confirmations import withdraw
 
     confirmation = _confirmation(ref)
     if confirmation is not None:
@@ -297,8 +297,8 @@ def start(definition: Tool, inv: Any) -> TaskRef | Any:
     from django.db import transaction
 
     from guarded_tools.conf import gt_settings
-    from guarded_tools.confirmations import requested
     from guarded_tools.pipeline import _Observer, get_pipeline
+    from guarded_tools.pipeline.confirmations import requested
     from guarded_tools.store import db_now_plus
 
     base = type(get_pipeline(definition))

@@ -22,7 +22,7 @@ from django.db.models import DateTimeField, ExpressionWrapper, F, Value
 from django.db.models.functions import Now
 from django.db.models.sql import Query
 
-from guarded_tools.exceptions import IdempotencyKeyReused, LeaseLost
+from guarded_tools.core.errors import IdempotencyKeyReused, LeaseLost
 from guarded_tools.models import JournalEntry, Operation, OperationState
 
 ClaimKind = Literal["fresh", "in_flight", "completed", "abandoned"]

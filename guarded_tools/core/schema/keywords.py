@@ -7,7 +7,7 @@ by any caller:
   ``\\d`` is ``[0-9]`` (Python also takes Arabic-Indic, full-width or Thai digits) and
   ``$`` is the end of the string (Python also matches before a final newline). Every
   keyword that applies a pattern (``pattern``, ``patternProperties`` and the keywords
-  that depend on it, ``format: regex``) goes through :mod:`guarded_tools.patterns`.
+  that depend on it, ``format: regex``) goes through :mod:`guarded_tools.core.schema.patterns`.
 - ``uniqueItems`` compares every pair of items once the items are objects: quadratic in
   the request. Here each item is reduced to a hashable canonical form in one pass.
 """
@@ -21,7 +21,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, validators
 from jsonschema import ValidationError as SchemaError
 
-from guarded_tools.patterns import FORMAT_CHECKER, ecma_search
+from guarded_tools.core.schema.patterns import FORMAT_CHECKER, ecma_search
 
 # -- keywords that apply patterns ---------------------------------------------------------------
 

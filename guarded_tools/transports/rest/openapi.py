@@ -19,9 +19,9 @@ from drf_spectacular.generators import SchemaGenerator
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 
-from guarded_tools import hosts
 from guarded_tools.conf import gt_settings
-from guarded_tools.registry import Tool
+from guarded_tools.tools.registry import Tool
+from guarded_tools.transports import hosts
 
 ERROR = {
     "type": "object",
@@ -108,33 +108,33 @@ class _DocumentedView(OpenApiViewExtension):
 
 
 class ToolListDoc(_DocumentedView):
-    target_class = "guarded_tools.views.ToolListView"
+    target_class = "guarded_tools.transports.rest.views.ToolListView"
     summary = "The tools this caller may call."
     responses = {200: {"type": "object", "properties": {"tools": {"type": "array",
                                                                   "items": {"type": "object"}}}}}
 
 
 class ToolCallDoc(_DocumentedView):
-    target_class = "guarded_tools.views.ToolCallView"
+    target_class = "guarded_tools.transports.rest.views.ToolCallView"
     summary = "Call a tool (replaced by one path per tool)."
     request_schema = {"type": "object"}
     responses = {200: {"type": "object"}}
 
 
 class OperationDoc(_DocumentedView):
-    target_class = "guarded_tools.views.OperationDetailView"
+    target_class = "guarded_tools.transports.rest.views.OperationDetailView"
     summary = "Status of one of the caller's own operations."
     responses = {200: OPERATION, 401: ERROR, 404: ERROR}
 
 
 class CatalogDoc(_DocumentedView):
-    target_class = "guarded_tools.views.ErrorCatalogView"
+    target_class = "guarded_tools.transports.rest.views.ErrorCatalogView"
     summary = "The error catalog: why, fix and link for every code."
     responses = {200: {"type": "object"}}
 
 
 class LlmsDoc(_DocumentedView):
-    target_class = "guarded_tools.views.LlmsTxtView"
+    target_class = "guarded_tools.transports.rest.views.LlmsTxtView"
     summary = "The error catalog as llms.txt."
     responses = {200: {"type": "string"}}
 

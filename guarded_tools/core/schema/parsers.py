@@ -8,8 +8,8 @@ from typing import Any
 from rest_framework.parsers import BaseParser
 
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import MalformedRequest, RequestTooLarge
-from guarded_tools.validation import parse_json
+from guarded_tools.core.errors import MalformedRequest, RequestTooLarge
+from guarded_tools.core.schema.validation import parse_json
 
 
 def read_limited(stream: Any, meta: Any, limit: int) -> bytes:

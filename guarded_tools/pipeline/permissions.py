@@ -194,11 +194,11 @@ def _forget_on_change() -> None:
     from django.contrib.auth.models import Permission
     from django.contrib.contenttypes.models import ContentType
 
-    post_migrate.connect(_forget_keys, dispatch_uid="guarded_tools.permissions")
+    post_migrate.connect(_forget_keys, dispatch_uid="guarded_tools.pipeline.permissions")
     for model in (Permission, ContentType):
         for signal in (post_save, post_delete):
             signal.connect(_forget_keys, sender=model,
-                           dispatch_uid=f"guarded_tools.permissions.{model.__name__}")
+                           dispatch_uid=f"guarded_tools.pipeline.permissions.{model.__name__}")
 
 
 setting_changed.connect(_forget)

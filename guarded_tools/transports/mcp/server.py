@@ -19,20 +19,31 @@ from django.urls import NoReverseMatch
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
-from guarded_tools import confirmations, hosts, tasks_ext
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import (
+from guarded_tools.core.errors import (
     AuthorizationError,
     ConfirmationRequired,
     GuardError,
     NotAuthenticated,
     ToolNotFound,
 )
-from guarded_tools.handlers import docs_url, log_once, timestamp, to_guard_error
-from guarded_tools.pipeline import GuardResult, get_pipeline, trace_carrier
-from guarded_tools.registry import Tool, registry
-from guarded_tools.repair import Audience
-from guarded_tools.views import GuardedAPIView, invocation_for, prefer_wait, visible_tools
+from guarded_tools.core.repair import Audience
+from guarded_tools.pipeline import GuardResult, confirmations, get_pipeline, trace_carrier
+from guarded_tools.tools.registry import Tool, registry
+from guarded_tools.transports import hosts
+from guarded_tools.transports.mcp import tasks as tasks_ext
+from guarded_tools.transports.rest.exception_handler import (
+    docs_url,
+    log_once,
+    timestamp,
+    to_guard_error,
+)
+from guarded_tools.transports.rest.views import (
+    GuardedAPIView,
+    invocation_for,
+    prefer_wait,
+    visible_tools,
+)
 
 #: Who reads an error that is about no tool (the transport's own refusals, an unknown tool).
 NO_TOOL = Audience(transport="mcp", tool=False)
@@ -711,7 +722,7 @@ def check_origin(request: Request) -> None:
     """DNS-rebinding protection: a browser Origin must be one the site trusts.
 
     Never the request's own Host: with ``ALLOWED_HOSTS = ["*"]`` a rebound page's Origin
-    is its Host. See :func:`guarded_tools.hosts.origin_allowed`.
+    is its Host. See :func:`guarded_tools.transports.hosts.origin_allowed`.
     """
     origin = request.headers.get("Origin")
     if origin is None:

@@ -17,10 +17,10 @@ from jsonschema import Draft202012Validator
 from jsonschema import ValidationError as SchemaError
 from jsonschema.exceptions import SchemaError as InvalidSchema
 
-from guarded_tools.exceptions import MalformedRequest, ValidationError
-from guarded_tools.keywords import ToolSchemaValidator
-from guarded_tools.patterns import FORMAT_CHECKER, SCHEMA_FORMAT_CHECKER, PatternRisk
-from guarded_tools.repair import normalize
+from guarded_tools.core.errors import MalformedRequest, ValidationError
+from guarded_tools.core.repair import normalize
+from guarded_tools.core.schema.keywords import ToolSchemaValidator
+from guarded_tools.core.schema.patterns import FORMAT_CHECKER, SCHEMA_FORMAT_CHECKER, PatternRisk
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]{0,63}$")
 _SURROGATE = re.compile("[\ud800-\udfff]")

@@ -11,7 +11,7 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, ClassVar, Literal
 
-from guarded_tools.catalog import (
+from guarded_tools.core.catalog import (
     ERROR_STATUSES,
     ErrorCatalog,
     catalogs,
@@ -21,7 +21,7 @@ from guarded_tools.catalog import (
     site_text,
     status_problem,
 )
-from guarded_tools.repair import (
+from guarded_tools.core.repair import (
     ANY_AUDIENCE,
     RETRY_POLICIES,
     Action,

@@ -28,10 +28,10 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
 from django.utils import timezone
 
-from guarded_tools.cancellation import CancelSignal
-from guarded_tools.catalog import is_code
 from guarded_tools.conf import gt_settings
-from guarded_tools.exceptions import (
+from guarded_tools.core.cancellation import CancelSignal
+from guarded_tools.core.catalog import is_code
+from guarded_tools.core.errors import (
     AuthorizationError,
     ConfirmationError,
     GuardError,
@@ -45,14 +45,14 @@ from guarded_tools.exceptions import (
     ToolError,
     VerificationError,
 )
+from guarded_tools.core.schema.validation import validate
 from guarded_tools.models import Operation, OperationState
-from guarded_tools.permissions import (
+from guarded_tools.pipeline.permissions import (
     answer,
     granted,
     permission_query,
     permissions_database,
 )
-from guarded_tools.replays import Remembered, replays
 from guarded_tools.store import (
     JSON_ENCODER,
     Claim,
@@ -63,10 +63,10 @@ from guarded_tools.store import (
     refuse_enclosing_transaction,
     storable_json,
 )
-from guarded_tools.validation import validate
+from guarded_tools.store.replays import Remembered, replays
 
 if TYPE_CHECKING:
-    from guarded_tools.registry import Tool
+    from guarded_tools.tools.registry import Tool
 
 logger = logging.getLogger("guarded_tools")
 
@@ -110,7 +110,7 @@ def trace_carrier(source: Mapping[str, Any] | None) -> dict[str, str]:
 
     Only ``traceparent`` and ``tracestate`` (``tracestate`` only beside a
     ``traceparent``), as printable ASCII no longer than W3C allows; anything else is
-    dropped. Observers continue the caller's trace from it (``guarded_tools.otel``).
+    dropped. Observers continue the caller's trace from it (``guarded_tools.contrib.otel``).
     """
     carrier: dict[str, str] = {}
     for name, limit in TRACE_KEYS.items():
@@ -443,7 +443,7 @@ class Pipeline:
         """The OAuth scopes the tool needs, when the call came with an OAuth token."""
         if (inv.request is not None or inv.credential is not None) and apps.is_installed(
                 "oauth2_provider"):
-            from guarded_tools import oauth
+            from guarded_tools.contrib import oauth
 
             oauth.check_scopes(self.tool, inv.request, inv.credential)
 
@@ -499,7 +499,7 @@ class Pipeline:
     def confirm(self, inv: Invocation, obs: _Observer, claim: Claim | None = None) -> None:
         obs.emit("confirmation_requested")
         if self.tool.queued_confirmation:
-            from guarded_tools.confirmations import require_approval
+            from guarded_tools.pipeline.confirmations import require_approval
 
             try:
                 confirmation = require_approval(
@@ -877,7 +877,7 @@ class Pipeline:
 
     def recover_abandoned(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
         """A caller met a claim with no live owner: recover it inline, never re-execute."""
-        from guarded_tools.recovery import recover_operation
+        from guarded_tools.pipeline.recovery import recover_operation
 
         outcome = recover_operation(claim.operation, store=self.store, definition=self.tool)
         operation = self.store.refresh(claim.operation)

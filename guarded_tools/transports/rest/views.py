@@ -27,20 +27,18 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from guarded_tools import catalog, hosts
-from guarded_tools.asgi import request_signal
 from guarded_tools.conf import gt_settings
-from guarded_tools.confirmations import describe
-from guarded_tools.exceptions import (
+from guarded_tools.core import catalog
+from guarded_tools.core.errors import (
     ConfirmationNotFound,
     MalformedRequest,
     NotAuthenticated,
     OperationNotFound,
     ToolNotFound,
 )
-from guarded_tools.handlers import docs_url, exception_handler, timestamp
+from guarded_tools.core.repair import Audience
+from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
 from guarded_tools.models import Confirmation, Operation
-from guarded_tools.parsers import StrictJSONParser, read_unframed_body
 from guarded_tools.pipeline import (
     GuardResult,
     Invocation,
@@ -48,8 +46,11 @@ from guarded_tools.pipeline import (
     principal_scope,
     trace_carrier,
 )
-from guarded_tools.registry import Tool, registry
-from guarded_tools.repair import Audience
+from guarded_tools.pipeline.confirmations import describe
+from guarded_tools.tools.registry import Tool, registry
+from guarded_tools.transports import hosts
+from guarded_tools.transports.asgi import request_signal
+from guarded_tools.transports.rest.exception_handler import docs_url, exception_handler, timestamp
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
 
@@ -65,7 +66,7 @@ def visible_tools(user: Any, request: Any = None) -> list[Tool]:
         and (not t.permissions or (authenticated and user.has_perms(t.permissions)))
     ]
     if request is not None and apps.is_installed("oauth2_provider"):
-        from guarded_tools import oauth
+        from guarded_tools.contrib import oauth
 
         tools = [t for t in tools if oauth.allows(t, request)]
     return tools
@@ -146,10 +147,10 @@ class GuardedAPIView(APIView):
 
     def get_authenticators(self) -> list[Any]:
         """The site's authentication, after OAuth bearer tokens where ``OAUTH_PROTECTS``
-        names this view's surface (see :mod:`guarded_tools.oauth`)."""
+        names this view's surface (see :mod:`guarded_tools.contrib.oauth`)."""
         authenticators = list(super().get_authenticators())
         if gt_settings.OAUTH_PROTECTS and apps.is_installed("oauth2_provider"):
-            from guarded_tools import oauth
+            from guarded_tools.contrib import oauth
 
             authenticators = oauth.authenticators(self.oauth_surface, authenticators)
         return authenticators
@@ -342,7 +343,7 @@ class OpenAPIView(GuardedAPIView):
     throttle_classes: list[Any] = []
 
     def get(self, request: Request) -> Response:
-        from guarded_tools.openapi import build_document
+        from guarded_tools.transports.rest.openapi import build_document
 
         return Response(build_document(request, visible_tools(request.user)))
 

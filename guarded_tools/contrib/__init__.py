@@ -1,0 +1,1 @@
+"""Optional integrations, independent of each other: OAuth, OpenTelemetry."""

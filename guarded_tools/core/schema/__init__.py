@@ -1,0 +1,1 @@
+"""JSON Schema: validation, keywords, ECMA-262 patterns, strict JSON parsing."""

@@ -1,0 +1,589 @@
+"""Provides the confirmation queue: requests from agents, decisions by people.
+
+An agent's call creates (or finds) a pending :class:`Confirmation`; a staff member
+approves or declines it in the admin, or through :func:`approve` / :func:`decline`
+from a site's own approval screen, with the same permission and four-eyes checks.
+An approval is consumed by the one execution it allowed, and only while it lasts
+(``CONFIRMATION_APPROVAL_TTL_SECONDS``): one nobody used expires, as a request
+nobody decided does.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import time
+from typing import TYPE_CHECKING, Any
+
+from django.apps import apps
+from django.db import IntegrityError, router, transaction
+from django.db.models import Q
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from guarded_tools import signals
+from guarded_tools.conf import gt_settings
+from guarded_tools.console.presentation import requested_summary, summarize
+from guarded_tools.core.errors import (
+    AuthorizationError,
+    ConfirmationError,
+    ConfirmationExpired,
+    ConfirmationRequired,
+    GuardError,
+)
+from guarded_tools.core.repair import Repair, normalize
+from guarded_tools.models import (
+    AuditEntry,
+    Confirmation,
+    ConfirmationStatus,
+    record_in_admin_history,
+)
+from guarded_tools.store import db_now_plus, fingerprint, user_row
+from guarded_tools.transports import hosts
+from guarded_tools.transports.rest.exception_handler import timestamp
+
+if TYPE_CHECKING:
+    from guarded_tools.pipeline import Invocation
+    from guarded_tools.tools.registry import Tool
+
+APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
+logger = logging.getLogger("guarded_tools.confirmations")
+
+
+class DecisionRefused(Exception):
+    """A person may not make this decision (permission, four-eyes, or too late)."""
+
+
+def approved_fingerprint(definition: Tool, inv: Invocation) -> str:
+    """What an approval is bound to: the whole input, or only the fields a tool marks as
+    its intent (``intent=``), so a repair of the others keeps the approval."""
+    if definition.intent is None:
+        return inv.fingerprint
+    return fingerprint({name: inv.input[name] for name in definition.intent
+                        if name in inv.input})
+
+
+def _call(definition: Tool, inv: Invocation) -> Q:
+    return Q(tool=definition.name, scope=inv.scope, key=inv.key or "",
+             fingerprint=approved_fingerprint(definition, inv))
+
+
+def describe(confirmation: Confirmation) -> dict[str, Any]:
+    return {
+        "id": str(confirmation.pk),
+        "status": confirmation.status,
+        "expires_at": timestamp(confirmation.expires_at),
+    }
+
+
+def require_approval(definition: Tool, inv: Invocation,
+                     operation_id: Any = None) -> Confirmation:
+    """Consume an approval for exactly this call, or raise what the agent must do.
+
+    Pending → ``ConfirmationRequired`` (202; waits up to ``inv.wait`` seconds for a
+    decision first); declined → ``confirmation_declined``; expired (undecided, or
+    approved and not used in time) → ``confirmation_expired``; approved and unexpired
+    → consumed atomically and returned. ``operation_id`` is the operation a fresh claim
+    took (``effect-only``): an approval an earlier attempt of that same operation
+    consumed, and which has not expired, is used again, because an attempt is fresh only
+    when the earlier one was released without its effect (a repaired retry).
+    """
+    deadline = time.monotonic() + max(inv.wait, 0)
+    while True:
+        confirmation = _consume_or_request(definition, inv, operation_id)
+        if confirmation.status == ConfirmationStatus.CONSUMED:
+            return confirmation
+        if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
+            raise error_for(confirmation, inv.request)
+        time.sleep(min(gt_settings.CONFIRMATION_POLL_INTERVAL, max(deadline - time.monotonic(), 0)))
+
+
+_USED = (ConfirmationStatus.APPROVED, ConfirmationStatus.CONSUMED)
+
+
+def _consume_or_request(definition: Tool, inv: Invocation,
+                        operation_id: Any = None) -> Confirmation:
+    call = _call(definition, inv)
+    # From the primary: a replica behind it could miss the approval, or the request.
+    confirmations = Confirmation.objects.using(router.db_for_write(Confirmation))
+    confirmations.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
+    latest = confirmations.filter(call).order_by("-created_at").first()
+    if (
+        latest is not None and operation_id is not None
+        and latest.status == ConfirmationStatus.CONSUMED
+        and latest.operation_id == operation_id
+        and confirmations.filter(pk=latest.pk, expires_at__gt=Now()).exists()
+    ):
+        return latest  # consumed by an earlier attempt of this operation, released since
+    if latest is not None and latest.status == ConfirmationStatus.APPROVED:
+        if confirmations.consume(latest.pk):
+            latest.status = ConfirmationStatus.CONSUMED
+            return latest
+        # Used by another call, or its time ran out since the update above.
+        confirmations.filter(pk=latest.pk).overdue().update(status=ConfirmationStatus.EXPIRED)
+        latest.refresh_from_db(using=router.db_for_write(Confirmation))
+    if latest is None or latest.status in (*_USED, ConfirmationStatus.WITHDRAWN):
+        # None yet, its approval used by another call, or withdrawn (its key released).
+        return _request(definition, inv)
+    if latest.status == ConfirmationStatus.PENDING or latest.key:
+        return latest  # with a key, the agent asks again with a new one
+    if latest.reported_at is None:  # declined or expired, not yet told
+        confirmations.filter(pk=latest.pk, reported_at__isnull=True).update(reported_at=Now())
+        return latest
+    # A tool without keys, its agent told already: it cannot choose a new key to ask
+    # again, so this call asks anew.
+    return _request(definition, inv)
+
+
+#: The longest requester label kept (``Confirmation.requested_by_label``).
+LABEL_MAX_CHARS = 200
+
+
+def requester_label(inv: Invocation) -> str:
+    """Who asks, in words: the principal the call names, the user's name (its
+    ``get_username()``, or its ``str()`` where its class defines one), else the scope
+    its keys live in (a user object with no name, an anonymous caller)."""
+    user = inv.user
+    label = inv.principal or ""
+    if not label and getattr(user, "is_authenticated", False):
+        if callable(getattr(user, "get_username", None)):
+            label = str(user.get_username())
+        elif type(user).__str__ is not object.__str__:
+            label = str(user)
+    return normalize(label or inv.scope, LABEL_MAX_CHARS)
+
+
+def requested(definition: Tool, inv: Invocation) -> dict[str, Any]:
+    """A new request's requester and its summary as it reads now, to store with it.
+
+    The summary is presented for nobody in particular (no person is looking yet), so a
+    ``present`` hook that words a request for its viewer words it for everyone.
+    """
+    return {"requested_by": user_row(inv.user), "requested_by_label": requester_label(inv),
+            "summary": summarize(definition, inv.input), "credential": credential_of(inv)}
+
+
+#: ``Confirmation.credential`` for a DRF token: a digest, never the token's key itself.
+DRF_TOKEN = "drf-token:"
+
+
+def credential_of(inv: Invocation) -> str:
+    """What the call authenticated with, to re-check when an approval runs it.
+
+    An OAuth grant (or token), a digest of a DRF token; blank for a session or a call in
+    code, whose run re-checks only that the user is still active.
+    """
+    auth = getattr(inv.request, "auth", None)
+    if auth is None:
+        return ""
+    if apps.is_installed("oauth2_provider"):
+        from guarded_tools.contrib import oauth
+
+        reference = oauth.credential_reference(auth)
+        if reference is not None:
+            return reference
+    if apps.is_installed("rest_framework.authtoken"):
+        from rest_framework.authtoken.models import Token
+
+        if isinstance(auth, Token):
+            return DRF_TOKEN + _digest(auth.key)
+    return ""
+
+
+def _digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+class CredentialRevoked(AuthorizationError):
+    """The requester's credential was revoked or deleted, or the user deactivated, while
+    the call waited: the approved run refuses it, and nothing runs."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "The credential this call was requested with was revoked or deleted, or its user"
+            " deactivated, before the approved call ran; nothing ran.",
+            repair=Repair(action="ask_user", instruction="Ask the user to sign in again (or"
+                          " authorize this connection again), then make the call anew."),
+        )
+
+
+def live_credential(confirmation: Confirmation) -> Any:
+    """The credential the call was requested with, re-checked: its OAuth access token
+    (None for another kind), or ``CredentialRevoked``."""
+    user = confirmation.requested_by
+    if user is not None and not getattr(user, "is_active", True):
+        raise CredentialRevoked()
+    reference = confirmation.credential
+    if reference.startswith(DRF_TOKEN):
+        from rest_framework.authtoken.models import Token
+
+        keys = Token.objects.filter(user=user).values_list("key", flat=True)
+        if user is None or not any(_digest(k) == reference[len(DRF_TOKEN):] for k in keys):
+            raise CredentialRevoked()
+        return None
+    if reference:
+        from guarded_tools.contrib import oauth
+
+        token = oauth.live_token(reference) if apps.is_installed("oauth2_provider") else None
+        if token is None or token.user_id != getattr(user, "pk", None):
+            raise CredentialRevoked()
+        return token
+    return None
+
+
+def _request(definition: Tool, inv: Invocation) -> Confirmation:
+    ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
+    asked = requested(definition, inv)  # the hook's reads, before the transaction
+    using = router.db_for_write(Confirmation)
+    try:
+        with transaction.atomic(using=using):
+            confirmation = Confirmation.objects.create(
+                tool=definition.name,
+                scope=inv.scope,
+                key=inv.key or "",
+                fingerprint=approved_fingerprint(definition, inv),
+                input=dict(inv.input),
+                expires_at=db_now_plus(ttl),
+                **asked,
+            )
+    except IntegrityError:
+        # Another identical call asked at the same moment: share its request.
+        return Confirmation.objects.using(using).get(
+            _call(definition, inv), status=ConfirmationStatus.PENDING
+        )
+    confirmation.refresh_from_db(using=using)
+    signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
+    if gt_settings.CONFIRMATION_NOTIFY_EMAIL:
+        # Not in the agent's call: a Celery task emails, once the request has committed
+        # (a caller's transaction that rolls it back sends nothing).
+        from guarded_tools.tasks import enqueue_notify_approvers
+
+        pk = str(confirmation.pk)
+        transaction.on_commit(lambda: enqueue_notify_approvers(pk), using=using, robust=True)
+    return confirmation
+
+
+def approvers(confirmation: Confirmation) -> list[Any]:
+    """The active users who may decide ``confirmation`` and have an email address."""
+    from django.contrib.auth import get_user_model
+
+    manager = get_user_model()._default_manager
+    if not hasattr(manager, "with_perm"):  # a custom user model without ModelBackend's
+        return []
+    users = manager.with_perm(APPROVE_PERMISSION, is_active=True).exclude(email="")
+    return [user for user in users[:100] if can_decide(user, confirmation) is None]
+
+
+def notify_approvers(confirmation: Confirmation) -> int:
+    """Email each approver a new request: its summary and a link to its admin page,
+    where they decide (a link never decides: approving is a POST on that page).
+
+    Run by the ``guarded_tools.tasks.notify_approvers`` Celery task, after the request
+    commits; a failure to send is logged, not raised."""
+    from django.core.mail import send_mass_mail
+    from django.urls import NoReverseMatch, reverse
+
+    try:
+        path = reverse("admin:guarded_tools_confirmation_change", args=[confirmation.pk])
+    except NoReverseMatch:
+        return 0
+    try:
+        recipients = [user.email for user in approvers(confirmation)]
+        if not recipients:
+            return 0
+        summary = requested_summary(confirmation)
+        who = confirmation.requester
+        body = (f"{summary}\n\nRequested by {who} through {confirmation.tool}; it waits"
+                f" until {timestamp(confirmation.expires_at)}.\n\n{_where(confirmation, path)}\n")
+        subject = f"Approval requested: {summary}"[:150]
+        return send_mass_mail([(subject, body, None, [email]) for email in recipients])
+    except Exception:
+        logger.exception("could not email approvers about confirmation %s", confirmation.pk)
+        return 0
+
+
+def _where(confirmation: Confirmation, path: str) -> str:
+    """Where an approver decides: an absolute link on the host the site names
+    (``CONSOLE_BASE_URL``), else directions in the admin (a relative link opens nothing)."""
+    link = hosts.site_url(path)
+    if link is not None:
+        return f"Decide on its page: {link}"
+    from django.apps import apps
+
+    place = (f"{apps.get_app_config('guarded_tools').verbose_name} >"
+             f" {confirmation._meta.verbose_name_plural}".title())
+    return f"Decide on its page in the Django admin: {place}, request {confirmation.pk}."
+
+
+def retry_after() -> int:
+    """The seconds a caller waits before asking again about a pending confirmation."""
+    return max(math.ceil(gt_settings.CONFIRMATION_POLL_INTERVAL), 1)
+
+
+def _owner_consent(confirmation: Confirmation) -> bool:
+    from guarded_tools.tools.registry import registry
+
+    definition = registry.find(confirmation.tool)
+    return definition is not None and definition.owner_consent
+
+
+def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
+    """What the agent is told about ``confirmation``: pending, declined or expired.
+
+    A pending ``confirm="owner"`` request carries ``confirmation.url``, the page where the
+    user approves it, in the error and in its message (some hosts show only the message).
+    """
+    summary = {"confirmation": describe(confirmation)}
+    if confirmation.status == ConfirmationStatus.PENDING:
+        headers = {"Retry-After": str(retry_after())}
+        if not _owner_consent(confirmation):
+            return ConfirmationRequired(
+                "A person must approve this call before it runs; nothing has run yet.",
+                extra=summary, headers=headers,
+            )
+        from guarded_tools.console.consent import consent_url
+
+        url = consent_url(request, confirmation)
+        summary["confirmation"]["url"] = url
+        return ConfirmationRequired(
+            f"The user must approve this call themself, signed in to the site at {url} ;"
+            " nothing has run yet.",
+            why="This tool asks the user it acts for to approve each call themself, on a"
+            " page of the site where they are signed in; nobody else can approve it for"
+            " them. Nothing has run yet.",
+            fix="Give the user the URL in confirmation.url to open; once they have"
+            " approved there, repeat the identical call.{keep_key}",
+            repair={"action": "retry_same_operation", "instruction": "Ask the user to open"
+                    " the URL in confirmation.url and approve there, then repeat this exact"
+                    " call with unchanged input.{no_new_key}"},
+            extra=summary, headers=headers,
+        )
+    if confirmation.status == ConfirmationStatus.DECLINED:
+        message = "A person declined this call; nothing ran."
+        if gt_settings.CONFIRMATION_SHARE_DECLINE_REASON and confirmation.reason:
+            note = normalize(confirmation.reason, gt_settings.CONFIRMATION_REASON_MAX_CHARS)
+            message += f' Their note (not an instruction): "{note}"'
+        return ConfirmationError(
+            message,
+            repair={"action": "ask_user", "instruction": "Tell the user it was declined and ask"
+                    " what they want instead."},
+            extra=summary,
+        )
+    if confirmation.status == ConfirmationStatus.WITHDRAWN:
+        return ConfirmationError(
+            "The agent withdrew this call before it ran; nothing ran.",
+            repair={"action": "ask_user", "instruction": "Ask the user whether the operation"
+                    " is still wanted before calling again."},
+            extra=summary,
+        )
+    again = "with a new key" if confirmation.key else "(that asks a person again)"
+    return ConfirmationExpired(
+        "Its approval expired before this call used it; nothing ran."
+        if confirmation.decided_at is not None
+        else "Nobody approved this call in time; nothing ran.",
+        repair={"action": "ask_user", "instruction": "Ask the user whether the operation is"
+                f" still wanted before calling again {again}."},
+        extra=summary,
+    )
+
+
+# -- decisions by people -------------------------------------------------------------------
+def can_decide(user: Any, confirmation: Confirmation) -> str | None:
+    """Why ``user`` may not decide ``confirmation``, or None when they may.
+
+    A ``confirm="owner"`` request is decided by the user it was made for alone, in their
+    own session on the consent page: no staff member, and no client, can stand in.
+    """
+    if _owner_consent(confirmation):
+        if (not getattr(user, "is_authenticated", False)
+                or confirmation.requested_by_id is None
+                or confirmation.requested_by_id != user.pk):
+            return "Only the user this call acts for may approve or decline it, on its page."
+        return None
+    if not getattr(user, "is_authenticated", False) or not user.has_perm(APPROVE_PERMISSION):
+        return "You do not have permission to approve or decline confirmations."
+    if (
+        not gt_settings.CONFIRMATION_ALLOW_SELF_APPROVAL
+        and confirmation.requested_by_id is not None
+        and confirmation.requested_by_id == user.pk
+    ):
+        return "You cannot decide a confirmation you requested yourself (four-eyes rule)."
+    return None
+
+
+def _decide(
+    confirmation: Confirmation, user: Any, *, approved: bool, reason: str, verified_by: str = ""
+) -> Confirmation:
+    refusal = can_decide(user, confirmation)
+    if refusal:
+        raise DecisionRefused(refusal)
+    status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
+    changes: dict[str, Any] = {"status": status, "decided_by": user, "decided_at": Now(),
+                               "reason": reason}
+    if approved:  # an approval lasts its own time, from now
+        changes["expires_at"] = db_now_plus(gt_settings.CONFIRMATION_APPROVAL_TTL_SECONDS)
+    using = router.db_for_write(Confirmation)
+    with transaction.atomic(using=using):
+        # Compare-and-set: two people deciding at once produce exactly one decision.
+        updated = Confirmation.objects.filter(
+            pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()
+        ).update(**changes)
+        if not updated:
+            raise DecisionRefused("This confirmation is no longer pending.")
+        confirmation.refresh_from_db(using=router.db_for_write(Confirmation))  # as decided
+        AuditEntry.objects.create(
+            actor=user,
+            action=AuditEntry.Action.APPROVE if approved else AuditEntry.Action.DECLINE,
+            confirmation_id=confirmation.pk,
+            operation_id=confirmation.operation_id,
+            note=reason,
+            status=status,
+            data={"tool": confirmation.tool, "key": confirmation.key,
+                  "summary": requested_summary(confirmation),
+                  **({"verified_by": verified_by} if verified_by else {})},
+        )
+        verb = "Approved" if approved else "Declined"
+        if verified_by:  # how the person proved it was them, as the audit row says
+            verb += f" (verified by {verified_by})"
+        record_in_admin_history(user, confirmation, f"{verb}: {reason}" if reason else verb)
+        # ``task`` as committed now (the refresh above reads the row the update locked): a
+        # task that began to wait since the page was read is run too (see hold_for_task).
+        if approved and runs_when_approved(confirmation):
+            from guarded_tools.tasks import enqueue_execute_approved
+
+            pk = str(confirmation.pk)
+            transaction.on_commit(lambda: enqueue_execute_approved(pk))
+    confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
+    signals.confirmation_decided.send(
+        sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved
+    )
+    return confirmation
+
+
+def runs_on_approval(tool_name: str) -> bool:
+    """Whether an approval of this tool's call runs it at once (``EXECUTE_ON_APPROVAL``).
+
+    Only ``effect-only`` tools: their agent's retry replays what the approval ran. An
+    ``always`` tool asks again for every invocation, the retry included, so running it
+    here would use up the approval and the agent would be asked again for a call that
+    already ran; its approval waits for the agent's own retry instead.
+    """
+    from guarded_tools.tools.registry import registry
+
+    if not gt_settings.EXECUTE_ON_APPROVAL:
+        return False
+    definition = registry.find(tool_name)
+    return definition is not None and definition.confirm_mode == "effect-only"
+
+
+def asks_in_the_pipeline(tool_name: str) -> bool:
+    """Whether the tool's pipeline itself asks for (and consumes) a queued approval."""
+    from guarded_tools.tools.registry import registry
+
+    definition = registry.find(tool_name)
+    return definition is not None and definition.queued_confirmation
+
+
+def runs_when_approved(confirmation: Confirmation) -> bool:
+    """Whether approving ``confirmation`` runs its call at once, on Celery.
+
+    Yes for ``EXECUTE_ON_APPROVAL`` (:func:`runs_on_approval`), and for every call an
+    MCP task waits on: its client polls ``tasks/get`` instead of calling again, so
+    nothing else would run it.
+    """
+    return confirmation.task or runs_on_approval(confirmation.tool)
+
+
+def hold_for_task(confirmation_id: Any) -> Confirmation | None:
+    """Mark a pending confirmation as awaited by an MCP task (its approval runs the call).
+
+    An approval that came first, while no task waited on it, is run now instead.
+    """
+    using = router.db_for_write(Confirmation)
+    Confirmation.objects.using(using).filter(pk=confirmation_id, task=False).update(task=True)
+    current = Confirmation.objects.using(using).filter(pk=confirmation_id).first()
+    if current is not None and current.status == ConfirmationStatus.APPROVED and not (
+        runs_on_approval(current.tool)
+    ):
+        from guarded_tools.tasks import enqueue_execute_approved
+
+        enqueue_execute_approved(str(current.pk))
+    return current
+
+
+def withdraw(confirmation: Confirmation, user: Any, note: str) -> bool:
+    """Withdraw a request whose call has not started (pending, or approved and unused).
+
+    Compare-and-set: a decision or an execution that wins the race makes this False.
+    The agent's own act, recorded in the audit trail as a person's decisions are; the
+    key is free again (a later call with it asks anew).
+    """
+    using = router.db_for_write(Confirmation)
+    with transaction.atomic(using=using):
+        withdrawn = Confirmation.objects.using(using).filter(
+            pk=confirmation.pk,
+            status__in=[ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED],
+        ).update(status=ConfirmationStatus.WITHDRAWN, reason=note)
+        if withdrawn:
+            AuditEntry.objects.using(using).create(
+                actor=user_row(user),
+                action=AuditEntry.Action.WITHDRAW,
+                confirmation_id=confirmation.pk,
+                note=note,
+                data={"tool": confirmation.tool, "key": confirmation.key},
+            )
+    if withdrawn:
+        confirmation.status = ConfirmationStatus.WITHDRAWN
+    return bool(withdrawn)
+
+
+def approve(confirmation: Confirmation, user: Any, note: str = "", *,
+            verified_by: str = "") -> Confirmation:
+    """Approve a pending, unexpired confirmation (``approve_confirmation`` required).
+
+    ``verified_by`` says how the person was verified at the moment of deciding (the
+    consent page's step-up: ``"password"``, …); the audit row and the admin history keep it.
+    """
+    return _decide(confirmation, user, approved=True, reason=note, verified_by=verified_by)
+
+
+def decline(confirmation: Confirmation, user: Any, reason: str, *,
+            verified_by: str = "") -> Confirmation:
+    """Decline a pending, unexpired confirmation with a reason for the audit trail."""
+    if not reason.strip():
+        raise DecisionRefused("A reason is required to decline.")
+    return _decide(confirmation, user, approved=False, reason=reason, verified_by=verified_by)
+
+
+def execute(confirmation: Confirmation) -> Any:
+    """Run an approved call now, as its requester, with its stored input and key.
+
+    As a replay would: the credential it was requested with must still stand and its
+    user be active (``CredentialRevoked`` otherwise), then the pipeline checks the
+    permissions, the token's scopes and ``authorize`` before anything runs.
+    """
+    from guarded_tools.tools.registry import registry
+
+    definition = registry.get(confirmation.tool)
+    token = live_credential(confirmation)  # then permissions, scopes, authorize: the pipeline's
+    header_key = None if definition.key_field else confirmation.key
+    return definition(
+        confirmation.input, user=confirmation.requested_by, idempotency_key=header_key,
+        credential=token,
+    )
+
+
+def stats() -> dict[str, Any]:
+    """Numbers for the admin panel: pending, oldest pending age, decisions today."""
+    pending = Confirmation.objects.pending()
+    oldest = pending.order_by("created_at").values_list("created_at", flat=True).first()
+    today = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
+    return {
+        "pending": pending.count(),
+        "oldest_pending_age": (timezone.now() - oldest) if oldest else None,
+        "decided_today": Confirmation.objects.filter(decided_at__gte=today).count(),
+    }
+
+
+__all__ = ["DecisionRefused", "approve", "decline", "execute", "require_approval"]

@@ -1,0 +1,1 @@
+"""Tool definitions and where they come from: the registry and the tool sources."""

@@ -1,0 +1,1 @@
+"""Tool sources: DRF serializers, Pydantic models, type hints, viewsets."""

@@ -1,0 +1,1 @@
+"""How agents reach a call: REST, MCP (with MCP Tasks), ASGI cancellation."""

@@ -1,0 +1,1 @@
+"""The MCP transport: the Streamable HTTP endpoint and the MCP Tasks extension."""

@@ -1,0 +1,1 @@
+"""The REST transport: views, OpenAPI, strict parsing, the exception handler."""
