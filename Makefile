@@ -1,7 +1,7 @@
 # Developer entry points; see README.md. `make test PYTEST_ARGS="-k foo -x"` passes args to every pytest run.
 PYTEST_ARGS ?=
 
-.PHONY: demo test matrix lint bench clean distclean
+.PHONY: demo test matrix lint bench profile clean distclean
 
 demo:
 	bash scripts/demo.sh
@@ -21,9 +21,12 @@ lint:
 bench:
 	bash scripts/bench.sh
 
+profile:
+	bash scripts/bench.sh profile
+
 clean:
 	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench-results *.egg-info
-	find . -path ./.venv -prune -o -path ./.venv-dj52 -prune -o -path ./.venv-pg2 -prune -o -name __pycache__ -type d -exec rm -rf {} +
+	find . -path ./.venv -prune -o -path ./.venv-dj52 -prune -o -path ./.venv-pg2 -prune -o -path ./.venv-bench -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean
-	rm -rf .venv .venv-dj52 .venv-pg2
+	rm -rf .venv .venv-dj52 .venv-pg2 .venv-bench

@@ -227,6 +227,15 @@ def run_wrk(base: str, path: str, mode: str, prefix: str, token: str, seconds: f
     return parse_wrk(result.stdout)
 
 
+def peer_table(env: dict[str, str], args: argparse.Namespace) -> Any:
+    """``bench.peer``'s figures (it prints its own table as it ends), same rounds and length."""
+    out = RESULTS / "peer.json"
+    subprocess.run([PYTHON, "-m", "bench.peer", "--rounds", str(args.rounds), "--duration",
+                    str(args.duration), "--warmup", str(args.warmup), "--out", str(out)],
+                   env=env, cwd=ROOT, check=True, timeout=3600)
+    return json.loads(out.read_text())
+
+
 # -- one database ------------------------------------------------------------------------
 def bench_http(db: str, env: dict[str, str], token: str, args: argparse.Namespace,
                procs: Procs, stub_url: str) -> dict[str, Any]:
@@ -561,8 +570,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2, help="wrk threads")
     parser.add_argument("--connections", type=int, default=4, help="wrk connections")
     parser.add_argument("--db", choices=["postgresql", "sqlite", "both"], default="both")
-    parser.add_argument("--skip", default="", help="comma-separated: http,micro,statements,"
-                        "recovery,admin")
+    parser.add_argument("--skip", default="", help="comma-separated: http,peer,micro,"
+                        "statements,recovery,admin")
     parser.add_argument("--configs", default="",
                         help="comma-separated subset of the HTTP configurations (default all)")
     parser.add_argument("--ablation", action="store_true",
@@ -589,7 +598,7 @@ def main() -> int:
     skip = {s.strip() for s in args.skip.split(",") if s.strip()}
     if args.ablation:
         use_ablation()
-        skip |= {"micro", "statements", "recovery", "admin"}
+        skip |= {"peer", "micro", "statements", "recovery", "admin"}
         args.no_chart = True
     if args.configs:
         wanted = {c.strip() for c in args.configs.split(",") if c.strip()}
@@ -642,6 +651,10 @@ def main() -> int:
             if "http" not in skip:
                 data["http"] = bench_http(db, env, token, args, procs, stub_url)
                 lap("http")
+            if "peer" not in skip and db == "postgresql":
+                log(f"[{db}] the peer table: FastMCP beside the app (bench.peer)")
+                results["peer"] = peer_table(env, args)
+                lap("peer")
             if "statements" not in skip:
                 data["statements"] = helper("statements", env)
             if "micro" not in skip and "micro" not in results:

@@ -76,3 +76,39 @@ def bench_remote(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
     """The realistic handler, guarded: a 5 ms remote call, then the INSERT."""
     ref = stub.call(settings.BENCH_STUB_URL, input["operationId"])
     return insert(input, ref)
+
+
+# -- the peer table (bench/peer.py): the same echo(value: int) tool FastMCP serves ---------
+VALUE = {
+    "type": "object",
+    "properties": {"value": {"type": "integer"}},
+    "required": ["value"],
+    "additionalProperties": False,
+}
+
+#: What FastMCP derives from ``-> Echo`` (bench/fastmcp_app.py): an object with an integer.
+ECHOED = {
+    "type": "object",
+    "properties": {"value": {"type": "integer"}},
+    "required": ["value"],
+}
+
+
+@tool("echo", input_schema=VALUE, output_schema=ECHOED, read_only=True,
+      allow_anonymous=True)
+def echo(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """The peer's tool, read-only (anonymous callers allowed): its output is validated."""
+    return {"value": input["value"]}
+
+
+@tool("echo_raw", input_schema=VALUE, read_only=True, allow_anonymous=True)
+def echo_raw(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """The same without an output schema (FastMCP's ``output_schema=None``)."""
+    return {"value": input["value"]}
+
+
+@tool("echo_keyed", input_schema=KEYED | {"required": ["operationId", "value"]},
+      output_schema=ECHOED, idempotency_key="operationId")
+def echo_keyed(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    """The same behind a fresh key per call: claim and completion are the guard's cost."""
+    return {"value": input["value"]}

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# The benchmarks (`make bench`): wrk from Debian if missing, requirements-bench.txt into .venv, a throwaway PostgreSQL, then bench/run.py.
+# The benchmarks (`make bench`): wrk from Debian if missing, .venv-bench (scripts/venv.sh bench: requirements-bench.txt,
+# FastMCP for the peer table among them; never the tests' .venv), a throwaway PostgreSQL, then bench/run.py.
+# `scripts/bench.sh profile [ARGS]` runs bench/profile.py's stage table instead (`make profile`).
 # Args go to bench/run.py (`make bench` passes none; `scripts/bench.sh --quick` is a one-round smoke run).
 # Env: DATABASE_URL=... benchmarks that PostgreSQL instead of a throwaway cluster (its database is written to).
 set -euo pipefail
@@ -16,14 +18,7 @@ if ! command -v wrk >/dev/null; then
   fi
 fi
 
-scripts/venv.sh main
-marker=.venv/.requirements-bench.sha256
-want="$(sha256sum requirements-bench.txt | cut -d' ' -f1)"
-if [[ "$(cat "$marker" 2>/dev/null)" != "$want" ]]; then
-  echo "bench.sh: installing requirements-bench.txt into .venv" >&2
-  .venv/bin/python -m pip install -q --disable-pip-version-check -r requirements-bench.txt
-  echo "$want" >"$marker"
-fi
+scripts/venv.sh bench
 
 if [[ -z "${DATABASE_URL:-}" ]]; then
   pgdir="$(mktemp -d /tmp/guarded-bench-pg.XXXXXX)"  # under /tmp: user postgres must reach it
@@ -33,4 +28,12 @@ if [[ -z "${DATABASE_URL:-}" ]]; then
   export DATABASE_URL
 fi
 
-.venv/bin/python bench/run.py "$@"
+if [[ "${1:-}" == profile ]]; then
+  shift
+  DJANGO_SETTINGS_MODULE=bench.settings CONN_MAX_AGE=600 DJANGO_DEBUG=0 \
+    .venv-bench/bin/python -m bench.prepare >/dev/null
+  env DJANGO_SETTINGS_MODULE=bench.settings CONN_MAX_AGE=600 DJANGO_DEBUG=0 \
+    .venv-bench/bin/python -m bench.profile stages "$@"
+  exit
+fi
+.venv-bench/bin/python bench/run.py "$@"

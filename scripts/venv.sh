@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create/update a virtualenv: `scripts/venv.sh main` (.venv, Py3.12, Django 6: runtime + test + lint),
-# `demo` (.venv with the demo's runtime only), `dj52` (.venv-dj52, Py3.11, Django 5.2) or `pg2` (.venv-pg2: psycopg2).
+# `demo` (.venv with the demo's runtime only), `dj52` (.venv-dj52, Py3.11, Django 5.2), `pg2` (.venv-pg2: psycopg2)
+# or `bench` (.venv-bench: the demo's runtime, the servers, FastMCP and the profilers of `make bench`).
 # A .venv made by `demo` is completed by `main` later (`make test`); one made by `main` serves `demo` as is.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,7 +32,8 @@ case "${1:-}" in
   demo) venv="$root/.venv";      req="$root/requirements-demo.txt"; py=3.12; marker="$venv/.requirements-demo.sha256" ;;
   dj52) venv="$root/.venv-dj52"; req="$root/requirements-dj52.txt"; py=3.11; marker="$venv/.requirements.sha256" ;;
   pg2)  venv="$root/.venv-pg2";  req="$root/requirements-pg2.txt";  py=3.12; marker="$venv/.requirements.sha256" ;;  # the matrix's psycopg2 row
-  *) echo "usage: $0 main|demo|dj52|pg2" >&2; exit 2 ;;
+  bench) venv="$root/.venv-bench"; req="$root/requirements-bench.txt"; py=3.12; marker="$venv/.requirements.sha256" ;;
+  *) echo "usage: $0 main|demo|dj52|pg2|bench" >&2; exit 2 ;;
 esac
 
 # (re)create when missing, broken, or built on the wrong Python minor version

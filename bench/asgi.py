@@ -1,0 +1,14 @@
+"""ASGI entry point uvicorn serves during the peer benchmarks: the app's own, as documented.
+
+``guarded_tools.asgi.with_cancellation`` around Django's ASGI handler (README, async
+handlers), with the bench settings.
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+from guarded_tools.asgi import with_cancellation
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
+application = with_cancellation(get_asgi_application())
