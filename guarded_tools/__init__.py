@@ -15,6 +15,7 @@ __all__ = [
     "CancelSignal",
     "ConfirmationError",
     "GuardError",
+    "GuardedTool",
     "OutcomeUnknownError",
     "Repair",
     "RepairPlan",
@@ -37,6 +38,7 @@ _LAZY = {
     "Repair": "guarded_tools.core.repair",
     "RepairPlan": "guarded_tools.core.repair",
     "CancelSignal": "guarded_tools.core.cancellation",
+    "GuardedTool": "guarded_tools.tools.classes",
     "guard": "guarded_tools.tools.registry",
     "registry": "guarded_tools.tools.registry",
     "tool": "guarded_tools.tools.registry",
@@ -54,6 +56,7 @@ if TYPE_CHECKING:  # pragma: no cover
         VerificationError,
     )
     from guarded_tools.core.repair import Repair, RepairPlan
+    from guarded_tools.tools.classes import GuardedTool
     from guarded_tools.tools.registry import guard, registry, tool
 
 

@@ -13,12 +13,10 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
-import json
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +27,17 @@ from django.db import connections, router, transaction
 from django.utils import timezone
 
 from guarded_tools.conf import gt_settings
+
+# The call's words live in core (below every layer); re-exported for existing imports.
+from guarded_tools.core.call import (
+    TRACE_KEYS,
+    GuardEvent,
+    GuardResult,
+    Invocation,
+    ToolContext,
+    principal_scope,
+    trace_carrier,
+)
 from guarded_tools.core.cancellation import CancelSignal
 from guarded_tools.core.catalog import is_code
 from guarded_tools.core.errors import (
@@ -66,7 +75,19 @@ from guarded_tools.store import (
 from guarded_tools.store.replays import Remembered, replays
 
 if TYPE_CHECKING:
-    from guarded_tools.tools.registry import Tool
+    from guarded_tools.core.definition import Tool
+
+__all__ = [
+    "TRACE_KEYS",
+    "GuardEvent",
+    "GuardResult",
+    "Invocation",
+    "Pipeline",
+    "ToolContext",
+    "get_pipeline",
+    "principal_scope",
+    "trace_carrier",
+]
 
 logger = logging.getLogger("guarded_tools")
 
@@ -75,111 +96,6 @@ NESTED_TRANSACTION = (
     " inside a transaction (ATOMIC_REQUESTS or transaction.atomic). Call tools outside"
     " transactions; use atomic=True on the tool for a same-database effect."
 )
-
-
-@dataclass
-class Invocation:
-    """One call of a tool, as the transport received it."""
-
-    input: Mapping[str, Any]
-    user: Any = None
-    principal: str | None = None
-    header_key: str | None = None
-    request: Any = None
-    signal: CancelSignal | None = None
-    wait: float = 0
-    context: Any = None
-    key: str | None = None
-    scope: str = ""
-    fingerprint: str = ""
-    #: How the call arrived: ``rest``, ``mcp``, or ``python`` (``tool(...)`` in code).
-    transport: str = "python"
-    #: The caller's W3C trace context (``trace_carrier``): metadata for observers, not input.
-    trace: Mapping[str, str] = field(default_factory=dict)
-    #: The credential (an OAuth access token) of a call with no request: a run an approval
-    #: started. Its scopes are checked as the request's would be.
-    credential: Any = None
-
-
-#: W3C Trace Context keys a call may carry, each with the longest value kept.
-TRACE_KEYS = {"traceparent": 128, "tracestate": 512}
-
-
-def trace_carrier(source: Mapping[str, Any] | None) -> dict[str, str]:
-    """The W3C trace context in request headers or MCP ``params._meta``, bounded.
-
-    Only ``traceparent`` and ``tracestate`` (``tracestate`` only beside a
-    ``traceparent``), as printable ASCII no longer than W3C allows; anything else is
-    dropped. Observers continue the caller's trace from it (``guarded_tools.contrib.otel``).
-    """
-    carrier: dict[str, str] = {}
-    for name, limit in TRACE_KEYS.items():
-        value = source.get(name) if source is not None else None
-        if isinstance(value, str) and len(value) <= limit and value.isascii() and (
-            value.isprintable()
-        ):
-            carrier[name] = value.strip()
-    return carrier if carrier.get("traceparent") else {}
-
-
-@dataclass
-class ToolContext:
-    """What a handler receives besides its input."""
-
-    user: Any
-    context: Any
-    signal: CancelSignal
-    operation: OperationHandle | None = None
-    request: Any = None
-    tool: Tool | None = None
-
-
-@dataclass
-class GuardResult:
-    """A successful call: the output and the operation it belongs to."""
-
-    output: Any
-    operation: dict[str, Any] | None = None
-    replayed: bool = False
-    recovered: bool = False
-    #: The output as JSON, when the guard already serialized it (for the replay cache).
-    output_json: str | None = field(default=None, repr=False, compare=False)
-    #: A person decided this result (reconciliation), so ``verify`` does not judge it.
-    #: Looked up only for tools that have a verifier: for the others it changes nothing.
-    reconciled: bool = False
-
-    def answer(self) -> Any:
-        """The output as the agent gets it: as stored, so a call and its replays agree.
-
-        Decoded from the JSON the guard made of it, as replays are: a ``Decimal`` or a
-        ``datetime`` reads the same in the first answer as in every replay. An output
-        that is not JSON (an object, NaN) was stored with typed placeholders for what
-        is not, and is answered so: it could not be sent as it is, and its effect has
-        already happened.
-        """
-        if self.replayed:
-            return self.output
-        if self.output_json is not None:
-            return json.loads(self.output_json)
-        return storable_json(self.output)
-
-
-@dataclass(frozen=True)
-class GuardEvent:
-    """Lifecycle metadata for ``observe``: never inputs, outputs or details."""
-
-    stage: str
-    tool: str
-    invocation_id: str
-    at: Any
-    operation_id: str | None = None
-    code: str | None = None
-    replayed: bool = False
-    recovered: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
-    #: The invocation's transport and trace carrier (see ``Invocation``).
-    transport: str = ""
-    trace: Mapping[str, str] = field(default_factory=dict)
 
 
 class _Observer:
@@ -217,18 +133,6 @@ class _Observer:
                 sink(event)
             except Exception:
                 logger.warning("observer failed at stage %s of %s", stage, self.tool.name)
-
-
-def principal_scope(user: Any, principal: str | None) -> str | None:
-    """Whose keys these are. Keys never cross principals."""
-    if principal:
-        return f"principal:{principal}"
-    if user is not None and getattr(user, "is_authenticated", False):
-        cls = user.__class__  # a session's lazy user answers its user's class
-        meta = getattr(cls, "_meta", None)  # None: a user object that is no model
-        label = meta.label_lower if meta is not None else f"{cls.__module__}.{cls.__qualname__}"
-        return f"{label}:{user.pk}"
-    return None
 
 
 @functools.lru_cache(maxsize=512)

@@ -44,8 +44,8 @@ from guarded_tools.transports import hosts
 from guarded_tools.transports.rest.exception_handler import timestamp
 
 if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
     from guarded_tools.pipeline import Invocation
-    from guarded_tools.tools.registry import Tool
 
 APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
 logger = logging.getLogger("guarded_tools.confirmations")

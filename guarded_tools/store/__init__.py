@@ -23,6 +23,8 @@ from django.db.models.functions import Now
 from django.db.models.sql import Query
 
 from guarded_tools.core.errors import IdempotencyKeyReused, LeaseLost
+from guarded_tools.core.jsonvalues import JSON_ENCODER as JSON_ENCODER  # re-exported
+from guarded_tools.core.jsonvalues import storable_json as storable_json
 from guarded_tools.models import JournalEntry, Operation, OperationState
 
 ClaimKind = Literal["fresh", "in_flight", "completed", "abandoned"]
@@ -38,8 +40,6 @@ _ABLATE: set[str] = set()
 
 #: Encoders are stateless between calls: one of each serves every call (and thread).
 _CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-#: Outputs: strict JSON, so NaN and Infinity (which no database's JSON takes) are not.
-JSON_ENCODER = DjangoJSONEncoder(allow_nan=False)
 
 
 def user_row(user: Any) -> Any:
@@ -65,37 +65,6 @@ def db_now_plus(seconds: float) -> ExpressionWrapper:
     return ExpressionWrapper(
         Now() + Value(timedelta(seconds=seconds)), output_field=DateTimeField()
     )
-
-
-class _Placeholders(DjangoJSONEncoder):
-    def default(self, o: Any) -> Any:
-        try:
-            return super().default(o)
-        except TypeError:
-            return {"__unserializable__": type(o).__name__}
-
-
-def storable_json(value: Any, serialized: str | None = None) -> Any:
-    """Outputs are stored as JSON; anything that is not becomes a typed placeholder.
-
-    ``serialized``: the value's JSON, when the caller already made it (then it is JSON).
-    """
-    if serialized is not None:
-        return value
-    try:
-        JSON_ENCODER.encode(value)
-        return value
-    except (TypeError, ValueError):
-        pass
-    try:
-        return json.loads(json.dumps(value, cls=_Placeholders), parse_constant=_placeholder)
-    except (TypeError, ValueError):  # keys that are not strings, a structure in itself
-        return {"__unserializable__": type(value).__name__}
-
-
-def _placeholder(name: str) -> dict[str, str]:
-    """NaN, Infinity and -Infinity, as the placeholders other values get."""
-    return {"__unserializable__": name}
 
 
 def new_token() -> str:

@@ -21,7 +21,7 @@ from django.utils.text import capfirst
 
 from guarded_tools.core.errors import BUILTIN, ToolError, _issue_fields
 from guarded_tools.core.repair import Repair
-from guarded_tools.core.schema.validation import safe_path
+from guarded_tools.core.schema.validation import safe_path, schema_names
 
 _CODE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 #: Where a camelCase name starts a word: ``operationId``, ``HTTPStatus``.
@@ -181,6 +181,52 @@ class OutputBinding(Protocol):
     problems: tuple[str, ...]
 
     def dump(self, value: Any, ctx: Any) -> Any: ...
+
+
+def bound_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` with the schemas derived from ``input``/``output`` or the handler's type
+    hints, the handler behind its bindings and its ``input_check``: what ``Tool.build`` takes.
+    """
+    values = dict(options)
+    handler = values["handler"]
+    values.setdefault("module", "")
+    if not values["module"]:  # the handler's own, before a wrapper takes its place
+        values["module"] = str(getattr(handler, "__module__", "") or "")
+    spec, out = values.get("input"), values.get("output")
+    hints = spec is None and wants_type_hints(handler)
+    if spec is None and out is None and not hints:
+        return values
+    name = values.get("name")
+    inputs = _inputs(values, spec, hints, name)
+    outputs: OutputBinding | None = None
+    if out is not None:
+        if values.get("output_schema") is not None:
+            raise ValueError(f"Tool {name!r}: give output= or output_schema=, not both.")
+        outputs = output_binding(out)
+        values["output_schema"] = outputs.schema
+    values["schema_problems"] = tuple(
+        p for b in (inputs, outputs) if b is not None for p in b.problems)
+    known = schema_names(dict(values.get("input_schema") or {"type": "object"}))
+    values["handler"] = bound_handler(handler, inputs, outputs, known)
+    if inputs is not None:
+        values["input_check"] = input_check(inputs, known)
+    return values
+
+
+def _inputs(values: dict[str, Any], spec: Any, hints: bool, name: Any) -> Binding | None:
+    """The input's binding (its schema put in ``values``), or None for a schema given."""
+    if spec is None and not hints:
+        return None
+    if dict(values.get("input_schema") or {"type": "object"}) != {"type": "object"}:
+        raise ValueError(f"Tool {name!r}: give input= or input_schema=, not both.")
+    if hints:
+        from guarded_tools.tools.sources.typehints import SignatureBinding
+
+        inputs: Binding = SignatureBinding(values["handler"])
+    else:
+        inputs = input_binding(spec, values["handler"])
+    values["input_schema"] = inputs.schema
+    return inputs
 
 
 def _class_binding(spec: Any, option: str, direction: str) -> Any:

@@ -1,300 +1,37 @@
-"""Provides tool definitions, the ``@tool`` decorator, ``guard()`` and the registry."""
+"""Provides the registry of tool definitions, the ``@tool`` decorator and ``guard()``.
+
+The registry registers, unregisters, resets and finds definitions; autodiscovery fills
+it from every installed app's ``tools`` module. The definition itself (``Tool``) is
+``guarded_tools.core.definition``'s, re-exported here for existing imports.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from typing import Any
 
-from guarded_tools.core.schema.validation import compile_schema, schema_names
+from guarded_tools.core.definition import (
+    AFTER_CLAIM_MODES,
+    CONFIRM_MODES,
+    Handler,
+    Tool,
+)
+from guarded_tools.tools.binding import bound_options
 
-if TYPE_CHECKING:
-    from jsonschema import Draft202012Validator
-
-    from guarded_tools.core.cancellation import CancelSignal
-    from guarded_tools.pipeline import GuardResult
-
-Handler = Callable[..., Any]
-CONFIRM_MODES = ("always", "effect-only", "owner")
-#: Modes whose confirmation is asked after the claim, for fresh claims only: a replay
-#: answers what ran without asking again.
-AFTER_CLAIM_MODES = ("effect-only", "owner")
-
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class Tool:
-    """A guarded tool: the handler plus every policy the pipeline applies to it.
-
-    Built by :func:`tool` (registered, reachable over HTTP) or :func:`guard`
-    (unregistered, called from Python). Calling it runs the whole pipeline.
-    """
-
-    name: str
-    handler: Handler
-    description: str = ""
-    title: str | None = None
-    input_schema: Mapping[str, Any] = field(default_factory=lambda: {"type": "object"})
-    output_schema: Mapping[str, Any] | None = None
-    permissions: tuple[str, ...] = ()
-    #: OAuth scopes a bearer token must carry to call the tool (``guarded_tools.contrib.oauth``).
-    scopes: tuple[str, ...] = ()
-    #: The module that declares the tool, whose installed app ``scope_per_app`` names:
-    #: the handler's own module unless given (published views give their view's). Kept
-    #: because the handler of a derived tool becomes a wrapper defined in this library.
-    module: str = ""
-    authorize: Callable[..., Any] | None = None
-    context: Callable[..., Any] | None = None
-    confirm: Callable[..., Any] | str | Mapping[str, Any] | None = None
-    idempotency_key: str | Callable[..., str] | None = None
-    journal: bool = True
-    recover: Callable[..., Any] | None = None
-    verify: Callable[..., Any] | None = None
-    verify_timeout: float | None = None
-    output_budget_bytes: int | None = None
-    observe: Callable[..., Any] | None = None
-    invocation_id: Callable[[], str] | None = None
-    now: Callable[[], Any] | None = None
-    read_only: bool = False
-    destructive: bool | None = None
-    atomic: bool = False
-    lease_seconds: int | None = None
-    allow_anonymous: bool = False
-    confirmation_ttl: int | None = None
-    #: A DRF serializer class or a Pydantic model class: the input schema is derived
-    #: from it, its own validation runs before the handler, which gets what it returns.
-    input: Any = None
-    #: A DRF serializer class or a Pydantic model class: the output schema, and what
-    #: turns the handler's return value (a model instance, a dict) into the output.
-    output: Any = None
-    #: Fields the ``input``/``output`` mapping could not express (system check E011).
-    schema_problems: tuple[str, ...] = field(init=False, repr=False, default=())
-    #: ``input_check(input, ctx)``: the serializer's, model's or view's own validation,
-    #: without the effect, raising ``InputRejected``; set for ``input=``, type hints and
-    #: published views. It runs before a confirmation asked after the claim, so that
-    #: nobody is asked to approve a call its own validation refuses.
-    input_check: Callable[[Mapping[str, Any], Any], Any] | None = field(
-        init=False, repr=False, default=None)
-    #: Over MCP, for a client with the Tasks extension, a call answers a task at once and
-    #: runs on Celery (as an approved call does); every other caller waits as before.
-    long_running: bool = False
-    #: Business preconditions, checked before a person is asked to confirm (and before
-    #: the handler of a tool without confirmation): ``precheck(input=, context=, user=)``
-    #: raises the tool's ``ToolError`` with a repair when the call cannot succeed.
-    precheck: Callable[..., Any] | None = None
-    #: How a request reads to people: ``present(input=, user=)`` returns a mapping with
-    #: an optional ``"summary"`` and ``"fields"`` ({name: text or (text, admin url)}).
-    present: Callable[..., Any] | None = None
-    #: A one-line summary: a ``str.format`` template over the input fields, or
-    #: ``summary(input=, user=)``; ``present``'s summary wins when it gives one.
-    summary: str | Callable[..., str] | None = None
-    #: The input fields that define what a person approves: an approval survives a
-    #: repaired retry of its operation that changes only other fields.
-    intent: tuple[str, ...] | None = None
-    validator: Draft202012Validator = field(init=False, repr=False)
-    schema_names: frozenset[str] = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.name or len(self.name) > 128:
-            raise ValueError("A tool name is 1 to 128 characters.")
-        object.__setattr__(self, "permissions", tuple(self.permissions))
-        if isinstance(self.scopes, str):
-            raise ValueError("scopes is a list of OAuth scope names, not one string.")
-        object.__setattr__(self, "scopes", tuple(self.scopes))
-        if not self.module:  # before _bind() puts a wrapper in the handler's place
-            object.__setattr__(self, "module", str(getattr(self.handler, "__module__", "") or ""))
-        self._bind()
-        if self.intent is not None:
-            object.__setattr__(self, "intent", tuple(self.intent))
-        schema = dict(self.input_schema)
-        object.__setattr__(self, "validator", compile_schema(schema, name=self.name))
-        object.__setattr__(self, "schema_names", schema_names(schema))
-        if self.output_schema is not None:
-            compile_schema(dict(self.output_schema), name=self.name)
-        if isinstance(self.confirm, Mapping):  # kept as given: a later change to it is none
-            object.__setattr__(self, "confirm", MappingProxyType(dict(self.confirm)))
-        for problem, hint in self.disabled_guards():
-            raise ValueError(f"Tool {self.name!r}: {problem} {hint}")
-        if self.verify_timeout is not None and self.verify_timeout <= 0:
-            raise ValueError("verify_timeout is a positive number of seconds.")
-        if self.output_budget_bytes is not None and self.output_budget_bytes <= 0:
-            raise ValueError("output_budget_bytes is a positive integer.")
-
-    def _bind(self) -> None:
-        """Derive the schemas from ``input``/``output`` or the handler's type hints, once."""
-        from guarded_tools.tools import binding
-
-        hints = self.input is None and binding.wants_type_hints(self.handler)
-        if self.input is None and self.output is None and not hints:
-            return
-        inputs: binding.Binding | None = None
-        if self.input is not None or hints:
-            if dict(self.input_schema) != {"type": "object"}:
-                raise ValueError(f"Tool {self.name!r}: give input= or input_schema=, not both.")
-            if hints:
-                from guarded_tools.tools.sources.typehints import SignatureBinding
-
-                inputs = SignatureBinding(self.handler)
-            else:
-                inputs = binding.input_binding(self.input, self.handler)
-            object.__setattr__(self, "input_schema", inputs.schema)
-        outputs: binding.OutputBinding | None = None
-        if self.output is not None:
-            if self.output_schema is not None:
-                raise ValueError(f"Tool {self.name!r}: give output= or output_schema=, not both.")
-            outputs = binding.output_binding(self.output)
-            object.__setattr__(self, "output_schema", outputs.schema)
-        problems = tuple(p for b in (inputs, outputs) if b is not None for p in b.problems)
-        object.__setattr__(self, "schema_problems", problems)
-        known = schema_names(dict(self.input_schema))
-        object.__setattr__(
-            self, "handler", binding.bound_handler(self.handler, inputs, outputs, known)
-        )
-        if inputs is not None:
-            object.__setattr__(self, "input_check", binding.input_check(inputs, known))
-
-    def disabled_guards(self) -> Iterator[tuple[str, str]]:
-        """``(problem, hint)`` for each guard this definition declares but would never run.
-
-        Refused at construction (``ValueError``) and reported by the system check
-        ``guarded_tools.E007`` for any registered tool that got past it.
-        """
-        confirm = self.confirm
-        if confirm is None:
-            return
-        if isinstance(confirm, Mapping):
-            mode = confirm.get("mode", "always")
-            if mode not in CONFIRM_MODES:
-                yield (f"confirm's mode is {mode!r}, which no stage runs, so the hook would"
-                       " never be called.", f"Use one of {CONFIRM_MODES} (the default is"
-                       " 'always').")
-            if not callable(confirm.get("request")):
-                yield ("confirm={'mode': ..., 'request': fn} needs a callable request.",
-                       "Pass the hook that decides as 'request'.")
-        elif isinstance(confirm, str):
-            if confirm not in CONFIRM_MODES:
-                yield (f"confirm={confirm!r} is not a confirmation mode.",
-                       f"Use one of {CONFIRM_MODES}, a callable or a mapping.")
-        elif not callable(confirm):
-            yield (f"confirm={confirm!r} is not a callable, a mapping or a mode.",
-                   f"Use one of {CONFIRM_MODES}, a callable or a mapping.")
-        if self.read_only and self.confirm_mode in AFTER_CLAIM_MODES:
-            yield (f"read_only=True with an {self.confirm_mode!r} confirmation: a read-only"
-                   " tool takes no claim, so it would run unconfirmed while tools/ advertises the"
-                   " confirmation.", "Use confirm='always' to confirm every call of a read"
-                   " (or drop read_only if the tool has an effect).")
-
-    # -- derived policy -------------------------------------------------------------
-    @property
-    def idempotent(self) -> bool:
-        """Read-only tools run without a claim; every other tool needs a key."""
-        return not self.read_only
-
-    @property
-    def confirm_mode(self) -> str | None:
-        """``always``, ``effect-only`` or None; callables are always-confirm."""
-        if self.confirm is None:
-            return None
-        if isinstance(self.confirm, str):
-            return self.confirm
-        if isinstance(self.confirm, Mapping):
-            return str(self.confirm.get("mode", "always"))
-        return "always"
-
-    @property
-    def confirms_after_claim(self) -> bool:
-        """Whether the confirmation is asked after the claim (``effect-only``, ``owner``)."""
-        return self.confirm_mode in AFTER_CLAIM_MODES
-
-    @property
-    def owner_consent(self) -> bool:
-        """``confirm="owner"``: the user the agent acts for approves, on the site's page."""
-        return self.confirm_mode == "owner"
-
-    @property
-    def queued_confirmation(self) -> bool:
-        """True when a person approves calls in the admin (string modes)."""
-        return isinstance(self.confirm, str)
-
-    @property
-    def annotations(self) -> dict[str, Any]:
-        destructive = self.destructive if self.destructive is not None else not self.read_only
-        return {
-            "title": self.title or self.name.replace("_", " ").capitalize(),
-            "readOnlyHint": self.read_only,
-            "destructiveHint": bool(destructive) and not self.read_only,
-            "idempotentHint": self.read_only or self.idempotent,
-            "openWorldHint": False,
-        }
-
-    @property
-    def lease(self) -> int:
-        """Seconds of lease a claim gets: the tool's own, else ``LEASE_SECONDS``."""
-        from guarded_tools.conf import gt_settings
-
-        return int(self.lease_seconds or gt_settings.LEASE_SECONDS)
-
-    @property
-    def reachable_over_mcp(self) -> bool:
-        """MCP agents cannot set headers per call: the key must come from the input."""
-        return self.read_only or self.idempotency_key is not None
-
-    @property
-    def key_field(self) -> str | None:
-        return self.idempotency_key if isinstance(self.idempotency_key, str) else None
-
-    def describe(self) -> dict[str, Any]:
-        from guarded_tools.conf import gt_settings
-
-        data: dict[str, Any] = {
-            "name": self.name,
-            "title": self.annotations["title"],
-            "description": self.description,
-            "inputSchema": dict(self.input_schema),
-            "annotations": self.annotations,
-            "confirmation": self.confirm_mode,
-            "idempotencyKey": (
-                None
-                if not self.idempotent
-                else {"field": self.key_field}
-                if self.key_field
-                else {"header": gt_settings.IDEMPOTENCY_HEADER}  # the one the view reads
-            ),
-        }
-        if self.output_schema is not None:
-            data["outputSchema"] = dict(self.output_schema)
-        return data
-
-    def __call__(
-        self,
-        input: Mapping[str, Any],
-        *,
-        user: Any = None,
-        principal: str | None = None,
-        idempotency_key: str | None = None,
-        request: Any = None,
-        signal: CancelSignal | None = None,
-        credential: Any = None,
-    ) -> GuardResult:
-        """Run the guard pipeline for one call and return its result.
-
-        ``credential``: the OAuth access token of a call made without a request (an
-        approved run), whose scopes are checked as a request's token's are.
-        """
-        from guarded_tools.pipeline import Invocation, get_pipeline
-
-        invocation = Invocation(
-            input=input,
-            user=user,
-            principal=principal,
-            header_key=idempotency_key,
-            request=request,
-            signal=signal,
-            credential=credential,
-        )
-        return get_pipeline(self).run(invocation)
-
+__all__ = [
+    "AFTER_CLAIM_MODES",
+    "CONFIRM_MODES",
+    "AlreadyRegistered",
+    "Handler",
+    "NotRegistered",
+    "Tool",
+    "ToolRegistry",
+    "autodiscover",
+    "guard",
+    "registry",
+    "tool",
+]
 
 class AlreadyRegistered(Exception):
     pass
@@ -357,7 +94,7 @@ def tool(
 
     def decorator(handler: Handler) -> Tool:
         description = options.pop("description", None) or (handler.__doc__ or "").strip()
-        definition = Tool(
+        definition = define(
             name=name or handler.__name__, handler=handler, description=description, **options
         )
         return target.register(definition)
@@ -373,7 +110,13 @@ def guard(execute: Handler, **options: Any) -> Tool:
     """
     options.setdefault("name", getattr(execute, "__name__", None) or type(execute).__name__)
     options.setdefault("allow_anonymous", True)
-    return Tool(handler=execute, **options)
+    return define(handler=execute, **options)
+
+
+def define(**options: Any) -> Tool:
+    """The definition ``@tool(**options)`` registers: the schemas derived from ``input=``,
+    ``output=`` or the handler's type hints, then every field built once."""
+    return Tool.build(**bound_options(options))
 
 
 def autodiscover() -> None:

@@ -9,7 +9,7 @@ from django.db import transaction
 from django.db.models import F, Q
 from pydantic import Field
 
-from guarded_tools import ToolError, tool
+from guarded_tools import GuardedTool, ToolError, tool
 from guarded_tools.catalog import ErrorCatalog
 from guarded_tools.viewsets import guarded_viewset
 from project.demo import effects
@@ -407,11 +407,14 @@ def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
     precheck_balance(input=input)
 
 
-@tool(
-    name="send_payment",
-    description="Send money from one of your accounts to another account. A person approves"
-    " each payment before it runs.",
-    input_schema={
+class SendPayment(GuardedTool):
+    """The class form of a tool (``@tool`` builds the same definition): options as class
+    attributes, the handler as ``run`` and every hook as a method."""
+
+    name = "send_payment"
+    description = ("Send money from one of your accounts to another account. A person"
+                   " approves each payment before it runs.")
+    input = {
         "type": "object",
         "properties": {
             **TRANSFER,
@@ -419,26 +422,36 @@ def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
         },
         "required": ["operationId", "sourceId", "receiverId", "amount", "authorizationId"],
         "additionalProperties": False,
-    },
-    output_schema=PAYMENT_OUTPUT,
-    permissions=["demo.add_ledgerentry"],
-    authorize=_owns_source,
-    idempotency_key="operationId",
-    confirm="effect-only",
-    precheck=precheck_payment,
-    present=present_payment,
-    intent=("operationId", "sourceId", "receiverId", "amount"),
-    journal=True,
-    recover=recover_payment,
-    verify=verify_payment,
-    verify_timeout=None,
-)
-def send_payment(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    effects.after_claim(input["operationId"])
-    source = Account.objects.get(pk=input["sourceId"])
-    if _stale_authorization(input, source):
-        raise _source_stale()
-    return _transfer(input, ctx, source)
+    }
+    output = PAYMENT_OUTPUT
+    permissions = ("demo.add_ledgerentry",)
+    idempotency_key = "operationId"
+    confirm = "effect-only"
+    intent = ("operationId", "sourceId", "receiverId", "amount")
+    journal = True
+    verify_timeout = None
+
+    def run(self, input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        effects.after_claim(input["operationId"])
+        source = Account.objects.get(pk=input["sourceId"])
+        if _stale_authorization(input, source):
+            raise _source_stale()
+        return _transfer(input, ctx, source)
+
+    def authorize(self, **kwargs: Any) -> bool:
+        return _owns_source(**kwargs)
+
+    def precheck(self, **kwargs: Any) -> None:
+        precheck_payment(**kwargs)
+
+    def present(self, **kwargs: Any) -> dict[str, Any]:
+        return present_payment(**kwargs)
+
+    def recover(self, **kwargs: Any) -> dict[str, Any]:
+        return recover_payment(**kwargs)
+
+    def verify(self, **kwargs: Any) -> bool:
+        return verify_payment(**kwargs)
 
 
 def _transfer(input: dict[str, Any], ctx: Any, source: Account) -> dict[str, Any]:
@@ -495,31 +508,43 @@ def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any
     }
 
 
-@tool(
-    name="move_between_my_accounts",
-    description="Move money between two of your own accounts. You approve each move"
-    " yourself, signed in to the site.",
-    input_schema={
+class MoveBetweenMyAccounts(GuardedTool):
+    """Consent by the account's owner (``confirm="owner"``), as a class-based tool."""
+
+    name = "move_between_my_accounts"
+    description = ("Move money between two of your own accounts. You approve each move"
+                   " yourself, signed in to the site.")
+    input = {
         "type": "object",
         "properties": {
             **TRANSFER,
         },
         "required": ["operationId", "sourceId", "receiverId", "amount"],
         "additionalProperties": False,
-    },
-    output_schema=PAYMENT_OUTPUT,
-    authorize=_owns_both,
-    idempotency_key="operationId",
-    confirm="owner",
-    precheck=precheck_balance,
-    present=present_move,
-    journal=True,
-    recover=recover_payment,
-    verify=verify_payment,
-    verify_timeout=None,
-)
-def move_between_my_accounts(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
-    return _transfer(input, ctx, Account.objects.get(pk=input["sourceId"]))
+    }
+    output = PAYMENT_OUTPUT
+    idempotency_key = "operationId"
+    confirm = "owner"
+    journal = True
+    verify_timeout = None
+
+    def run(self, input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        return _transfer(input, ctx, Account.objects.get(pk=input["sourceId"]))
+
+    def authorize(self, **kwargs: Any) -> bool:
+        return _owns_both(**kwargs)
+
+    def precheck(self, **kwargs: Any) -> None:
+        precheck_balance(**kwargs)
+
+    def present(self, **kwargs: Any) -> dict[str, Any]:
+        return present_move(**kwargs)
+
+    def recover(self, **kwargs: Any) -> dict[str, Any]:
+        return recover_payment(**kwargs)
+
+    def verify(self, **kwargs: Any) -> bool:
+        return verify_payment(**kwargs)
 
 
 # -- the site's own building blocks as tools ---------------------------------------------

@@ -457,21 +457,21 @@ def guarded_viewset(
         if keyed:
             spec.setdefault("idempotency_key", key_field)
             spec.setdefault("destructive", action in ("destroy", "update"))
-        definition = Tool(
+        if action in ("create", "update", "partial_update", "destroy"):
+            spec["input_check"] = view_check(
+                viewset, action=action, method=method, url_kwargs=(lookup,) if detail else (),
+                key_field=key_field)
+        definition = Tool.build(
             name=name,
             handler=view_handler(view, method=method, url_kwargs=(lookup,) if detail else (),
                                  key_field=key_field if keyed else None, name=name,
                                  keyed=keyed, wrap_list=action == "list"),
             input_schema=inputs,
             output_schema=outputs,
+            schema_problems=problems,
+            published_action=(viewset, action),  # check W013
             **spec,
         )
-        object.__setattr__(definition, "schema_problems", problems)
-        object.__setattr__(definition, "published_action", (viewset, action))  # check W013
-        if action in ("create", "update", "partial_update", "destroy"):
-            object.__setattr__(definition, "input_check", view_check(
-                viewset, action=action, method=method, url_kwargs=(lookup,) if detail else (),
-                key_field=key_field))
         made[action] = target.register(definition)
     return made
 
@@ -505,7 +505,7 @@ def guarded_view(
     if options.get("journal") is False:
         raise ValueError(f"{name}: a published view's journal holds its effect boundary;"
                          " it cannot be turned off.")
-    definition = Tool(
+    definition = Tool.build(
         name=name,
         handler=view_handler(view, method=method, url_kwargs=tuple(url_kwargs),
                              key_field=key_field if keyed else None, name=name, keyed=keyed,

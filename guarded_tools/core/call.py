@@ -1,0 +1,136 @@
+"""Provides the words of one call: its invocation, its context, its result and its events.
+
+The pipeline, the transports and a tool's hooks all speak them; they sit below every
+layer (``guarded_tools.pipeline`` re-exports them, so existing imports keep working).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from guarded_tools.core.cancellation import CancelSignal
+from guarded_tools.core.jsonvalues import storable_json
+
+if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
+
+
+@dataclass
+class Invocation:
+    """One call of a tool, as the transport received it."""
+
+    input: Mapping[str, Any]
+    user: Any = None
+    principal: str | None = None
+    header_key: str | None = None
+    request: Any = None
+    signal: CancelSignal | None = None
+    wait: float = 0
+    context: Any = None
+    key: str | None = None
+    scope: str = ""
+    fingerprint: str = ""
+    #: How the call arrived: ``rest``, ``mcp``, or ``python`` (``tool(...)`` in code).
+    transport: str = "python"
+    #: The caller's W3C trace context (``trace_carrier``): metadata for observers, not input.
+    trace: Mapping[str, str] = field(default_factory=dict)
+    #: The credential (an OAuth access token) of a call with no request: a run an approval
+    #: started. Its scopes are checked as the request's would be.
+    credential: Any = None
+
+
+#: W3C Trace Context keys a call may carry, each with the longest value kept.
+TRACE_KEYS = {"traceparent": 128, "tracestate": 512}
+
+
+def trace_carrier(source: Mapping[str, Any] | None) -> dict[str, str]:
+    """The W3C trace context in request headers or MCP ``params._meta``, bounded.
+
+    Only ``traceparent`` and ``tracestate`` (``tracestate`` only beside a
+    ``traceparent``), as printable ASCII no longer than W3C allows; anything else is
+    dropped. Observers continue the caller's trace from it (``guarded_tools.contrib.otel``).
+    """
+    carrier: dict[str, str] = {}
+    for name, limit in TRACE_KEYS.items():
+        value = source.get(name) if source is not None else None
+        if isinstance(value, str) and len(value) <= limit and value.isascii() and (
+            value.isprintable()
+        ):
+            carrier[name] = value.strip()
+    return carrier if carrier.get("traceparent") else {}
+
+
+@dataclass
+class ToolContext:
+    """What a handler receives besides its input."""
+
+    user: Any
+    context: Any
+    signal: CancelSignal
+    #: The journal's handle (``guarded_tools.store.OperationHandle``) of a claimed call.
+    operation: Any = None
+    request: Any = None
+    tool: Tool | None = None
+
+
+@dataclass
+class GuardResult:
+    """A successful call: the output and the operation it belongs to."""
+
+    output: Any
+    operation: dict[str, Any] | None = None
+    replayed: bool = False
+    recovered: bool = False
+    #: The output as JSON, when the guard already serialized it (for the replay cache).
+    output_json: str | None = field(default=None, repr=False, compare=False)
+    #: A person decided this result (reconciliation), so ``verify`` does not judge it.
+    #: Looked up only for tools that have a verifier: for the others it changes nothing.
+    reconciled: bool = False
+
+    def answer(self) -> Any:
+        """The output as the agent gets it: as stored, so a call and its replays agree.
+
+        Decoded from the JSON the guard made of it, as replays are: a ``Decimal`` or a
+        ``datetime`` reads the same in the first answer as in every replay. An output
+        that is not JSON (an object, NaN) was stored with typed placeholders for what
+        is not, and is answered so: it could not be sent as it is, and its effect has
+        already happened.
+        """
+        if self.replayed:
+            return self.output
+        if self.output_json is not None:
+            return json.loads(self.output_json)
+        return storable_json(self.output)
+
+
+@dataclass(frozen=True)
+class GuardEvent:
+    """Lifecycle metadata for ``observe``: never inputs, outputs or details."""
+
+    stage: str
+    tool: str
+    invocation_id: str
+    at: Any
+    operation_id: str | None = None
+    code: str | None = None
+    replayed: bool = False
+    recovered: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: The invocation's transport and trace carrier (see ``Invocation``).
+    transport: str = ""
+    trace: Mapping[str, str] = field(default_factory=dict)
+
+
+def principal_scope(user: Any, principal: str | None) -> str | None:
+    """Whose keys these are. Keys never cross principals."""
+    if principal:
+        return f"principal:{principal}"
+    if user is not None and getattr(user, "is_authenticated", False):
+        cls = user.__class__  # a session's lazy user answers its user's class
+        meta = getattr(cls, "_meta", None)  # None: a user object that is no model
+        label = meta.label_lower if meta is not None else f"{cls.__module__}.{cls.__qualname__}"
+        return f"{label}:{user.pk}"
+    return None
