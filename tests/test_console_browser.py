@@ -219,6 +219,8 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
     operation = incident()
     log_in(page, "staff", "staff")
     page.goto(OPS_LIST)
+    if action == "mark_succeeded":
+        shoot(page, "console-operations-1280.png")
     fits(page, "operations")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     fits(page, "operation")

@@ -13,9 +13,10 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.decorators import method_decorator
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from django.views.decorators.clickjacking import xframe_options_deny
@@ -28,17 +29,19 @@ from guarded_tools.console.admin.common import (
 )
 from guarded_tools.console.admin.rendering import (
     highlight_json,
+    input_rows,
     json_download,
     pretty_json,
 )
-from guarded_tools.console.presentation import present_request
+from guarded_tools.console.presentation import present_request, summarize
 from guarded_tools.core.catalog import CODE
 from guarded_tools.models import (
     Operation,
     OperationState,
     unknown_first,
 )
-from guarded_tools.pipeline import reconciliation
+from guarded_tools.pipeline import reconciliation, recovery
+from guarded_tools.tools.registry import registry
 
 # -- operations ------------------------------------------------------------------------------
 FENCE_FIELD = "fence-%s"
@@ -93,6 +96,14 @@ RECONCILIATIONS = (
 )
 
 
+#: What each outcome of a recovery means, in an operator's words.
+RECOVERY_OUTCOMES = {
+    "completed": _("the tool's recover hook established the outcome"),
+    "released": _("released: the journal proves it never ran"),
+    "unknown": _("still unknown, waiting for a person to reconcile it"),
+}
+
+
 def evidence(operation: Operation) -> dict[str, Any]:
     """What an operator decides from, for one operation: the request as people read it,
     its raw input, output and error (each bounded, downloadable), the live journal (any
@@ -101,11 +112,27 @@ def evidence(operation: Operation) -> dict[str, Any]:
         url = reverse("admin:guarded_tools_operation_download", args=[operation.pk, part])
         return highlight_json(getattr(operation, part), download_url=url)
 
+    def titled(part: str) -> dict[str, Any] | None:
+        """An object's fields under the schema's titles, bounded, with the whole as a
+        download; None for a value that is not an object (shown as JSON instead)."""
+        value = getattr(operation, part)
+        if not isinstance(value, dict) or not value:
+            return None
+        rows, not_shown = input_rows(operation.tool, value, part=part)
+        return {"rows": rows, "not_shown": not_shown, "url": reverse(
+            "admin:guarded_tools_operation_download", args=[operation.pk, part])}
+
     error = operation.error if isinstance(operation.error, dict) else {}
+    unknown = operation.state == OperationState.OUTCOME_UNKNOWN
     return {
         "presented": present_request(operation, operation.input),
-        "input": shown("input"),
-        "output": shown("output") if operation.output is not None else None,
+        "input": titled("input") or shown("input"),
+        "output": (titled("output") or shown("output")) if operation.output is not None
+        else None,
+        # The warning before "Mark not executed" only where that decision is offered;
+        # elsewhere the journal is evidence, shown as such.
+        "journal_warns": unknown,
+        "journal_matters": unknown or abandoned(operation),
         "error": shown("error") if operation.error is not None else None,
         "failure": error.get("failure", ""),
         "recover_said": error.get("recover", ""),
@@ -117,10 +144,37 @@ def evidence(operation: Operation) -> dict[str, Any]:
     }
 
 
+def abandoned(operation: Operation) -> bool:
+    """Whether nobody runs ``operation`` any more: abandoned, or in flight past its lease."""
+    if operation.state == OperationState.ABANDONED:
+        return True
+    return (operation.state == OperationState.IN_FLIGHT and operation.lease_expires_at is not None
+            and operation.lease_expires_at < timezone.now())
+
+
+class LeaseFilter(admin.SimpleListFilter):
+    """Running (in flight, lease live) or abandoned (no live owner: the sweep's rows)."""
+
+    title = _("lease")
+    parameter_name = "lease"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [("live", _("Running now (lease live)")),
+                ("expired", _("Abandoned (lease expired)"))]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        if self.value() == "live":
+            return queryset.running()  # type: ignore[attr-defined, no-any-return]
+        if self.value() == "expired":
+            return queryset.abandoned()  # type: ignore[attr-defined, no-any-return]
+        return queryset
+
+
 @admin.register(Operation)
 class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["tool", "short_key", "user", "state_badge", "created", "updated"]
-    list_filter = ["state", ToolFilter, "recovered"]
+    # The last update is on the operation's page: the list fits at 1280 px with the summary.
+    list_display = ["tool_name", "summary", "short_key", "user", "state_badge", "created"]
+    list_filter = ["state", LeaseFilter, ToolFilter, "recovered"]
     search_fields = ["key", "user__username"]
     list_select_related = ["user"]
     show_full_result_count = False
@@ -147,6 +201,17 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         extra_context = {**(extra_context or {}), "gt_dashboard": reconciliation.dashboard()}
         return super().changelist_view(request, extra_context)
 
+    @admin.display(description=_("tool"), ordering="tool")
+    def tool_name(self, obj: Operation) -> str:
+        # A line may break after an underscore, never inside a word ("prepare_payment_…").
+        return format_html_join(mark_safe("_<wbr>"), "{}", ((part,) for part in
+                                                          obj.tool.split("_")))
+
+    @admin.display(description=_("request"))
+    def summary(self, obj: Operation) -> str:
+        # The schema's titles and plain values: no hook, no query per row.
+        return summarize(obj, obj.input, hooks=False)
+
     @admin.display(description=_("key"), ordering="key")
     def short_key(self, obj: Operation) -> str:
         return obj.key if len(obj.key) <= 40 else obj.key[:39] + "…"
@@ -157,6 +222,9 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         # that never needed recovering.
         recovered = format_html('<div class="gt-recovered">{}</div>', _("recovered")) \
             if obj.recovered else ""
+        if abandoned(obj):  # its owner's lease ran out: nobody runs it now
+            return format_html('<span class="gt-badge gt-abandoned">{}</span>{}',
+                               OperationState.ABANDONED.label, recovered)
         return format_html('<span class="gt-badge gt-{}">{}</span>{}', obj.state,
                            obj.get_state_display(), recovered)
 
@@ -183,6 +251,10 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "presented": ev["presented"],
                 "timeline": ev["timeline"],
                 "reconciliations": RECONCILIATIONS if can else (),
+                "abandoned": abandoned(operation),
+                "can_recover": abandoned(operation) and self.has_reconcile_permission(request),
+                "recover_url": reverse("admin:guarded_tools_operation_recover",
+                                       args=[operation.pk]),
                 "changelist_url": reverse("admin:guarded_tools_operation_changelist"),
                 "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 "confirmations": operation.confirmations.select_related(
@@ -194,8 +266,30 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         return [
             path("<uuid:pk>/<str:part>.json", self.admin_site.admin_view(self.download_view),
                  name="guarded_tools_operation_download"),
+            path("<uuid:pk>/recover/", self.admin_site.admin_view(self.recover_view),
+                 name="guarded_tools_operation_recover"),
             *super().get_urls(),
         ]
+
+    @method_decorator(xframe_options_deny)
+    def recover_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        """POST target of "Recover now": the sweep's recovery of this one operation."""
+        if request.method != "POST" or not self.has_reconcile_permission(request):
+            raise PermissionDenied
+        operation = get_object_or_404(Operation, pk=pk)
+        outcome = recovery.recover_now(operation, request.user) if abandoned(operation) \
+            else "skipped"
+        if outcome == "skipped":
+            self.message_user(request, _("Nothing was recovered: this operation is not"
+                                         " abandoned any more (its owner, the sweep or a"
+                                         " retry has it)."), messages.WARNING)
+        else:
+            operation.refresh_from_db()
+            self.message_user(request, _("Recovered: %(outcome)s. It is now %(state)s.") % {
+                "outcome": RECOVERY_OUTCOMES.get(outcome, outcome),
+                "state": operation.get_state_display()}, messages.SUCCESS)
+        return HttpResponseRedirect(reverse("admin:guarded_tools_operation_change",
+                                            args=[operation.pk]))
 
     def download_view(self, request: HttpRequest, pk: str, part: str) -> HttpResponse:
         """An operation's whole input, output or error as a JSON file, for its viewers."""
@@ -245,9 +339,7 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             return None
         initial = {}
         if single and form_class is SucceededForm:
-            stored = eligible.values_list("output", flat=True).first()
-            if stored is not None:  # what verify refused, or a late result: start from it
-                initial["output"] = pretty_json(stored)
+            initial["output"] = self._output_to_start_from(eligible)
         form = form_class(request.POST if "note" in request.POST else None, initial=initial)
         # The attempt each decision is made on: the fence the form showed, as posted back;
         # a form opened now shows the current one.
@@ -282,6 +374,17 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             return None
         return self._form_page(request, eligible, form, action, title, fences)
 
+    @staticmethod
+    def _output_to_start_from(eligible: QuerySet[Any]) -> str:
+        """The stored output (what verify refused, a late result), else the output
+        schema's required fields, typed: the person fills in values, not the shape."""
+        tool, stored = eligible.values_list("tool", "output").first() or ("", None)
+        if stored is not None:
+            return pretty_json(stored)
+        definition = registry.find(tool)
+        schema = definition.output_schema if definition is not None else None
+        return pretty_json(reconciliation.output_skeleton(schema)) if schema else ""
+
     def _form_page(self, request: HttpRequest, objects: QuerySet[Any], form: forms.Form,
                    action: str, title: str, fences: dict[str, int],
                    error: str | None = None) -> TemplateResponse:
@@ -299,7 +402,15 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
             "submit_label": title,
             "error": error,
+            "output_schema": self._output_schema(shown) if action == "mark_succeeded" else None,
         })
+
+    @staticmethod
+    def _output_schema(shown: list[Operation]) -> SafeString | None:
+        """The output schema the typed output is checked against, shown beside the form."""
+        definition = registry.find(shown[0].tool) if shown else None
+        schema = definition.output_schema if definition is not None else None
+        return highlight_json(dict(schema), limit=16384) if schema else None
 
     @staticmethod
     def _apply(action: str, operation: Operation, user: Any, data: dict[str, Any],

@@ -22,17 +22,27 @@ from guarded_tools.models import (
     AuditEntry,
     JournalEntry,
 )
+from guarded_tools.templatetags.guarded_tools_admin import when
 
 
 @admin.register(JournalEntry)
 class JournalEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
-    list_display = ["created_at", "operation", "kind", "fence", "removed"]
+    # Times as every other page shows them: UTC ISO with the zone.
+    list_display = ["at", "operation", "kind", "fence", "removed"]
     list_filter = ["kind", "removed"]
     list_select_related = ["operation"]
     search_fields = ["operation__key", "operation__tool"]
     show_full_result_count = False
     fields = readonly_fields = ("operation", "kind", "data_json", "fence", "removed",
-                                "created_at")
+                                "written_at")
+
+    @admin.display(description=_("at"))
+    def at(self, obj: JournalEntry) -> str:
+        return stacked_time(obj.created_at)
+
+    @admin.display(description=_("written at"))
+    def written_at(self, obj: JournalEntry) -> str:
+        return when(obj.created_at)
 
     @admin.display(description=_("data"))
     def data_json(self, obj: JournalEntry) -> SafeString:

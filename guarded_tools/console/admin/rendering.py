@@ -91,8 +91,8 @@ def _cut_note(hidden: int, download_url: str) -> SafeString:
     return note
 
 
-def input_rows(tool_name: str, data: Any, *, limit: int = JSON_SHOWN_CHARS
-               ) -> tuple[list[tuple[str, str, SafeString]], int]:
+def input_rows(tool_name: str, data: Any, *, limit: int = JSON_SHOWN_CHARS,
+               part: str = "input") -> tuple[list[tuple[str, str, SafeString]], int]:
     """(title, field, highlighted value) per top-level input field, schema titles first,
     within ``limit`` characters of HTML in all; and how many fields are not shown.
 
@@ -100,7 +100,9 @@ def input_rows(tool_name: str, data: Any, *, limit: int = JSON_SHOWN_CHARS
     keeps its own order), so what is cut is the same on every database.
     """
     definition = registry.find(tool_name)
-    props = (definition.input_schema.get("properties", {}) if definition else {}) or {}
+    schema = (definition.output_schema if part == "output" else definition.input_schema) \
+        if definition else None
+    props = (schema or {}).get("properties", {}) or {}
     fields = list(data.items()) if isinstance(data, dict) else [("(input)", data)]
     declared = {name: i for i, name in enumerate(props)}
     fields.sort(key=lambda item: declared.get(item[0], len(declared)))
