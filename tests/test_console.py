@@ -59,7 +59,7 @@ def test_bulk_approve_counts_what_it_approved_and_skipped(
     Confirmation.objects.filter(pk=first.pk).update(status="declined")
     client = staff_client(user_factory, *APPROVER)
     # From the list of waiting requests: what it approves leaves that list.
-    page = client.post(f"{CONF_LIST}?waiting=yes", {"action": "approve_selected",
+    page = client.post(f"{CONF_LIST}?waiting=yes", {"action": "approve_selected", "post": "yes",
                                    ACTION_CHECKBOX_NAME: [c.pk for c in (first, *others)]},
                        follow=True).content.decode()
     assert "2 confirmations approved." in page
@@ -69,7 +69,7 @@ def test_bulk_approve_counts_what_it_approved_and_skipped(
     fourth = Confirmation.objects.order_by("-created_at").first()
     assert fourth is not None
     page = client.post(CONF_LIST + "?status__exact=pending", {
-        "action": "approve_selected", ACTION_CHECKBOX_NAME: [fourth.pk]},
+        "action": "approve_selected", "post": "yes", ACTION_CHECKBOX_NAME: [fourth.pk]},
         follow=True).content.decode()
     assert "1 confirmation approved." in page and "skipped" not in page
 
@@ -778,3 +778,38 @@ def test_lists_show_one_time_format_and_tool_names_break_only_between_words(
     entry = operation.journal.first()
     detail = client.get(f"/admin/guarded_tools/journalentry/{entry.pk}/change/").content.decode()
     assert " p.m." not in detail and " a.m." not in detail and " UTC" in detail
+
+
+# -- issue 28, second pass: approvers see the risk and cannot slip ----------------------------
+def test_bulk_approval_shows_each_request_first_and_leaves_out_what_is_not_theirs(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any,
+        make_tool: Any) -> None:
+    """Item 9: an intermediate page as "delete selected"; owner-only, own and decided out."""
+    for amount in ("1.00", "2.00", "3.00"):
+        ask(client_for, requester, refund, amount=amount)
+    owners = make_tool(confirm="owner", input_schema=refund.input_schema)
+    ask(client_for, requester, owners, amount="4.00")
+    client = staff_client(user_factory, *APPROVER)
+    approver = Confirmation.objects.model._meta.get_field("requested_by").remote_field.model \
+        .objects.get(username="staffer")
+    ask(client_for, approver, refund, amount="5.00")  # the approver's own request
+    first, second, third, owner_only, own = Confirmation.objects.order_by("created_at")
+    Confirmation.objects.filter(pk=third.pk).update(status="declined")
+    chosen = [c.pk for c in (first, second, third, owner_only, own)]
+    page = client.post(CONF_LIST, {"action": "approve_selected",
+                                   ACTION_CHECKBOX_NAME: chosen})
+    assert page.status_code == 200 and not Confirmation.objects.filter(
+        status="approved").exists()  # nothing approved without the second look
+    html = page.content.decode()
+    to_approve = html.split('data-testid="to-approve"')[1].split("</ul>")[0]
+    left_out = html.split('data-testid="left-out"')[1].split("</ul>")[0]
+    assert "Amount 1.00" in to_approve and "Amount 2.00" in to_approve
+    assert "Amount 4.00" not in to_approve and "Amount 5.00" not in to_approve
+    assert "already decided" in left_out and "Only the user this call acts for" in left_out
+    assert "four-eyes" in left_out
+    assert 'name="post" value="yes"' in html and "csrfmiddlewaretoken" in html
+    done = client.post(CONF_LIST, {"action": "approve_selected", "post": "yes",
+                                   ACTION_CHECKBOX_NAME: chosen}, follow=True).content.decode()
+    assert "2 confirmations approved." in done and "3 left out" in done
+    assert set(Confirmation.objects.filter(status="approved").values_list("pk", flat=True)) \
+        == {first.pk, second.pk}

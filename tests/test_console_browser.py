@@ -156,6 +156,13 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
         page.check(f"input[name=_selected_action][value='{confirmation.pk}']")
     page.select_option("select[name=action]", "approve_selected")
     page.click("button[name=index]")
+    # The second look: each request's summary before anything is approved.
+    expect(page.get_by_test_id("to-approve").locator("li")).to_have_count(2)
+    expect(page.get_by_test_id("to-approve")).to_contain_text("30.00")
+    fits(page, "bulk approval")
+    shoot(page, "console-bulk-approve-1280.png")
+    assert Confirmation.objects.filter(status="approved").count() == 1
+    page.get_by_test_id("approve-confirm").click()
     expect(page.locator(".messagelist")).to_contain_text("2 confirmations approved.")
     expect(page.locator(".messagelist")).not_to_contain_text("skipped")
     in_history(page, f"{CONF_LIST}{fourth.pk}/", "Approved")

@@ -144,9 +144,48 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "%(n)d skipped: not pending, expired, or not yours to decide.", skipped)
                 % {"n": skipped} + detail, messages.WARNING)
 
-    @admin.action(description=_("Approve selected confirmations"), permissions=["approve"])
-    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
-        self._decide_many(request, queryset, True, "")
+    @admin.action(description=_("Approve selected confirmations…"), permissions=["approve"])
+    def approve_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
+        """A second look first, as Django's "delete selected" does: each request's
+        summary, and those left out (not this person's to decide) with the reason."""
+        decidable, left_out = self._sorted_for_approval(request, queryset)
+        if request.POST.get("post") == "yes":  # the confirmation page's own submit
+            self._decide_many(request, queryset.filter(
+                pk__in=[c.pk for c in decidable]), True, "")
+            if left_out:
+                self.message_user(request, ngettext(
+                    "%(n)d left out: not yours to decide.",
+                    "%(n)d left out: not yours to decide.", len(left_out))
+                    % {"n": len(left_out)}, messages.WARNING)
+            return None
+        return TemplateResponse(request, "admin/guarded_tools/confirmation/approve_selected.html", {
+            **self.admin_site.each_context(request),
+            "title": _("Approve these requests?"),
+            "decidable": [(c, requested_summary(c)) for c in decidable],
+            "left_out": [(c, requested_summary(c), why) for c, why in left_out],
+            "queryset": queryset,
+            "opts": self.model._meta,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
+        })
+
+    #: The most requests one bulk approval lists (and approves).
+    bulk_approval_limit = 100
+
+    def _sorted_for_approval(self, request: HttpRequest, queryset: QuerySet[Any]
+                             ) -> tuple[list[Confirmation], list[tuple[Confirmation, str]]]:
+        """The selected requests this person may approve now, and the others with why."""
+        decidable, left_out = [], []
+        for confirmation in queryset.select_related("requested_by")[:self.bulk_approval_limit]:
+            if confirmation.status != ConfirmationStatus.PENDING:
+                left_out.append((confirmation, str(_("already decided: %(status)s")
+                                                   % {"status": confirmation.get_status_display()})))
+                continue
+            refusal = confirmations.can_decide(request.user, confirmation)
+            if refusal:
+                left_out.append((confirmation, refusal))
+            else:
+                decidable.append(confirmation)
+        return decidable, left_out
 
     @admin.action(description=_("Decline selected confirmations…"), permissions=["approve"])
     def decline_selected(self, request: HttpRequest, queryset: QuerySet[Any]) -> Any:
