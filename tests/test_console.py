@@ -813,3 +813,26 @@ def test_bulk_approval_shows_each_request_first_and_leaves_out_what_is_not_their
     assert "2 confirmations approved." in done and "3 left out" in done
     assert set(Confirmation.objects.filter(status="approved").values_list("pk", flat=True)) \
         == {first.pk, second.pk}
+
+
+def test_the_request_page_lists_other_calls_and_owner_only_requests_say_so(
+        user_factory: Any, requester: Any, client_for: Any, make_tool: Any) -> None:
+    """Item 11: not the very call being decided as "released"; owner-only marked."""
+    from guarded_tools.models import Operation
+
+    effect_only = make_tool(confirm="effect-only", input_schema={
+        "type": "object", "properties": {"operationId": {"type": "string"},
+                                         "amount": {"type": "string"}}})
+    assert ask(client_for, requester, effect_only, amount="1.00").status_code == 202
+    confirmation = Confirmation.objects.get()
+    assert Operation.objects.filter(key=confirmation.key).exists()  # its released claim
+    client = staff_client(user_factory, *APPROVER, "guarded_tools.view_operation")
+    html = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert 'data-testid="recent-calls"' not in html and "None yet." in html
+    owners = make_tool(confirm="owner", input_schema=effect_only.input_schema)
+    ask(client_for, requester, owners, amount="2.00")
+    owner_only = Confirmation.objects.get(tool=owners.name)
+    queue = client.get(CONF_LIST).content.decode()
+    assert queue.count('data-testid="owner-only"') == 1
+    page = client.get(f"{CONF_LIST}{owner_only.pk}/change/").content.decode()
+    assert 'data-testid="owner-decides"' in page and "They have not decided yet." in page

@@ -93,6 +93,11 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description=_("request"))
     def request(self, obj: Confirmation) -> str:
+        # A request only its owner decides says so in the queue (the registry knows: no
+        # query per row), so no approver takes it for one of theirs.
+        if confirmations.owner_decides(obj):
+            return format_html('{} <span class="gt-badge gt-owner" data-testid="owner-only">{}'
+                               '</span>', requested_summary(obj), _("its owner decides"))
         return requested_summary(obj)
 
     @admin.display(description=_("requested by"), ordering="requested_by_label")
@@ -274,7 +279,10 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             # By the principal's scope: a caller with no user row has calls too. Only to
             # those the operations list admits (their keys, states and links are its rows).
             may_view_operations = self.may_view_operations(request)
+            # The other calls: not the very call being decided (its claim, released while
+            # it waits, would read as if it had run).
             recent = (Operation.objects.filter(tool=confirmation.tool, scope=confirmation.scope)
+                      .exclude(key=confirmation.key)
                       .order_by("-created_at")[:5]) if may_view_operations else None
             extra_context = {
                 **(extra_context or {}),
@@ -289,6 +297,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "input_download_url": download_url,
                 "can_decide": open_ and refusal is None,
                 "refusal": refusal if open_ else None,
+                "owner_decides": confirmations.owner_decides(confirmation),
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
                                       args=[confirmation.pk]),
                 "audit": confirmation.audit.select_related("actor", "operation"),
