@@ -352,3 +352,24 @@ def test_a_view_only_approver_sees_the_request_without_operations(
     page.screenshot(path=str(tmp_path / "request-view-only.png"), full_page=True)
     shoot(page, "console-request-view-only-1280-light.png")
     print(f"screenshot: {tmp_path / 'request-view-only.png'}")
+
+
+def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) -> None:
+    """Issue 28 item 5: past its lease it reads abandoned; Recover now runs recovery."""
+    operation = incident("abandoned")
+    log_in(page, "staff", "staff")
+    page.goto(OPS_LIST)
+    expect(page.get_by_test_id("state-abandoned")).to_contain_text("1")
+    expect(page.locator("#result_list .gt-badge")).to_have_text("abandoned")
+    page.goto(f"{OPS_LIST}{operation.pk}/change/")
+    expect(page.get_by_test_id("state")).to_have_text("abandoned")
+    expect(page.get_by_test_id("abandoned")).to_contain_text("lease expired at")
+    expect(page.get_by_test_id("effect-warning")).to_have_count(0)
+    fits(page, "abandoned operation")
+    shoot(page, "console-recover-1280.png")
+    page.get_by_test_id("recover-now").click()
+    expect(page.locator(".messagelist")).to_contain_text("Recovered:")
+    expect(page.get_by_test_id("recover-now")).to_have_count(0)
+    expect(page.get_by_test_id("timeline")).to_contain_text("Recovery by the operator")
+    in_audit_trail(page, "Recovery by the operator", Operation.objects.get(
+        pk=operation.pk).state)

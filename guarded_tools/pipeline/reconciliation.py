@@ -159,7 +159,8 @@ def output_skeleton(schema: Any, depth: int = 0) -> Any:
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
     if kind == "object" or (kind is None and "properties" in schema):
-        props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+        props = schema.get("properties")
+        props = props if isinstance(props, dict) else {}
         return {name: output_skeleton(props.get(name), depth + 1)
                 for name in schema.get("required") or () if isinstance(name, str)}
     return _START.get(kind) if isinstance(kind, str) else None

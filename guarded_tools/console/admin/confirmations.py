@@ -182,8 +182,9 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         decidable, left_out = [], []
         for confirmation in queryset.select_related("requested_by")[:self.bulk_approval_limit]:
             if confirmation.status != ConfirmationStatus.PENDING:
+                status = confirmation.get_status_display()
                 left_out.append((confirmation, str(_("already decided: %(status)s")
-                                                   % {"status": confirmation.get_status_display()})))
+                                                   % {"status": status})))
                 continue
             refusal = confirmations.can_decide(request.user, confirmation)
             if refusal:
