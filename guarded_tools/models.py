@@ -78,6 +78,10 @@ class OperationQuerySet(models.QuerySet["Operation"]):
     def in_flight(self) -> OperationQuerySet:
         return self.filter(state=OperationState.IN_FLIGHT)
 
+    def running(self) -> OperationQuerySet:
+        """In flight with a live lease (DB clock): an owner may still be running it."""
+        return self.filter(state=OperationState.IN_FLIGHT, lease_expires_at__gte=Now())
+
     def completed_before(self, cutoff: Any) -> OperationQuerySet:
         return self.filter(
             state__in=[OperationState.SUCCEEDED, OperationState.RELEASED, OperationState.FAILED],

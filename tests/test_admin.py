@@ -74,12 +74,12 @@ def test_actions_are_invisible_without_permission(user_factory: Any,
 def test_approve_action_reports_counts_and_audits(user_factory: Any,
                                                   pending: Confirmation) -> None:
     client = staff_client(user_factory, *APPROVER)
-    response = client.post(CONF_LIST, {"action": "approve_selected",
+    response = client.post(CONF_LIST, {"action": "approve_selected", "post": "yes",
                                        ACTION_CHECKBOX_NAME: [pending.pk]}, follow=True)
     assert "1 confirmation approved." in response.content.decode()
     pending.refresh_from_db()
     assert pending.status == "approved" and pending.decided_by.username == "staffer"
-    again = client.post(CONF_LIST, {"action": "approve_selected",
+    again = client.post(CONF_LIST, {"action": "approve_selected", "post": "yes",
                                     ACTION_CHECKBOX_NAME: [pending.pk]}, follow=True)
     assert "0 confirmations approved." in again.content.decode()
     assert AuditEntry.objects.filter(action="approve").count() == 1

@@ -59,7 +59,7 @@ def test_bulk_approve_counts_what_it_approved_and_skipped(
     Confirmation.objects.filter(pk=first.pk).update(status="declined")
     client = staff_client(user_factory, *APPROVER)
     # From the list of waiting requests: what it approves leaves that list.
-    page = client.post(f"{CONF_LIST}?waiting=yes", {"action": "approve_selected",
+    page = client.post(f"{CONF_LIST}?waiting=yes", {"action": "approve_selected", "post": "yes",
                                    ACTION_CHECKBOX_NAME: [c.pk for c in (first, *others)]},
                        follow=True).content.decode()
     assert "2 confirmations approved." in page
@@ -69,7 +69,7 @@ def test_bulk_approve_counts_what_it_approved_and_skipped(
     fourth = Confirmation.objects.order_by("-created_at").first()
     assert fourth is not None
     page = client.post(CONF_LIST + "?status__exact=pending", {
-        "action": "approve_selected", ACTION_CHECKBOX_NAME: [fourth.pk]},
+        "action": "approve_selected", "post": "yes", ACTION_CHECKBOX_NAME: [fourth.pk]},
         follow=True).content.decode()
     assert "1 confirmation approved." in page and "skipped" not in page
 
@@ -410,9 +410,11 @@ def test_lists_show_neutral_marks_and_tiles_that_say_what_they_count(
     client = staff_client(user_factory, *RECONCILER, *APPROVER)
     page = client.get(OPS_LIST).content.decode()
     assert "icon-no.svg" not in page and "icon-yes.svg" not in page
-    assert 'data-testid="awaiting-approval"><b>1<' in page
+    # Each tile counts the rows of the list it links to: the released claim waiting for
+    # its approval is one of the released rows (the queue's tile counts the request).
+    assert 'data-testid="awaiting-approval"' not in page
     released = page.split('data-testid="state-released"')[1].split("</a>")[0]
-    assert "<b>0</b>" in released and "proven not run" in released
+    assert "<b>1</b>" in released and "waiting for approval" in released
     assert "?state__exact=succeeded" in page  # each tile links to its rows
 
 
@@ -629,3 +631,208 @@ def test_only_http_and_relative_links_of_a_present_hook_reach_the_approvers_page
     assert "javascript:" not in page.lower() and "data:text/html" not in page
     assert 'href="https://crm.example/customers/7?tab=1"' in page
     assert 'href="/admin/demo/account/"' in page
+
+
+# -- issue 28, second pass: operators act from the page ---------------------------------------
+def incident(kind: str) -> Any:
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    from guarded_tools.models import Operation
+
+    call_command("demo_seed", stdout=StringIO())
+    call_command("demo_incident", kind, stdout=StringIO())
+    return Operation.objects.order_by("-created_at").first()
+
+
+def tile(page: str, testid: str) -> str:
+    return page.split(f'data-testid="{testid}"')[1].split("</a>")[0]
+
+
+def test_an_expired_lease_reads_abandoned_and_recover_now_runs_the_sweeps_recovery(
+        user_factory: Any) -> None:
+    """Item 5: not "in flight" nor "running now"; "Recover now" audited, by the person."""
+    from django.contrib.admin.models import LogEntry
+
+    from guarded_tools.models import AuditEntry
+
+    operation = incident("abandoned")
+    client = staff_client(user_factory, *RECONCILER)
+    listing = client.get(OPS_LIST).content.decode()
+    assert "<b>0</b>" in tile(listing, "state-in_flight")
+    assert "<b>1</b>" in tile(listing, "state-abandoned")
+    assert '?lease=expired" data-testid="state-abandoned"' in listing
+    assert client.get(OPS_LIST + "?lease=expired").context["cl"].result_count == 1
+    assert client.get(OPS_LIST + "?lease=live").context["cl"].result_count == 0
+    assert 'gt-badge gt-abandoned' in listing
+    detail = client.get(f"{OPS_LIST}{operation.pk}/change/").content.decode()
+    assert 'data-testid="state">abandoned' in detail and "lease expired at" in detail
+    assert 'data-testid="recover-now"' in detail
+    # A viewer sees the state, not the button; a GET or a viewer's POST does nothing.
+    viewer = staff_client(user_factory, "guarded_tools.view_operation", name="viewer")
+    assert 'data-testid="recover-now"' not in viewer.get(
+        f"{OPS_LIST}{operation.pk}/change/").content.decode()
+    assert viewer.post(f"{OPS_LIST}{operation.pk}/recover/").status_code == 403
+    assert client.get(f"{OPS_LIST}{operation.pk}/recover/").status_code == 403
+    page = client.post(f"{OPS_LIST}{operation.pk}/recover/", follow=True).content.decode()
+    assert "Recovered:" in page
+    operation.refresh_from_db()
+    assert operation.state != "in_flight" and operation.fence == 2
+    row = AuditEntry.objects.get(action="recover")
+    assert row.actor is not None and row.actor.username == "staffer"
+    assert row.data["by"] == "operator"
+    assert LogEntry.objects.filter(object_id=str(operation.pk),
+                                   change_message__startswith="Recover now").exists()
+    timeline = page.split('data-testid="timeline"')[1].split("</table>")[0]
+    assert re.search(r"Recovery by the operator: \w+</a></td>\s*<td>2</td>\s*<td>staffer</td>",
+                     timeline), timeline
+    # Once recovered it is not abandoned: a second POST recovers nothing.
+    again = client.post(f"{OPS_LIST}{operation.pk}/recover/", follow=True).content.decode()
+    assert "Nothing was recovered" in again
+    assert AuditEntry.objects.filter(action="recover").count() == 1
+
+
+def test_mark_succeeded_starts_from_the_output_schema_shown_beside_it(
+        user_factory: Any, make_tool: Any) -> None:
+    """Item 6: the required fields, typed; the schema beside; titles, not raw JSON."""
+    from guarded_tools.models import Operation
+
+    definition = make_tool(
+        input_schema={"type": "object", "properties": {
+            "operationId": {"type": "string"}, "amount": {"type": "string", "title": "Amount"}}},
+        output_schema={"type": "object", "required": ["paymentId", "amount", "settled"],
+                       "properties": {"paymentId": {"type": "integer", "title": "Payment"},
+                                      "amount": {"type": "string"},
+                                      "settled": {"type": "boolean"},
+                                      "note": {"type": "string"}}})
+    k = key()
+    operation = Operation.objects.create(
+        tool=definition.name, scope="s", key=k, fingerprint="f",
+        input={"operationId": k, "amount": "9.99"}, state="outcome_unknown")
+    client = staff_client(user_factory, *RECONCILER)
+    form = client.post(OPS_LIST, {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [
+        operation.pk], f"fence-{operation.pk}": operation.fence})
+    import json
+
+    assert json.loads(form.context["form"]["output"].value()) == {
+        "paymentId": 0, "amount": "", "settled": False}
+    html = form.content.decode()
+    assert 'data-testid="output-schema"' in html and "paymentId" in html
+    detail = client.get(f"{OPS_LIST}{operation.pk}/change/").content.decode()
+    assert 'data-testid="input-rows"' in detail and "<th>Amount" in detail
+
+
+def test_the_journal_warning_is_only_where_mark_not_executed_applies(
+        user_factory: Any, make_tool: Any) -> None:
+    """Item 7: a succeeded operation's journal is evidence, not a warning."""
+    from guarded_tools.models import JournalEntry, Operation
+
+    definition = make_tool()
+    operation = Operation.objects.create(tool=definition.name, scope="s", key=key(),
+                                         fingerprint="f", input={}, state="succeeded",
+                                         output={"ok": True})
+    JournalEntry.objects.create(operation=operation, fence=1, data={"phase": "done"})
+    client = staff_client(user_factory, *RECONCILER)
+    html = client.get(f"{OPS_LIST}{operation.pk}/change/").content.decode()
+    assert 'data-testid="effect-warning"' not in html and "before marking it" not in html
+    assert 'data-testid="journal"' in html and 'data-testid="journal-empty"' not in html
+    Operation.objects.filter(pk=operation.pk).update(state="outcome_unknown")
+    html = client.get(f"{OPS_LIST}{operation.pk}/change/").content.decode()
+    assert 'data-testid="effect-warning"' in html
+
+
+def test_recoveries_in_the_last_day_count_what_the_audit_trail_shows(
+        user_factory: Any) -> None:
+    """Item 8: two sweep recoveries (outcome unknown both) are two, linked to the trail."""
+    from guarded_tools.models import Operation
+    from guarded_tools.pipeline.recovery import sweep
+
+    for _ in range(2):
+        operation = incident("abandoned")
+        Operation.objects.filter(pk=operation.pk).update(tool="no_such_tool")
+    assert sweep().unknown == 2
+    client = staff_client(user_factory, *RECONCILER, "guarded_tools.view_auditentry")
+    page = client.get(OPS_LIST).content.decode()
+    recovered = tile(page, "recovered-last-day")
+    assert "<b>2</b>" in recovered
+    assert 'auditentry/?action__exact=recover" data-testid="recovered-last-day"' in page
+    trail = client.get("/admin/guarded_tools/auditentry/?action__exact=recover")
+    assert trail.context["cl"].result_count == 2
+    # The queue's tile and the operations' tiles count different things, each once.
+    index = client.get("/admin/").content.decode()
+    assert "calls waiting for approval (not run yet)" not in index
+
+
+def test_lists_show_one_time_format_and_tool_names_break_only_between_words(
+        user_factory: Any) -> None:
+    """Item 12: the journal list in UTC ISO with its zone; a summary column; <wbr>."""
+    operation = incident("unknown")
+    client = staff_client(user_factory, *RECONCILER, "guarded_tools.view_journalentry")
+    journal = client.get("/admin/guarded_tools/journalentry/").content.decode()
+    assert re.search(r"\d{4}-\d\d-\d\d<br>\d\d:\d\d:\d\d UTC", journal), journal[-3000:]
+    assert " p.m." not in journal and " a.m." not in journal
+    listing = client.get(OPS_LIST).content.decode()
+    assert "send_<wbr>payment" in listing
+    assert "field-summary" in listing and "Amount 12.50" in listing
+    entry = operation.journal.first()
+    detail = client.get(f"/admin/guarded_tools/journalentry/{entry.pk}/change/").content.decode()
+    assert " p.m." not in detail and " a.m." not in detail and " UTC" in detail
+
+
+# -- issue 28, second pass: approvers see the risk and cannot slip ----------------------------
+def test_bulk_approval_shows_each_request_first_and_leaves_out_what_is_not_theirs(
+        user_factory: Any, requester: Any, client_for: Any, refund: Any,
+        make_tool: Any) -> None:
+    """Item 9: an intermediate page as "delete selected"; owner-only, own and decided out."""
+    for amount in ("1.00", "2.00", "3.00"):
+        ask(client_for, requester, refund, amount=amount)
+    owners = make_tool(confirm="owner", input_schema=refund.input_schema)
+    ask(client_for, requester, owners, amount="4.00")
+    client = staff_client(user_factory, *APPROVER)
+    approver = Confirmation.objects.model._meta.get_field("requested_by").remote_field.model \
+        .objects.get(username="staffer")
+    ask(client_for, approver, refund, amount="5.00")  # the approver's own request
+    first, second, third, owner_only, own = Confirmation.objects.order_by("created_at")
+    Confirmation.objects.filter(pk=third.pk).update(status="declined")
+    chosen = [c.pk for c in (first, second, third, owner_only, own)]
+    page = client.post(CONF_LIST, {"action": "approve_selected",
+                                   ACTION_CHECKBOX_NAME: chosen})
+    assert page.status_code == 200 and not Confirmation.objects.filter(
+        status="approved").exists()  # nothing approved without the second look
+    html = page.content.decode()
+    to_approve = html.split('data-testid="to-approve"')[1].split("</ul>")[0]
+    left_out = html.split('data-testid="left-out"')[1].split("</ul>")[0]
+    assert "Amount 1.00" in to_approve and "Amount 2.00" in to_approve
+    assert "Amount 4.00" not in to_approve and "Amount 5.00" not in to_approve
+    assert "already decided" in left_out and "Only the user this call acts for" in left_out
+    assert "four-eyes" in left_out
+    assert 'name="post" value="yes"' in html and "csrfmiddlewaretoken" in html
+    done = client.post(CONF_LIST, {"action": "approve_selected", "post": "yes",
+                                   ACTION_CHECKBOX_NAME: chosen}, follow=True).content.decode()
+    assert "2 confirmations approved." in done and "3 left out" in done
+    assert set(Confirmation.objects.filter(status="approved").values_list("pk", flat=True)) \
+        == {first.pk, second.pk}
+
+
+def test_the_request_page_lists_other_calls_and_owner_only_requests_say_so(
+        user_factory: Any, requester: Any, client_for: Any, make_tool: Any) -> None:
+    """Item 11: not the very call being decided as "released"; owner-only marked."""
+    from guarded_tools.models import Operation
+
+    effect_only = make_tool(confirm="effect-only", input_schema={
+        "type": "object", "properties": {"operationId": {"type": "string"},
+                                         "amount": {"type": "string"}}})
+    assert ask(client_for, requester, effect_only, amount="1.00").status_code == 202
+    confirmation = Confirmation.objects.get()
+    assert Operation.objects.filter(key=confirmation.key).exists()  # its released claim
+    client = staff_client(user_factory, *APPROVER, "guarded_tools.view_operation")
+    html = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
+    assert 'data-testid="recent-calls"' not in html and "None yet." in html
+    owners = make_tool(confirm="owner", input_schema=effect_only.input_schema)
+    ask(client_for, requester, owners, amount="2.00")
+    owner_only = Confirmation.objects.get(tool=owners.name)
+    queue = client.get(CONF_LIST).content.decode()
+    assert queue.count('data-testid="owner-only"') == 1
+    page = client.get(f"{CONF_LIST}{owner_only.pk}/change/").content.decode()
+    assert 'data-testid="owner-decides"' in page and "They have not decided yet." in page

@@ -156,6 +156,13 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
         page.check(f"input[name=_selected_action][value='{confirmation.pk}']")
     page.select_option("select[name=action]", "approve_selected")
     page.click("button[name=index]")
+    # The second look: each request's summary before anything is approved.
+    expect(page.get_by_test_id("to-approve").locator("li")).to_have_count(2)
+    expect(page.get_by_test_id("to-approve")).to_contain_text("30.00")
+    fits(page, "bulk approval")
+    shoot(page, "console-bulk-approve-1280.png")
+    assert Confirmation.objects.filter(status="approved").count() == 1
+    page.get_by_test_id("approve-confirm").click()
     expect(page.locator(".messagelist")).to_contain_text("2 confirmations approved.")
     expect(page.locator(".messagelist")).not_to_contain_text("skipped")
     in_history(page, f"{CONF_LIST}{fourth.pk}/", "Approved")
@@ -219,6 +226,8 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
     operation = incident()
     log_in(page, "staff", "staff")
     page.goto(OPS_LIST)
+    if action == "mark_succeeded":
+        shoot(page, "console-operations-1280.png")
     fits(page, "operations")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     fits(page, "operation")
@@ -343,3 +352,24 @@ def test_a_view_only_approver_sees_the_request_without_operations(
     page.screenshot(path=str(tmp_path / "request-view-only.png"), full_page=True)
     shoot(page, "console-request-view-only-1280-light.png")
     print(f"screenshot: {tmp_path / 'request-view-only.png'}")
+
+
+def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) -> None:
+    """Issue 28 item 5: past its lease it reads abandoned; Recover now runs recovery."""
+    operation = incident("abandoned")
+    log_in(page, "staff", "staff")
+    page.goto(OPS_LIST)
+    expect(page.get_by_test_id("state-abandoned")).to_contain_text("1")
+    expect(page.locator("#result_list .gt-badge")).to_have_text("abandoned")
+    page.goto(f"{OPS_LIST}{operation.pk}/change/")
+    expect(page.get_by_test_id("state")).to_have_text("abandoned")
+    expect(page.get_by_test_id("abandoned")).to_contain_text("lease expired at")
+    expect(page.get_by_test_id("effect-warning")).to_have_count(0)
+    fits(page, "abandoned operation")
+    shoot(page, "console-recover-1280.png")
+    page.get_by_test_id("recover-now").click()
+    expect(page.locator(".messagelist")).to_contain_text("Recovered:")
+    expect(page.get_by_test_id("recover-now")).to_have_count(0)
+    expect(page.get_by_test_id("timeline")).to_contain_text("Recovery by the operator")
+    in_audit_trail(page, "Recovery by the operator", Operation.objects.get(
+        pk=operation.pk).state)

@@ -328,6 +328,12 @@ def _owner_consent(confirmation: Confirmation) -> bool:
     return definition is not None and definition.owner_consent
 
 
+def owner_decides(confirmation: Confirmation) -> bool:
+    """Whether only the user the call acts for decides ``confirmation`` (on its consent
+    page): no staff member can."""
+    return _owner_consent(confirmation)
+
+
 def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
     """What the agent is told about ``confirmation``: pending, declined or expired.
 

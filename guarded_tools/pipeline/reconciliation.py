@@ -10,12 +10,12 @@ replays afterwards return what the person decided, and ``verify`` never re-judge
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import router, transaction
-from django.db.models import Count, Exists, Min, OuterRef
+from django.db.models import Count, Min
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -138,6 +138,32 @@ def parse_output(text: str) -> Any:
         if problem.endswith("not valid JSON."):
             problem += " NaN, Infinity and numbers beyond a double's range are not JSON."
     raise ReconcileRefused(problem)
+
+
+#: A typed value to start from, per JSON Schema type.
+_START = {"string": "", "integer": 0, "number": 0, "boolean": False, "array": [],
+          "null": None}
+
+
+def output_skeleton(schema: Any, depth: int = 0) -> Any:
+    """A value of ``schema``'s shape to start a "Mark succeeded" output from: its
+    required properties, each typed (the first of an ``enum``, a ``const``, a nested
+    object's own required fields), so the person types values, not the shape."""
+    if not isinstance(schema, dict) or depth > 8:
+        return None
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind == "object" or (kind is None and "properties" in schema):
+        props = schema.get("properties")
+        props = props if isinstance(props, dict) else {}
+        return {name: output_skeleton(props.get(name), depth + 1)
+                for name in schema.get("required") or () if isinstance(name, str)}
+    return _START.get(kind) if isinstance(kind, str) else None
 
 
 def json_problem(output: Any) -> str | None:
@@ -268,13 +294,13 @@ def effect_may_have_happened(operation: Operation) -> list[Any]:
         "data", flat=True)[:10])
 
 
-#: What each state's tile counts, in words.
+#: What each state's tile counts, in words (each the count of the list it links to).
 DASHBOARD_LABELS: dict[str, str] = {
-    OperationState.IN_FLIGHT: "in flight (running now)",
-    OperationState.ABANDONED: "abandoned (waiting for recovery)",
+    OperationState.IN_FLIGHT: "in flight (running now, lease live)",
+    OperationState.ABANDONED: "abandoned (lease expired, waiting for recovery)",
     OperationState.SUCCEEDED: "succeeded",
     OperationState.FAILED: "failed (decided by a person)",
-    OperationState.RELEASED: "released (proven not run)",
+    OperationState.RELEASED: "released (not run: proven, or waiting for approval)",
 }
 
 
@@ -286,37 +312,35 @@ COUNTED_EXACTLY = (OperationState.IN_FLIGHT, OperationState.ABANDONED,
 
 
 def dashboard() -> dict[str, Any]:
-    """Counts by state, oldest in-flight age, unknown outcomes, recoveries in a day."""
+    """Counts by state, oldest running age, unknown outcomes, recoveries in a day.
+
+    An operation in flight past its lease is abandoned (nobody runs it any more): it is
+    counted with the abandoned ones, as the list filtered by ``lease=expired`` shows it.
+    """
     exact = dict(Operation.objects.filter(state__in=COUNTED_EXACTLY).order_by()
                  .values_list("state").annotate(n=Count("*")))  # from the index alone
+    expired = Operation.objects.in_flight().filter(lease_expires_at__lt=Now()).count()
+    exact[OperationState.IN_FLIGHT] = exact.get(OperationState.IN_FLIGHT, 0) - expired
+    exact[OperationState.ABANDONED] = exact.get(OperationState.ABANDONED, 0) + expired
     counts: dict[str, RowCount] = {state: RowCount(exact.get(state, 0))
                                    for state in COUNTED_EXACTLY}
     for state in OperationState.values:
         if state not in counts:
             counts[state] = count_up_to(Operation.objects.filter(state=state))
     now = timezone.now()
-    oldest = Operation.objects.in_flight().aggregate(oldest=Min("created_at"))["oldest"]
-    from guarded_tools.models import Confirmation
-
-    # An effect-only call waiting for its approval released its claim: it is counted
-    # apart, so "released" counts only the calls proven not run.
-    # From the few pending requests, each looked up by the claim's unique key.
-    awaiting = Confirmation.objects.pending().filter(Exists(Operation.objects.filter(
-        tool=OuterRef("tool"), scope=OuterRef("scope"), key=OuterRef("key"),
-        state=OperationState.RELEASED))).count()
-    released = counts[OperationState.RELEASED]
-    if released.exact or released.estimated:  # "more than N" stays a lower bound
-        counts[OperationState.RELEASED] = replace(released, n=max(released.n - awaiting, 0))
+    oldest = Operation.objects.running().aggregate(oldest=Min("created_at"))["oldest"]
     return {
         "by_state": [
             (value, DASHBOARD_LABELS.get(value, str(label)), counts[value])
             for value, label in OperationState.choices
             if value != OperationState.OUTCOME_UNKNOWN  # shown on its own, as an alert
         ],
-        "awaiting_approval": awaiting,
         "oldest_in_flight_age": (now - oldest) if oldest else None,
         "unknown": counts[OperationState.OUTCOME_UNKNOWN].n,
-        "recovered_last_day": Operation.objects.filter(
-            recovered=True, completed_at__gte=now - timedelta(days=1)
+        # What the audit trail shows: every recovery (by the sweep, a caller's retry or
+        # a person's "Recover now"), whatever it decided.
+        "recovered_last_day": AuditEntry.objects.filter(
+            action=AuditEntry.Action.RECOVER, created_at__gte=now - timedelta(days=1)
         ).count(),
+        "recovered_since": now - timedelta(days=1),
     }

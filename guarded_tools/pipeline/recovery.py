@@ -11,14 +11,20 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Literal
+from typing import Any, Literal
 
 from django.db import connections, router, transaction
 from django.db.models.functions import Now
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.errors import GuardError
-from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
+from guarded_tools.models import (
+    AuditEntry,
+    Confirmation,
+    ConfirmationStatus,
+    Operation,
+    record_in_admin_history,
+)
 from guarded_tools.store import Claim, OperationHandle, OperationStore
 from guarded_tools.store.replays import replays
 from guarded_tools.tools.registry import Tool, registry
@@ -75,24 +81,45 @@ def _lease(definition: Tool | None) -> int:
 
 def recover_claimed(
     operation: Operation, claim: Claim, store: OperationStore, definition: Tool | None = None,
-    *, by: str = "sweep",
+    *, by: str = "sweep", actor: Any = None,
 ) -> Outcome:
     """Decide an operation this process has just taken over. Never runs the handler.
 
-    What was decided is an audit row (``recover``, no actor): ``by`` says who ran the
-    recovery (``"sweep"`` or ``"caller"``, a caller's retry meeting the claim).
+    What was decided is an audit row (``recover``): ``by`` says who ran the recovery
+    (``"sweep"``, ``"caller"``, a caller's retry meeting the claim, or ``"operator"``,
+    a person's "Recover now", whose ``actor`` the row names).
     """
     outcome = _recover_claimed(operation, claim, store, definition)
-    _audit_recovery(claim, outcome, by)
+    _audit_recovery(claim, outcome, by, actor)
     return outcome
 
 
-def _audit_recovery(claim: Claim, outcome: Outcome, by: str) -> None:
+def recover_now(operation: Operation, user: Any, *, store: OperationStore | None = None
+                ) -> Outcome:
+    """A person's "Recover now": the sweep's recovery of this one abandoned operation.
+
+    The same takeover (compare-and-set) and the same ``recover_claimed``, never the
+    handler; ``"skipped"`` when the operation is not abandoned (any more). The audit row
+    and the admin's history name the person.
+    """
+    store = store or gt_settings.STORE_CLASS()
+    definition = registry.find(operation.tool)
+    claim = store.takeover(operation, _lease(definition))
+    if claim is None:
+        return "skipped"
+    outcome = recover_claimed(claim.operation, claim, store, definition, by="operator",
+                              actor=user)
+    record_in_admin_history(user, claim.operation,
+                            f"Recover now (attempt {claim.operation.fence}): {outcome}")
+    return outcome
+
+
+def _audit_recovery(claim: Claim, outcome: Outcome, by: str, actor: Any = None) -> None:
     try:
         state = Operation.objects.using(router.db_for_write(Operation)).filter(
             pk=claim.operation.pk).values_list("state", flat=True).first()
         AuditEntry.objects.create(
-            action=AuditEntry.Action.RECOVER, operation_id=claim.operation.pk,
+            actor=actor, action=AuditEntry.Action.RECOVER, operation_id=claim.operation.pk,
             status=state or "", note=f"Recovery by the {by}: {outcome}.",
             data={"by": by, "outcome": outcome, "fence": claim.operation.fence},
         )
@@ -218,4 +245,4 @@ def sweep(*, batch_size: int | None = None, store: OperationStore | None = None)
     return report
 
 
-__all__ = ["SweepReport", "recover_operation", "sweep"]
+__all__ = ["SweepReport", "recover_now", "recover_operation", "sweep"]
