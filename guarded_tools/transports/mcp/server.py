@@ -28,6 +28,7 @@ from guarded_tools.core.errors import (
     ToolNotFound,
 )
 from guarded_tools.core.repair import Audience
+from guarded_tools.core.version import VERSION
 from guarded_tools.pipeline import GuardResult, confirmations, get_pipeline, trace_carrier
 from guarded_tools.tools.registry import Tool, registry
 from guarded_tools.transports import hosts
@@ -340,9 +341,7 @@ def _server_version() -> str:
     try:
         return metadata.version("guarded-tools")
     except metadata.PackageNotFoundError:  # used from a checkout, not installed
-        from guarded_tools import __version__
-
-        return __version__
+        return VERSION
 
 
 def _server_info() -> dict[str, str]:
