@@ -45,7 +45,6 @@ from guarded_tools.console.formatting import (
     pretty_json,
     when,
 )
-from guarded_tools.console.presentation import present_request, requested_summary
 from guarded_tools.core.catalog import CODE
 from guarded_tools.models import (
     AuditEntry,
@@ -57,6 +56,7 @@ from guarded_tools.models import (
     unknown_first,
 )
 from guarded_tools.pipeline import confirmations, reconciliation
+from guarded_tools.pipeline.presentation import present_request, requested_summary
 from guarded_tools.store.counting import EstimatingPaginator
 from guarded_tools.tools.registry import registry
 
