@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from guarded_tools.core.version import VERSION as __version__  # noqa: F401 - the package's version
 
 __all__ = [
     "AuthorizationError",

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core import checks
 
 from guarded_tools.conf import DEFAULTS, REMOVED, gt_settings
-from guarded_tools.transports import hosts
+from guarded_tools.core import hosts
 
 POSITIVE_INTS = (
     "CONSOLE_COUNT_EXACTLY_UP_TO",

@@ -42,6 +42,11 @@ DEFAULTS: dict[str, Any] = {
     # show PostgreSQL's estimate ("about 1,000,000") or, elsewhere, "more than 10,000".
     "CONSOLE_COUNT_EXACTLY_UP_TO": 10_000,
     "EXECUTE_ON_APPROVAL": False,
+    # What sends an approved call, and a request's email, to the task queue: import strings
+    # of functions taking the confirmation's id, read at each send (the pipeline sits below
+    # the Celery tasks module, so it names it instead of importing it).
+    "ENQUEUE_EXECUTE_APPROVED": "guarded_tools.tasks.enqueue_execute_approved",
+    "ENQUEUE_NOTIFY_APPROVERS": "guarded_tools.tasks.enqueue_notify_approvers",
     # The consent page (confirm="owner"): what the user supplies at the moment of deciding,
     # which an agent holding their session cannot (guarded_tools.console.consent.PasswordStepUp's
     # interface: render(request, confirmation), verify(request, confirmation) -> label),

@@ -27,8 +27,8 @@ from rest_framework.permissions import BasePermission
 from rest_framework.settings import api_settings
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core import hosts
 from guarded_tools.tools.registry import registry
-from guarded_tools.transports import hosts
 
 #: The attribute the guard sets on the request it builds for a published view.
 GUARDED_CALL = "guarded_call"

@@ -4,12 +4,15 @@ from django.urls import URLPattern, path, re_path
 
 from guarded_tools.console import consent
 from guarded_tools.transports.mcp import server as mcp
-from guarded_tools.transports.rest import views
+from guarded_tools.transports.rest import document, views
+from guarded_tools.transports.rest import urls as rest_urls
 
 app_name = "guarded_tools"
 
 #: The REST routes, also what the OpenAPI document describes.
-rest_urlpatterns = [
+rest_urlpatterns = rest_urls.rest_urlpatterns
+
+urlpatterns = [
     path("tools/", views.ToolListView.as_view(), name="tool-list"),
     path("tools/<str:name>/", views.ToolCallView.as_view(), name="tool-call"),
     path("operations/<uuid:pk>/", views.OperationDetailView.as_view(), name="operation-detail"),
@@ -20,7 +23,7 @@ rest_urlpatterns = [
 urlpatterns = [
     *rest_urlpatterns,
     path("mcp/", mcp.McpView.as_view(), name="mcp"),
-    path("openapi.json", views.OpenAPIView.as_view(), name="openapi"),
+    path("openapi.json", document.OpenAPIView.as_view(), name="openapi"),
     path("docs/", views.SwaggerView.as_view(), name="docs"),
     path("errors/", views.ErrorsPageView.as_view(), name="errors-page"),
     # The Location of a confirmation_required answer: what the caller polls.

@@ -37,9 +37,8 @@ from guarded_tools.conf import gt_settings
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from guarded_tools.pipeline import confirmations
 from guarded_tools.tools.registry import registry
-from guarded_tools.transports import hosts
 
-URL_NAME = "confirmation-consent"
+URL_NAME = confirmations.CONSENT_URL_NAME
 REASON_MAX_CHARS = 2000
 logger = logging.getLogger("guarded_tools.consent")
 
@@ -106,19 +105,13 @@ def record_failure(request: HttpRequest, confirmation: Confirmation) -> None:
                    request.user.pk, confirmation.pk)
 
 
-def consent_url(request: Any, confirmation: Confirmation) -> str:
-    """The consent page of ``confirmation``: absolute on a host the site owns."""
-    path = hosts.app_path(request, URL_NAME, confirmation.pk)
-    return hosts.absolute_url(request, path) if request is not None else path
-
-
 def present_request(confirmation: Confirmation, user: Any = None) -> dict[str, Any]:
     """How the consent page shows a request: the tool, what it does, and the request as
-    people read it (``guarded_tools.console.presentation``, as the approver's page does: the
+    people read it (``guarded_tools.pipeline.presentation``, as the approver's page does: the
     tool's one-line summary, and its input under the schema's titles with the objects it
     names resolved), shown once and bounded."""
-    from guarded_tools.console.presentation import FIELDS_SHOWN
-    from guarded_tools.console.presentation import present_request as present
+    from guarded_tools.pipeline.presentation import FIELDS_SHOWN
+    from guarded_tools.pipeline.presentation import present_request as present
 
     definition = registry.find(confirmation.tool)
     presented = present(confirmation, confirmation.input, user)

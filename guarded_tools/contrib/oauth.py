@@ -31,10 +31,10 @@ from oauth2_provider.www_authenticate import build_bearer_challenge
 from rest_framework.authentication import get_authorization_header
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core import hosts
 from guarded_tools.core.errors import AuthorizationError
 from guarded_tools.core.repair import Repair
 from guarded_tools.tools.registry import Tool
-from guarded_tools.transports import hosts
 
 #: Where RFC 9728 puts a resource's metadata: this, then the resource URL's path.
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
@@ -53,7 +53,7 @@ def resource_identifier(request: Any) -> str | None:
 
     ``OAUTH_RESOURCE`` when the site names it (behind a proxy, say); else the MCP
     endpoint's URL on this request's Host, but only a Host the site owns
-    (:func:`guarded_tools.transports.hosts.absolute_url`): None otherwise, and no token matches
+    (:func:`guarded_tools.core.hosts.absolute_url`): None otherwise, and no token matches
     None.
     """
     if gt_settings.OAUTH_RESOURCE:

@@ -29,6 +29,8 @@ except ImportError as exc:  # pragma: no cover - exercised where OpenTelemetry i
         " (opentelemetry-api, plus the SDK and an exporter to send anything)."
     ) from exc
 
+from guarded_tools.core.version import VERSION
+
 if TYPE_CHECKING:
     from django.db.models import QuerySet
     from opentelemetry.context import Context
@@ -193,11 +195,9 @@ class OpenTelemetryObserver:
         gauges: bool = True,
         continue_traces: bool = True,
     ) -> None:
-        from guarded_tools import __version__
-
         self.continue_traces = continue_traces
-        self.tracer = trace.get_tracer(SCOPE, __version__, tracer_provider=tracer_provider)
-        meter = metrics.get_meter(SCOPE, __version__, meter_provider=meter_provider)
+        self.tracer = trace.get_tracer(SCOPE, VERSION, tracer_provider=tracer_provider)
+        meter = metrics.get_meter(SCOPE, VERSION, meter_provider=meter_provider)
         self.calls = meter.create_counter(
             "guarded_tools.calls", unit="{call}",
             description="Tool calls, by tool, transport and outcome.",

@@ -9,13 +9,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from guarded_tools.core.cancellation import CancelSignal
 from guarded_tools.core.jsonvalues import storable_json
-
-if TYPE_CHECKING:
-    from guarded_tools.core.definition import Tool
 
 
 @dataclass
@@ -73,7 +70,9 @@ class ToolContext:
     #: The journal's handle (``guarded_tools.store.OperationHandle``) of a claimed call.
     operation: Any = None
     request: Any = None
-    tool: Tool | None = None
+    #: The call's definition (``guarded_tools.core.definition.Tool``, which builds on this
+    #: module, so it is not named here).
+    tool: Any = None
 
 
 @dataclass

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
 from guarded_tools.conf import DEFAULTS, gt_settings
 from guarded_tools.core.repair import ANY_AUDIENCE, RETRY_POLICIES, Audience, coerce_repair
 
 if TYPE_CHECKING:
-    from guarded_tools.core.errors import ToolError
     from guarded_tools.core.repair import Repair, RepairPlan
 
 #: An error code: 1-64 lowercase letters, digits or '_', starting with a letter.
@@ -186,6 +186,11 @@ class ErrorCatalog:
     #: :meth:`error` raises every entry as one.
     statuses: frozenset[int] = ERROR_STATUSES
 
+    #: The exception class :meth:`error` builds, by dotted path: the errors module sits
+    #: above the catalog (its own errors are catalog entries), so the catalog names it
+    #: as Django settings name classes, never importing it.
+    error_class: str = "guarded_tools.core.errors.ToolError"
+
     def __init__(self, namespace: str, entries: Mapping[str, Mapping[str, Any]] | None = None):
         self.namespace = namespace
         self.entries: dict[str, CatalogEntry] = {}
@@ -238,12 +243,10 @@ class ErrorCatalog:
         retry: str | None = None,
         repair: Repair | RepairPlan | Mapping[str, Any] | None = None,
         details: Mapping[str, Any] | None = None,
-    ) -> ToolError:
-        """Build the ``ToolError`` for ``code`` with its why/fix/link attached."""
-        from guarded_tools.core.errors import ToolError
-
+    ) -> Any:
+        """Build the ``ToolError`` (``error_class``) for ``code`` with its why/fix/link."""
         entry = self[code]
-        return ToolError(
+        return import_string(self.error_class)(
             code,
             message or entry.message,
             retry=retry or entry.retry,  # type: ignore[arg-type]

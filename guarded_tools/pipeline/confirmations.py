@@ -21,10 +21,11 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from guarded_tools import signals
 from guarded_tools.conf import gt_settings
-from guarded_tools.console.presentation import requested_summary, summarize
+from guarded_tools.core import hosts
 from guarded_tools.core.errors import (
     AuthorizationError,
     ConfirmationError,
@@ -33,21 +34,23 @@ from guarded_tools.core.errors import (
     GuardError,
 )
 from guarded_tools.core.repair import Repair, normalize
+from guarded_tools.core.times import timestamp
 from guarded_tools.models import (
     AuditEntry,
     Confirmation,
     ConfirmationStatus,
     record_in_admin_history,
 )
+from guarded_tools.pipeline.presentation import requested_summary, summarize
 from guarded_tools.store import db_now_plus, fingerprint, user_row
-from guarded_tools.transports import hosts
-from guarded_tools.transports.rest.exception_handler import timestamp
 
 if TYPE_CHECKING:
     from guarded_tools.core.definition import Tool
     from guarded_tools.pipeline import Invocation
 
 APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
+#: The URL name of the console's consent page (a `confirm="owner"` request links to it).
+CONSENT_URL_NAME = "confirmation-consent"
 logger = logging.getLogger("guarded_tools.confirmations")
 
 
@@ -257,11 +260,23 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
     if gt_settings.CONFIRMATION_NOTIFY_EMAIL:
         # Not in the agent's call: a Celery task emails, once the request has committed
         # (a caller's transaction that rolls it back sends nothing).
-        from guarded_tools.tasks import enqueue_notify_approvers
-
         pk = str(confirmation.pk)
-        transaction.on_commit(lambda: enqueue_notify_approvers(pk), using=using, robust=True)
+        transaction.on_commit(lambda: enqueue("ENQUEUE_NOTIFY_APPROVERS", pk), using=using,
+                              robust=True)
     return confirmation
+
+
+def consent_url(request: Any, confirmation: Confirmation) -> str:
+    """The consent page of ``confirmation`` (the console's route, by its URL name):
+    absolute on a host the site owns."""
+    path = hosts.app_path(request, CONSENT_URL_NAME, confirmation.pk)
+    return hosts.absolute_url(request, path) if request is not None else path
+
+
+def enqueue(setting: str, confirmation_id: str) -> None:
+    """Send ``confirmation_id`` to the task queue by the function ``setting`` names
+    (``ENQUEUE_EXECUTE_APPROVED``, ``ENQUEUE_NOTIFY_APPROVERS``), resolved at each send."""
+    import_string(getattr(gt_settings, setting))(confirmation_id)
 
 
 def approvers(confirmation: Confirmation) -> list[Any]:
@@ -348,8 +363,6 @@ def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
                 "A person must approve this call before it runs; nothing has run yet.",
                 extra=summary, headers=headers,
             )
-        from guarded_tools.console.consent import consent_url
-
         url = consent_url(request, confirmation)
         summary["confirmation"]["url"] = url
         return ConfirmationRequired(
@@ -456,10 +469,8 @@ def _decide(
         # ``task`` as committed now (the refresh above reads the row the update locked): a
         # task that began to wait since the page was read is run too (see hold_for_task).
         if approved and runs_when_approved(confirmation):
-            from guarded_tools.tasks import enqueue_execute_approved
-
             pk = str(confirmation.pk)
-            transaction.on_commit(lambda: enqueue_execute_approved(pk))
+            transaction.on_commit(lambda: enqueue("ENQUEUE_EXECUTE_APPROVED", pk))
     confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
     signals.confirmation_decided.send(
         sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved
@@ -512,9 +523,7 @@ def hold_for_task(confirmation_id: Any) -> Confirmation | None:
     if current is not None and current.status == ConfirmationStatus.APPROVED and not (
         runs_on_approval(current.tool)
     ):
-        from guarded_tools.tasks import enqueue_execute_approved
-
-        enqueue_execute_approved(str(current.pk))
+        enqueue("ENQUEUE_EXECUTE_APPROVED", str(current.pk))
     return current
 
 

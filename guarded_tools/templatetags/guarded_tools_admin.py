@@ -2,48 +2,18 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
-from django.utils import dateformat, timezone
 
+from guarded_tools.console.formatting import age, highlight_json, when
 from guarded_tools.store.counting import in_words
 
 register = template.Library()
 
-#: The one date format of the console's pages: to the second, with the time zone.
-TIME_FORMAT = "Y-m-d H:i:s T"
-
-
-def when(value: datetime | None) -> str:
-    """``value`` in the current time zone, to the second ("—" for none)."""
-    if value is None:
-        return "—"
-    if timezone.is_aware(value):
-        value = timezone.localtime(value)
-    return dateformat.format(value, TIME_FORMAT)
-
-
-def age(value: timedelta | None) -> str:
-    """A duration as people say it: "42 s", "3 min 5 s", "2 h 10 min", "4 d 3 h"."""
-    if value is None:
-        return "—"
-    seconds = max(int(value.total_seconds()), 0)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    for big, big_unit, small, small_unit in ((days, "d", hours, "h"), (hours, "h", minutes, "min"),
-                                             (minutes, "min", seconds, "s")):
-        if big:
-            return f"{big} {big_unit}" + (f" {small} {small_unit}" if small else "")
-    return f"{seconds} s"
-
 
 def json_value(value: Any) -> str:
     """``value`` as the admin's highlighted JSON, bounded to a few kilobytes."""
-    from guarded_tools.console.admin import highlight_json
-
     return highlight_json(value, limit=4096)
 
 

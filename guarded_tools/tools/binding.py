@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from django.utils.module_loading import import_string
 from django.utils.text import capfirst
 
 from guarded_tools.core.errors import BUILTIN, ToolError, _issue_fields
@@ -183,6 +184,18 @@ class OutputBinding(Protocol):
     def dump(self, value: Any, ctx: Any) -> Any: ...
 
 
+#: Where a class given as ``input=`` or ``output=`` may come from, tried in order: each
+#: names a ``binding_for(spec, direction)`` that returns the class's binding, or None when
+#: the class is not of its kind. Named by dotted path, as settings name classes: the
+#: sources build on this module, so it never imports them.
+CLASS_SOURCES = (
+    "guarded_tools.tools.sources.serializers.binding_for",
+    "guarded_tools.tools.sources.pydantic.binding_for",
+)
+#: The binding of a handler written with type hints (``def f(order_id: int, *, ctx)``).
+SIGNATURE_SOURCE = "guarded_tools.tools.sources.typehints.SignatureBinding"
+
+
 def bound_options(options: Mapping[str, Any]) -> dict[str, Any]:
     """``options`` with the schemas derived from ``input``/``output`` or the handler's type
     hints, the handler behind its bindings and its ``input_check``: what ``Tool.build`` takes.
@@ -220,9 +233,7 @@ def _inputs(values: dict[str, Any], spec: Any, hints: bool, name: Any) -> Bindin
     if dict(values.get("input_schema") or {"type": "object"}) != {"type": "object"}:
         raise ValueError(f"Tool {name!r}: give input= or input_schema=, not both.")
     if hints:
-        from guarded_tools.tools.sources.typehints import SignatureBinding
-
-        inputs: Binding = SignatureBinding(values["handler"])
+        inputs: Binding = import_string(SIGNATURE_SOURCE)(values["handler"])
     else:
         inputs = input_binding(spec, values["handler"])
     values["input_schema"] = inputs.schema
@@ -231,14 +242,10 @@ def _inputs(values: dict[str, Any], spec: Any, hints: bool, name: Any) -> Bindin
 
 def _class_binding(spec: Any, option: str, direction: str) -> Any:
     """A DRF serializer class's or a Pydantic model class's binding, for ``option=``."""
-    from guarded_tools.tools.sources.serializers import SerializerBinding, is_serializer
-
-    if is_serializer(spec):
-        return SerializerBinding(spec, direction=direction)
-    from guarded_tools.tools.sources.pydantic import ModelBinding, is_model
-
-    if is_model(spec):
-        return ModelBinding(spec)
+    for source in CLASS_SOURCES:
+        binding = import_string(source)(spec, direction)
+        if binding is not None:
+            return binding
     raise ValueError(
         f"{option}={spec!r} is neither a DRF serializer class nor a Pydantic model class."
     )

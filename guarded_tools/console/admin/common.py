@@ -20,8 +20,8 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.console.formatting import when
 from guarded_tools.store.counting import EstimatingPaginator
-from guarded_tools.templatetags.guarded_tools_admin import when
 from guarded_tools.tools.registry import registry
 
 

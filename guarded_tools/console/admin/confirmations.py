@@ -31,14 +31,14 @@ from guarded_tools.console.admin.rendering import (
     input_rows,
     json_download,
 )
-from guarded_tools.console.presentation import present_request, requested_summary
+from guarded_tools.console.formatting import age, when
 from guarded_tools.models import (
     Confirmation,
     ConfirmationStatus,
     Operation,
 )
 from guarded_tools.pipeline import confirmations
-from guarded_tools.templatetags.guarded_tools_admin import age, when
+from guarded_tools.pipeline.presentation import present_request, requested_summary
 from guarded_tools.tools.registry import registry
 
 

@@ -33,7 +33,6 @@ from guarded_tools.console.admin.rendering import (
     json_download,
     pretty_json,
 )
-from guarded_tools.console.presentation import present_request, summarize
 from guarded_tools.core.catalog import CODE
 from guarded_tools.models import (
     Operation,
@@ -41,6 +40,7 @@ from guarded_tools.models import (
     unknown_first,
 )
 from guarded_tools.pipeline import reconciliation, recovery
+from guarded_tools.pipeline.presentation import present_request, summarize
 from guarded_tools.tools.registry import registry
 
 # -- operations ------------------------------------------------------------------------------

@@ -18,11 +18,11 @@ from guarded_tools.console.admin.common import (
 from guarded_tools.console.admin.rendering import (
     highlight_json,
 )
+from guarded_tools.console.formatting import when
 from guarded_tools.models import (
     AuditEntry,
     JournalEntry,
 )
-from guarded_tools.templatetags.guarded_tools_admin import when
 
 
 @admin.register(JournalEntry)

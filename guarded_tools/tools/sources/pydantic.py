@@ -23,6 +23,11 @@ def is_model(spec: Any) -> bool:
     return isinstance(spec, type) and issubclass(spec, BaseModel)
 
 
+def binding_for(spec: Any, direction: str) -> ModelBinding | None:
+    """``spec``'s binding when it is a Pydantic model class (a source of ``tools.binding``)."""
+    return ModelBinding(spec) if is_model(spec) else None
+
+
 def closed(node: Any) -> Any:
     """Every object schema without its own ``additionalProperties`` made closed."""
     if isinstance(node, list):

@@ -29,6 +29,11 @@ def is_serializer(spec: Any) -> bool:
     return isinstance(spec, type) and issubclass(spec, serializers.BaseSerializer)
 
 
+def binding_for(spec: Any, direction: str) -> SerializerBinding | None:
+    """``spec``'s binding when it is a serializer class (a source of ``tools.binding``)."""
+    return SerializerBinding(spec, direction=direction) if is_serializer(spec) else None
+
+
 def spectacular_components(
     serializer: type[serializers.BaseSerializer], direction: str
 ) -> tuple[str, dict[str, dict[str, Any]], list[str]]:

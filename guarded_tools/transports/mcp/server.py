@@ -20,6 +20,7 @@ from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core import hosts
 from guarded_tools.core.errors import (
     AuthorizationError,
     ConfirmationRequired,
@@ -28,21 +29,21 @@ from guarded_tools.core.errors import (
     ToolNotFound,
 )
 from guarded_tools.core.repair import Audience
+from guarded_tools.core.version import VERSION
 from guarded_tools.pipeline import GuardResult, confirmations, get_pipeline, trace_carrier
 from guarded_tools.tools.registry import Tool, registry
-from guarded_tools.transports import hosts
 from guarded_tools.transports.mcp import tasks as tasks_ext
+from guarded_tools.transports.rest.base import (
+    GuardedAPIView,
+    invocation_for,
+    prefer_wait,
+    visible_tools,
+)
 from guarded_tools.transports.rest.exception_handler import (
     docs_url,
     log_once,
     timestamp,
     to_guard_error,
-)
-from guarded_tools.transports.rest.views import (
-    GuardedAPIView,
-    invocation_for,
-    prefer_wait,
-    visible_tools,
 )
 
 #: Who reads an error that is about no tool (the transport's own refusals, an unknown tool).
@@ -340,9 +341,7 @@ def _server_version() -> str:
     try:
         return metadata.version("guarded-tools")
     except metadata.PackageNotFoundError:  # used from a checkout, not installed
-        from guarded_tools import __version__
-
-        return __version__
+        return VERSION
 
 
 def _server_info() -> dict[str, str]:
@@ -722,7 +721,7 @@ def check_origin(request: Request) -> None:
     """DNS-rebinding protection: a browser Origin must be one the site trusts.
 
     Never the request's own Host: with ``ALLOWED_HOSTS = ["*"]`` a rebound page's Origin
-    is its Host. See :func:`guarded_tools.transports.hosts.origin_allowed`.
+    is its Host. See :func:`guarded_tools.core.hosts.origin_allowed`.
     """
     origin = request.headers.get("Origin")
     if origin is None:

@@ -1,9 +1,8 @@
-"""Provides the one exception handler that renders every error for agents, and the one
-timestamp form the agent surface uses."""
+"""Provides the one exception handler that renders every error for agents (and re-exports
+the one timestamp form the agent surface uses, defined in :mod:`guarded_tools.core.times`)."""
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import uuid
 from typing import Any
@@ -11,11 +10,11 @@ from typing import Any
 from django.conf import settings
 from django.http import Http404, HttpResponseBase
 from django.urls import NoReverseMatch, reverse
-from django.utils import timezone
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core import hosts
 from guarded_tools.core.catalog import site_names
 from guarded_tools.core.errors import (
     AuthorizationError,
@@ -30,7 +29,7 @@ from guarded_tools.core.errors import (
     ToolNotFound,
 )
 from guarded_tools.core.repair import Audience, Repair, RepairPlan
-from guarded_tools.transports import hosts
+from guarded_tools.core.times import timestamp as timestamp  # the REST views import it here
 
 logger = logging.getLogger("guarded_tools")
 
@@ -133,20 +132,6 @@ def docs_url(request: Any) -> str:
         return hosts.absolute_url(request, reverse("guarded_tools:errors-page"))
     except NoReverseMatch:
         return ""
-
-
-def timestamp(value: dt.datetime | None) -> str | None:
-    """The one form every time the agent surface shows takes: UTC, milliseconds, ``Z``.
-
-    ``2026-12-01T08:49:40.123Z`` (JavaScript's ``toISOString``); a naive value is read
-    in the current time zone.
-    """
-    if value is None:
-        return None
-    if timezone.is_naive(value):
-        value = timezone.make_aware(value)
-    text = value.astimezone(dt.UTC).isoformat(timespec="milliseconds")
-    return text.removesuffix("+00:00") + "Z"
 
 
 def error_payload(

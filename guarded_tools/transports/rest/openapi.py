@@ -20,8 +20,8 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core import hosts
 from guarded_tools.tools.registry import Tool
-from guarded_tools.transports import hosts
 
 ERROR = {
     "type": "object",
@@ -212,10 +212,10 @@ def caller_note(request: Request, count: int) -> str:
 
 def build_document(request: Request, tools: list[Tool]) -> dict[str, Any]:
     """The site's guarded_tools endpoints, one path per tool the caller may call."""
-    from guarded_tools import urls as tool_urls
+    from guarded_tools.transports.rest.urls import rest_urlpatterns
 
     prefix = reverse("guarded_tools:tool-list")[1: -len("tools/")]
-    patterns = [path(prefix, include(tool_urls.rest_urlpatterns))]
+    patterns = [path(prefix, include(rest_urlpatterns))]
     generator = SchemaGenerator(
         patterns=patterns, title=gt_settings.SERVER_NAME, version="1",
         description=DESCRIPTION,

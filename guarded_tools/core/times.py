@@ -1,0 +1,25 @@
+"""Provides the one form every time the agent surface shows takes (REST, MCP, the queue).
+
+Below the pipeline, which stamps its answers with it, and the transports, which render
+them: both import it from here.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+from django.utils import timezone
+
+
+def timestamp(value: dt.datetime | None) -> str | None:
+    """The one form every time the agent surface shows takes: UTC, milliseconds, ``Z``.
+
+    ``2026-12-01T08:49:40.123Z`` (JavaScript's ``toISOString``); a naive value is read
+    in the current time zone.
+    """
+    if value is None:
+        return None
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value)
+    text = value.astimezone(dt.UTC).isoformat(timespec="milliseconds")
+    return text.removesuffix("+00:00") + "Z"

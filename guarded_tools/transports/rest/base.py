@@ -1,0 +1,163 @@
+"""Provides what the REST and MCP transports share: the base view, who may see which
+tools, and the call an HTTP request makes.
+
+The MCP transport builds on this module (and so on REST's conventions); nothing here
+imports MCP, the URL patterns or the OpenAPI document.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from django.apps import apps
+from django.db import transaction
+from django.http import Http404
+from django.utils.decorators import method_decorator
+from rest_framework.exceptions import NotAcceptable
+from rest_framework.negotiation import DefaultContentNegotiation
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from guarded_tools.conf import gt_settings
+from guarded_tools.core.repair import Audience
+from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
+from guarded_tools.pipeline import Invocation, trace_carrier
+from guarded_tools.tools.registry import Tool, registry
+from guarded_tools.transports.asgi import request_signal
+from guarded_tools.transports.rest.exception_handler import exception_handler
+
+_PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
+
+
+def visible_tools(user: Any, request: Any = None) -> list[Tool]:
+    """The tools this caller may call (permissions, and the scopes of the request's OAuth
+    token if it has one; object rules run per call)."""
+    authenticated = getattr(user, "is_authenticated", False)
+    tools = [
+        t
+        for t in registry
+        if (authenticated or (t.allow_anonymous and t.read_only))
+        and (not t.permissions or (authenticated and user.has_perms(t.permissions)))
+    ]
+    if request is not None and apps.is_installed("oauth2_provider"):
+        from guarded_tools.contrib import oauth
+
+        tools = [t for t in tools if oauth.allows(t, request)]
+    return tools
+
+
+def prefer_wait(request: Request) -> float:
+    """``Prefer: wait=N`` (RFC 7240), bounded by the site's setting."""
+    match = _PREFER_WAIT.search(request.headers.get("Prefer", ""))
+    if not match:
+        return 0
+    return float(min(int(match.group(1)), gt_settings.CONFIRMATION_MAX_WAIT_SECONDS))
+
+
+def invocation_for(request: Request, input: dict[str, Any], *,
+                   header_key: str | None, transport: str = "rest",
+                   trace: Mapping[str, str] | None = None) -> Invocation:
+    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait``, the
+    signal the ASGI wrapper aborts when the client goes away, and the caller's trace
+    context (``trace``, else the ``traceparent``/``tracestate`` headers)."""
+    return Invocation(
+        input=input,
+        user=request.user,
+        header_key=header_key,
+        request=request,
+        wait=prefer_wait(request),
+        signal=request_signal(request),
+        transport=transport,
+        trace=trace or trace_carrier(request.headers),
+    )
+
+
+class OwnFormatNegotiation(DefaultContentNegotiation):
+    """Answer in the endpoint's own format when ``Accept`` (or ``?format=``) asks for another.
+
+    Agents and text fetchers send ``Accept: text/html`` or ``text/plain`` out of habit;
+    refusing them (DRF's 406, or a 404 for an unknown format) hides the resource
+    they came for.
+    """
+
+    def select_renderer(
+        self, request: Request, renderers: Iterable[BaseRenderer],
+        format_suffix: str | None = None,
+    ) -> tuple[BaseRenderer, str]:
+        renderers = list(renderers)
+        try:
+            selected: tuple[BaseRenderer, str] = super().select_renderer(
+                request, renderers, format_suffix
+            )
+        except (NotAcceptable, Http404):
+            return renderers[0], renderers[0].media_type
+        return selected
+
+
+@method_decorator(transaction.non_atomic_requests, name="dispatch")
+class GuardedAPIView(APIView):
+    """Base view: strict JSON in, JSON out, every error rendered for agents.
+
+    The site's DRF authentication and throttle classes apply unchanged. Views are
+    never wrapped in ``ATOMIC_REQUESTS``: a claim must commit before its handler runs.
+    """
+
+    parser_classes = [StrictJSONParser]
+    renderer_classes = [JSONRenderer]
+    content_negotiation_class = OwnFormatNegotiation
+    #: Which ``OAUTH_PROTECTS`` entry puts OAuth bearer authentication on this view.
+    oauth_surface = "rest"
+
+    def get_authenticators(self) -> list[Any]:
+        """The site's authentication, after OAuth bearer tokens where ``OAUTH_PROTECTS``
+        names this view's surface (see :mod:`guarded_tools.contrib.oauth`)."""
+        authenticators = list(super().get_authenticators())
+        if gt_settings.OAUTH_PROTECTS and apps.is_installed("oauth2_provider"):
+            from guarded_tools.contrib import oauth
+
+            authenticators = oauth.authenticators(self.oauth_surface, authenticators)
+        return authenticators
+
+    def handle_exception(self, exc: Exception) -> Response:
+        """A 401 challenges with the first authentication's scheme when it is OAuth's
+        (``Bearer resource_metadata=…``), so that a host can start the OAuth flow."""
+        response = super().handle_exception(exc)
+        if response.status_code == 401 and getattr(self.request, "_request", None) is not None:
+            header = self.get_authenticate_header(self.request)
+            if header and header.startswith("Bearer"):
+                response["WWW-Authenticate"] = header
+        return response
+
+    def get_exception_handler(self) -> Any:
+        return exception_handler
+
+    def error_audience(self) -> Audience:
+        """Who reads this view's errors: a REST caller, about no tool (the tool list, an
+        operation's status, the catalog)."""
+        return Audience(transport="rest", tool=False)
+
+    def finalize_response(
+        self, request: Request, response: Response, *args: Any, **kwargs: Any
+    ) -> Response:
+        """Render here, where a failure still becomes the agent's JSON error.
+
+        Django renders a response after DRF's exception handling, so data the renderer
+        cannot encode would otherwise become Django's HTML 500 page.
+        """
+        response = super().finalize_response(request, response, *args, **kwargs)
+        if isinstance(response, Response) and not response.is_rendered:
+            try:
+                response.render()
+            except Exception as exc:
+                error = self.handle_exception(exc)
+                return super().finalize_response(request, error, *args, **kwargs)
+        return response
+
+    def request_body(self, request: Request) -> Any:
+        """The strictly parsed JSON body, chunked bodies without Content-Length included."""
+        unframed = read_unframed_body(request._request)
+        return request.data if unframed is None else unframed
