@@ -2,7 +2,8 @@
 # The deployment matrix (`make matrix`, run by CI after `make test`): tests/matrix/ once per row, each a settings module
 # (tests/matrix/settings_*.py) on the services this script starts on loopback: a throwaway PostgreSQL and PgBouncer.
 # Args go to every pytest run. Env: GT_MATRIX_ROWS="label ..." runs only those rows; GT_MATRIX_VENV, GT_MATRIX_VENV_DJ52
-# and GT_MATRIX_VENV_PG2 use those virtualenvs as they are (default: .venv, .venv-dj52, .venv-pg2, set up here).
+# and GT_MATRIX_VENV_PG2 use those virtualenvs as they are (default: .venv, .venv-dj52, .venv-pg2, set up here);
+# GT_MATRIX_PG_DIR=DIR uses the cluster `scripts/pg.sh start DIR` runs (its url, its server.log) instead of a new one.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -72,9 +73,15 @@ as_pg() { if [[ $EUID -eq 0 ]]; then (cd / && runuser -u postgres -- "$@"); else
 [[ $EUID -eq 0 ]] && chmod 755 "$work"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 
-pg_url="" bouncer_url=""
+pg_url="" bouncer_url="" pg_log=""
 if needs pg || needs pgbouncer; then
-  pg_url="$(scripts/pg.sh start "$work/pg" | tail -n1)" || { echo "matrix.sh: PostgreSQL did not start" >&2; exit 1; }
+  if [[ -n "${GT_MATRIX_PG_DIR:-}" ]]; then  # the caller's cluster (.ci/run's, shared with make test)
+    pg_url="$(cat "$GT_MATRIX_PG_DIR/url")" || { echo "matrix.sh: no cluster in $GT_MATRIX_PG_DIR" >&2; exit 1; }
+    pg_log="$GT_MATRIX_PG_DIR/server.log"
+  else
+    pg_url="$(scripts/pg.sh start "$work/pg" | tail -n1)" || { echo "matrix.sh: PostgreSQL did not start" >&2; exit 1; }
+    pg_log="$work/pg/server.log"
+  fi
 fi
 if needs pgbouncer; then
   bin="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
@@ -117,10 +124,10 @@ for row in "${rows[@]}"; do
   extra=()
   case "$db" in
     sqlite) ;;
-    pg) env+=(DATABASE_URL="$pg_url" GT_MATRIX_PG_LOG="$work/pg/server.log") ;;
+    pg) env+=(DATABASE_URL="$pg_url" GT_MATRIX_PG_LOG="$pg_log") ;;
     # Through the pooler the test database is kept (--reuse-db): DROP DATABASE would find
     # the pooler's idle server connections to it. The cluster goes at the end anyway.
-    pgbouncer) env+=(DATABASE_URL="$bouncer_url" GT_MATRIX_PG_LOG="$work/pg/server.log"); extra=(--reuse-db) ;;
+    pgbouncer) env+=(DATABASE_URL="$bouncer_url" GT_MATRIX_PG_LOG="$pg_log"); extra=(--reuse-db) ;;
   esac
   [[ "$venv" == pg2 ]] && env+=(GT_MATRIX_DRIVER=psycopg2)
   printf '\n== matrix: %s ==\n' "$label"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (`make test`): pytest on Django 6 and 5.2, each on SQLite and PostgreSQL; args go to every pytest run.
-# Env: DATABASE_URL=... uses that PostgreSQL instead of a throwaway cluster; GT_TEST_QUICK=1 skips Django 5.2; CI=true makes PostgreSQL mandatory.
+# Env: DATABASE_URL=... uses that PostgreSQL instead of a throwaway cluster; GT_TEST_QUICK=1 skips Django 5.2; CI=true makes PostgreSQL mandatory;
+# GT_TEST_WORKERS=N runs each pytest run on N pytest-xdist workers (default `auto`: one per core; 0: in this process).
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root" || exit 1
@@ -9,12 +10,23 @@ results=(); failed=0
 run() {  # run LABEL VENV ENV-ARGS... : one pytest run, result recorded (exit 5 "no tests" counts as failure)
   local label="$1" venv="$2" rc; shift 2
   printf '\n== pytest: %s ==\n' "$label"
-  env "$@" "$venv/bin/python" -m pytest "${pytest_args[@]}"; rc=$?
+  env "$@" "$venv/bin/python" -m pytest "${xdist[@]}" "${pytest_args[@]}"; rc=$?
   if [[ $rc -eq 0 ]]; then results+=("ok      $label"); else results+=("FAILED  $label (exit $rc)"); failed=1; fi
 }
 pytest_args=("$@")
 
+# Each worker has its own test database (SQLite: a file per process; PostgreSQL: pytest-django's
+# suffix per worker). loadgroup keeps the tests marked xdist_group(NAME) on one worker, in order.
+workers="${GT_TEST_WORKERS:-auto}"
+[[ "$workers" == auto ]] && workers="$(nproc 2>/dev/null || echo 1)"
+[[ "$workers" =~ ^[0-9]+$ ]] || { echo "test.sh: GT_TEST_WORKERS must be a number or auto" >&2; exit 2; }
+xdist=(-n "$workers" --dist loadgroup)
+
 scripts/venv.sh main || { echo "test.sh: could not set up .venv" >&2; exit 1; }
+# The Node clients' packages, once, before the workers start (each would else run npm ci itself).
+if command -v npm >/dev/null; then
+  scripts/npm.sh tests/js tests/conformance || echo "test.sh: WARNING: npm ci failed; the Node tests say why" >&2
+fi
 
 # PostgreSQL: the given DATABASE_URL, else a throwaway cluster removed on exit.
 pg_url="${DATABASE_URL:-}"

@@ -30,7 +30,9 @@ from guarded_tools.tools.registry import Tool, registry
 from guarded_tools.transports.mcp.server import McpView
 from tests.conftest import unavailable
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True),
+              pytest.mark.xdist_group("conformance")]
 
 SUITE = Path(__file__).parent / "conformance"
 CLI = SUITE / "node_modules" / "@modelcontextprotocol" / "conformance" / "dist" / "index.js"

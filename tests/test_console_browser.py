@@ -25,7 +25,9 @@ from project.demo.models import Account, PaymentAuthorization
 from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, sync_api
 
 expect = sync_api.expect
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
+              pytest.mark.xdist_group("console_browser")]
 
 CONF_LIST = "/admin/guarded_tools/confirmation/"
 OPS_LIST = "/admin/guarded_tools/operation/"

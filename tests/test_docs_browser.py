@@ -15,7 +15,9 @@ from tests.test_browser import browser, expect, log_in, page, screenshot, staff
 __all__ = ["browser", "page", "staff"]  # fixtures, shared with test_browser.py
 pytest.importorskip("drf_spectacular_sidecar")  # in requirements; docs/ needs it
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
+              pytest.mark.xdist_group("docs_browser")]
 
 
 def test_docs_render_every_tool_from_packaged_assets(page: Any, staff: Any,
