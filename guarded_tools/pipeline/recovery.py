@@ -103,7 +103,7 @@ def _audit_recovery(claim: Claim, outcome: Outcome, by: str) -> None:
 def _recover_claimed(
     operation: Operation, claim: Claim, store: OperationStore, definition: Tool | None = None
 ) -> Outcome:
-    from guarded_tools.pipeline import Invocation, _Observer, get_pipeline
+    from guarded_tools.pipeline import Invocation, get_pipeline
 
     definition = definition or registry.find(operation.tool)
     if definition is None:
@@ -123,9 +123,7 @@ def _recover_claimed(
         inv.context = pipeline.resolve_context(inv)
         context_ready = True
         handle = OperationHandle(store, claim, _lease(definition))
-        result = pipeline.run_recover(
-            inv, claim, handle, None, _Observer(definition), terminal=True
-        )
+        result = pipeline.resume(inv, claim, handle)
     except GuardError as exc:
         if not context_ready and exc.retry == "as_is":
             # The context's own word that this passes (a dependency down, a rate limit):
