@@ -38,7 +38,7 @@ class _PermissionsInOneQuery(BaseBackend):
     def get_all_permissions(self, user_obj: Any, obj: Any = None) -> set[str]:
         names = ("content_type__app_label", "codename")
         if user_obj.is_superuser:
-            rows: Any = Permission.objects.values_list(*names)
+            rows: Any = Permission.objects.values_list(*names).order_by()
         else:
             rows = (
                 user_obj.user_permissions.values_list(*names).order_by()
