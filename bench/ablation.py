@@ -21,6 +21,7 @@ import sys
 import time
 from typing import Any
 
+MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
 #: variant, its switches (``""``: the shipped code).
 VARIANTS = [
     ("shipped", ""),
@@ -47,7 +48,6 @@ def main(argv: list[str]) -> None:
     from django.test import override_settings
 
     from guarded_tools import store
-    from guarded_tools.pipeline import permissions
 
     if connection.vendor != "postgresql":
         raise SystemExit("bench.ablation measures PostgreSQL's CPU: set DATABASE_URL")
@@ -57,14 +57,14 @@ def main(argv: list[str]) -> None:
 
     def switch(switches: str) -> Any:
         off = set(filter(None, switches.split(",")))
-        for module in (store, permissions):
-            module._ABLATE.clear()
-            module._ABLATE.update(off)
+        store._ABLATE.clear()
+        store._ABLATE.update(off)
         connection.close()  # a new session: nothing prepared, the binding as asked
         connections["default"].__dict__.pop(store._Statements.ATTRIBUTE, None)  # anew for it
         connection.settings_dict["OPTIONS"] = (
             {**options, "server_side_binding": True} if "ssb" in off else dict(options))
-        return override_settings(GUARDED_TOOLS=base)
+        backends = ([MODEL_BACKEND] if "perm" in off else list(settings.AUTHENTICATION_BACKENDS))
+        return override_settings(GUARDED_TOOLS=base, AUTHENTICATION_BACKENDS=backends)
 
     def measure(name: str) -> float:
         nonlocal done

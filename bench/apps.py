@@ -15,7 +15,5 @@ class BenchConfig(AppConfig):
         ablate = set(getattr(settings, "BENCH_ABLATE", ()))
         if ablate:
             from guarded_tools import store
-            from guarded_tools.pipeline import permissions
 
             store._ABLATE.update(ablate)
-            permissions._ABLATE.update(ablate)

@@ -43,12 +43,14 @@ BENCH_STUB_URL = os.environ.get("BENCH_STUB_URL", "http://127.0.0.1:8765/")
 LOGGING = {**LOGGING, "loggers": {"guarded_tools": {"handlers": ["console"], "level": "ERROR"}}}
 
 #: The ablation (``bench/run.py --ablation``): each server of a variant runs with some of
-#: the store's speed-ups off, named in ``BENCH_ABLATE``: "perm" (the one-query permission
-#: check), "multi" (several statements per execute), and "ssb" (psycopg's server-side
-#: binding, with its automatic preparation of statements). ``bench.apps`` hands the
-#: first two to the modules that read them. (The run in docs/performance.md also had
-#: "begin" and "prepare", removed from the store after it.)
+#: the speed-ups off, named in ``BENCH_ABLATE``: "perm" (Django's ModelBackend instead of
+#: guarded_tools.auth_backends.OneQueryModelBackend, below), "multi" (several statements
+#: per execute), and "ssb" (psycopg's server-side binding, with its automatic preparation
+#: of statements). ``bench.apps`` hands "multi" to the store. (The run in
+#: docs/performance.md also had "begin" and "prepare", removed from the store after it.)
 BENCH_ABLATE = frozenset(filter(None, os.environ.get("BENCH_ABLATE", "").split(",")))
+if "perm" in BENCH_ABLATE:  # Django's own backend instead of the one-query one
+    AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
 if "ssb" in BENCH_ABLATE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
                                        "server_side_binding": True}

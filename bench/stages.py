@@ -27,12 +27,12 @@ STAGES = [
     ("guarded_tools.transports.rest.views", "GuardedAPIView", "request_body"),
     ("guarded_tools.transports.rest.views", "ToolCallView", "post"),
     ("guarded_tools.pipeline", "Pipeline", "guarded"),
-    ("guarded_tools.pipeline", "Pipeline", "validate_input"),
-    ("guarded_tools.pipeline", "Pipeline", "check_authorization"),
+    ("guarded_tools.pipeline.stages.validation", "ValidationStage", "before_claim"),
+    ("guarded_tools.pipeline.stages.authorization", "AuthorizationStage", "before_claim"),
     ("guarded_tools.pipeline", "Pipeline", "execute_locked"),
     ("guarded_tools.pipeline", "Pipeline", "execute_fresh"),
     ("guarded_tools.pipeline", "Pipeline", "call_handler"),
-    ("guarded_tools.pipeline", "Pipeline", "measure_output"),
+    ("guarded_tools.pipeline.stages.output_budget", "OutputBudgetStage", "after_execute"),
     ("guarded_tools.pipeline", "Pipeline", "finalize"),
     ("guarded_tools.store", "OperationStore", "claim"),
     ("guarded_tools.store", "OperationStore", "lock_key"),
@@ -43,7 +43,7 @@ STAGES = [
     ("guarded_tools.store.replays", "ReplayCache", "put"),
     ("guarded_tools.store.replays", "ReplayCache", "get"),
     ("guarded_tools.pipeline", "Pipeline", "replay_remembered"),
-    ("guarded_tools.pipeline", "Pipeline", "verify"),
+    ("guarded_tools.pipeline.stages.verification", "VerificationStage", "verify"),
 ]
 
 

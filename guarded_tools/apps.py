@@ -15,3 +15,9 @@ class GuardedToolsConfig(AppConfig):
         from guarded_tools.tools.registry import autodiscover
 
         autodiscover()
+        from django.apps import apps
+
+        if apps.is_installed("oauth2_provider"):  # its tokens' scopes, on every call
+            from guarded_tools.pipeline import stages
+
+            stages.insert_before("authorization", "guarded_tools.contrib.oauth.ScopeStage")

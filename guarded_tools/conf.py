@@ -56,6 +56,18 @@ DEFAULTS: dict[str, Any] = {
     "CONSENT_STEP_UP_LOCKOUT_SECONDS": 900,
     # Extension points (import strings)
     "PIPELINE_CLASS": "guarded_tools.pipeline.Pipeline",
+    # The stages every call walks, in order (guarded_tools.pipeline.stages); a tool's own
+    # ``stages`` replaces the list for its calls.
+    "STAGES": [
+        "guarded_tools.pipeline.stages.validation.ValidationStage",
+        "guarded_tools.pipeline.stages.context.ContextStage",
+        "guarded_tools.pipeline.stages.authorization.AuthorizationStage",
+        "guarded_tools.pipeline.stages.idempotency.IdempotencyStage",
+        "guarded_tools.pipeline.stages.confirmation.ConfirmationStage",
+        "guarded_tools.pipeline.stages.execution.ExecutionStage",
+        "guarded_tools.pipeline.stages.output_budget.OutputBudgetStage",
+        "guarded_tools.pipeline.stages.verification.VerificationStage",
+    ],
     "STORE_CLASS": "guarded_tools.store.OperationStore",
     "OBSERVERS": [],
     "ERROR_CATALOGS": [],
@@ -74,7 +86,7 @@ DEFAULTS: dict[str, Any] = {
     "AGENT_AUTHENTICATION_CLASSES": None,
 }
 
-IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "OBSERVERS", "OAUTH_DEFAULT_SCOPES",
+IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "STAGES", "OBSERVERS", "OAUTH_DEFAULT_SCOPES",
                   "CONSENT_STEP_UP", "AGENT_AUTHENTICATION_CLASSES"}
 
 #: Settings that do nothing any more, each with why: accepted so that a site that still

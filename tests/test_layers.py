@@ -12,14 +12,6 @@ from collections.abc import Iterator
 import grimp
 import pytest
 
-#: The one cycle left, which the definition (P1, P2) and stages (P3, P6) work removes:
-#: pipeline/__init__.py -> tools/registry.py (Tool), pipeline/confirmations.py,
-#: pipeline/recovery.py, pipeline/presentation.py -> tools/registry.py (Tool, registry);
-#: tools/registry.py -> pipeline/__init__.py (GuardResult; call()); pipeline/__init__.py
-#: -> contrib/oauth.py (check_scopes) -> tools/registry.py (Tool); pipeline/recovery.py
-#: -> pipeline/__init__.py (_Observer). Tighten to 0 once those land.
-CYCLES_LEFT = 1
-
 
 @pytest.fixture(scope="module")
 def graph() -> grimp.ImportGraph:
@@ -71,20 +63,12 @@ def strongly_connected(graph: grimp.ImportGraph) -> list[set[str]]:
     return components
 
 
-def test_the_import_cycles_left_are_only_those_the_definition_and_stages_work_removes(
-    graph: grimp.ImportGraph,
-) -> None:
-    cycles = [c for c in strongly_connected(graph) if len(c) > 1]
-    assert len(cycles) == CYCLES_LEFT, [sorted(c) for c in cycles]
-    # The one left runs through the pipeline and the registry, and nothing else of the
-    # five cycles measured before (views/mcp/urls/openapi, binding/sources, catalog/
-    # errors, admin/template tags) is in it.
-    remaining = cycles[0] if cycles else set()
-    assert remaining <= {
-        "guarded_tools.pipeline", "guarded_tools.pipeline.confirmations",
-        "guarded_tools.pipeline.recovery", "guarded_tools.pipeline.presentation",
-        "guarded_tools.tools.registry", "guarded_tools.contrib.oauth",
-    }
+def test_no_import_cycle_is_left(graph: grimp.ImportGraph) -> None:
+    """Five cycles were measured before the redesign (the eight modules around the
+    pipeline, views/mcp/urls/openapi, binding/sources, catalog/errors, admin/template
+    tags); none is left, imports inside functions and for type checking included."""
+    cycles = [sorted(c) for c in strongly_connected(graph) if len(c) > 1]
+    assert cycles == []
 
 
 def test_no_module_imports_the_package_root(graph: grimp.ImportGraph) -> None:

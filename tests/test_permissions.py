@@ -1,4 +1,4 @@
-"""The permission check on every call: the same answers as ``user.has_perms``, one query."""
+"""``OneQueryModelBackend``: exactly ``ModelBackend``'s answers, the permission set in one query."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ from django.contrib.auth.models import Group, Permission
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from guarded_tools.pipeline import permissions
-from guarded_tools.pipeline.permissions import has_perms
-
 pytestmark = pytest.mark.django_db
+
+MODEL_BACKEND = "django.contrib.auth.backends.ModelBackend"
+ONE_QUERY = "guarded_tools.auth_backends.OneQueryModelBackend"
 
 CASES = [
     (),
@@ -60,88 +60,85 @@ def fresh(user: Any) -> Any:
     return type(user).objects.get(pk=user.pk)
 
 
+def answers(user: Any, perms: tuple[str, ...]) -> tuple[Any, ...]:
+    """Everything a site asks of the backends about ``user``, on new objects each time."""
+    return (fresh(user).has_perms(perms), [fresh(user).has_perm(p) for p in perms],
+            fresh(user).get_all_permissions(), fresh(user).get_user_permissions(),
+            fresh(user).get_group_permissions(),
+            fresh(user).has_module_perms("demo"))
+
+
 @pytest.mark.parametrize("perms", CASES)
-def test_answers_exactly_what_django_answers(perms: tuple[str, ...],
-                                             people: dict[str, Any]) -> None:
+def test_answers_exactly_what_model_backend_answers(
+    perms: tuple[str, ...], people: dict[str, Any], settings: Any
+) -> None:
+    settings.AUTHENTICATION_BACKENDS = [MODEL_BACKEND]
+    expected = {name: answers(user, perms) for name, user in people.items()}
+    settings.AUTHENTICATION_BACKENDS = [ONE_QUERY]
     for name, user in people.items():
-        assert has_perms(fresh(user), perms) == fresh(user).has_perms(perms), (name, perms)
+        assert answers(user, perms) == expected[name], (name, perms)
 
 
-@pytest.fixture(autouse=True)
-def forgotten_keys() -> None:
-    """Each test starts as a process that never asked about any permission."""
-    permissions._compiled.clear()
-
-
-def test_one_query_for_a_user_with_no_cached_permissions(people: dict[str, Any]) -> None:
+def test_the_permission_set_is_one_query_and_kept_on_the_user(
+    people: dict[str, Any], settings: Any
+) -> None:
+    settings.AUTHENTICATION_BACKENDS = [ONE_QUERY]
     perms = ("demo.add_ordernote", "demo.view_slot")
+    for name in ("both", "admin", "nobody"):
+        user = fresh(people[name])
+        with CaptureQueriesContext(connection) as queries:
+            assert user.has_perms(perms) == (name != "nobody")
+            user.has_perm("demo.view_slot")
+            user.get_all_permissions()
+        # One query (a superuser's: for get_all_permissions), then ModelBackend's own cache.
+        assert len(queries) == 1, (name, queries.captured_queries)
+    settings.AUTHENTICATION_BACKENDS = [MODEL_BACKEND]
     with CaptureQueriesContext(connection) as queries:
-        assert has_perms(fresh(people["both"]), perms)
-    assert len(queries) == 3  # the user; once per process, the permissions' keys; grants
-    assert "auth_permission" in queries[1]["sql"]
-    user = fresh(people["both"])
-    with CaptureQueriesContext(connection) as queries:
-        assert has_perms(user, perms)
-    assert len(queries) == 1
-    assert "auth_permission" not in queries[0]["sql"]  # the grant tables only
-    with CaptureQueriesContext(connection) as queries:
-        assert has_perms(fresh(people["admin"]), ("demo.add_ordernote",))
-        assert not has_perms(fresh(people["inactive"]), ("demo.add_ordernote",))
-    assert len(queries) == 2  # the two fresh() loads only: no permission query
+        fresh(people["both"]).has_perms(perms)
+    assert len(queries) == 3  # the user, then Django's two
 
 
-def test_a_revoked_permission_is_revoked_on_the_next_call(people: dict[str, Any]) -> None:
+def test_a_revoked_permission_is_revoked_on_the_next_request(
+    people: dict[str, Any], settings: Any
+) -> None:
+    settings.AUTHENTICATION_BACKENDS = [ONE_QUERY]
     user = people["direct"]
-    assert has_perms(fresh(user), ("demo.add_ordernote",))
+    assert fresh(user).has_perms(("demo.add_ordernote",))
     user.user_permissions.clear()
-    assert not has_perms(fresh(user), ("demo.add_ordernote",))
+    assert not fresh(user).has_perms(("demo.add_ordernote",))
 
 
-def test_a_permission_that_does_not_exist_yet_is_asked_for_again(people: dict[str, Any]) -> None:
-    """Nobody holds a permission that does not exist; once created and granted, it counts."""
-    from django.contrib.contenttypes.models import ContentType
+def test_a_lazy_session_user_gets_the_same_answers(people: dict[str, Any], settings: Any) -> None:
+    """``request.user`` in a session is Django's lazy wrapper."""
+    from django.utils.functional import SimpleLazyObject
 
-    user = people["direct"]
-    assert not has_perms(fresh(user), ("demo.approve_ordernote",))
-    created = Permission.objects.create(
-        codename="approve_ordernote", name="Can approve order notes",
-        content_type=ContentType.objects.get(app_label="demo", model="ordernote"))
-    user.user_permissions.add(created)
-    assert has_perms(fresh(user), ("demo.approve_ordernote",))
-    assert has_perms(fresh(user), ("demo.approve_ordernote",)) == fresh(user).has_perms(
-        ("demo.approve_ordernote",))
+    settings.AUTHENTICATION_BACKENDS = [ONE_QUERY]
+    perms = ("demo.add_ordernote", "demo.view_slot")
+    for name, user in people.items():
+        expected = fresh(user).has_perms(perms)
+        lazy = SimpleLazyObject(lambda user=user: fresh(user))
+        assert lazy.has_perms(perms) == expected, name
 
 
-def test_a_permission_created_again_under_its_name_is_found(people: dict[str, Any]) -> None:
-    """Deleting or saving a permission in this process forgets the keys it had."""
-    user = people["direct"]
-    assert has_perms(fresh(user), ("demo.add_ordernote",))
-    old = Permission.objects.get(content_type__app_label="demo", codename="add_ordernote")
-    content_type, name = old.content_type, old.name
-    old.delete()  # its grants go with it
-    assert not has_perms(fresh(user), ("demo.add_ordernote",))
-    again = Permission.objects.create(codename="add_ordernote", name=name,
-                                      content_type=content_type)
-    user.user_permissions.add(again)
-    assert has_perms(fresh(user), ("demo.add_ordernote",))
+def test_a_tool_call_and_the_tool_list_ask_the_sites_backends(
+    people: dict[str, Any], settings: Any
+) -> None:
+    """Another backend decides too: the guard asks ``user.has_perms``, nothing of its own."""
+    from rest_framework.test import APIClient
 
+    from guarded_tools.tools.registry import registry
 
-def test_migrate_forgets_the_keys(people: dict[str, Any]) -> None:
-    from django.apps import apps
-    from django.db.models.signals import post_migrate
-
-    assert has_perms(fresh(people["direct"]), ("demo.add_ordernote",))
-    assert permissions._compiled
-    post_migrate.send(sender=apps.get_app_config("demo"), app_config=apps.get_app_config("demo"),
-                      verbosity=0, interactive=False, using="default", plan=[], apps=apps)
-    assert not permissions._compiled
-
-
-def test_another_backend_gets_user_has_perms(people: dict[str, Any], settings: Any) -> None:
     settings.AUTHENTICATION_BACKENDS = ["tests.test_permissions.EveryoneMayAddOrderNotes",
-                                        "django.contrib.auth.backends.ModelBackend"]
-    assert has_perms(fresh(people["nobody"]), ("demo.add_ordernote",))
-    assert not has_perms(fresh(people["nobody"]), ("demo.view_slot",))
+                                        ONE_QUERY]
+    needing = [t.name for t in registry if tuple(t.permissions) == ("demo.change_order",)]
+    client = APIClient()
+    client.force_authenticate(fresh(people["nobody"]))
+    listed = {t["name"] for t in client.get("/agent/tools/").json()["tools"]}
+    assert needing and set(needing) <= listed
+    settings.AUTHENTICATION_BACKENDS = [ONE_QUERY]
+    client.force_authenticate(fresh(people["nobody"]))
+    listed = {t["name"] for t in client.get("/agent/tools/").json()["tools"]}
+    assert not set(needing) & listed
 
 
 class EveryoneMayAddOrderNotes:
@@ -149,18 +146,4 @@ class EveryoneMayAddOrderNotes:
         return None
 
     def has_perm(self, user: Any, perm: str, obj: Any = None) -> bool:
-        return perm == "demo.add_ordernote"
-
-
-def test_a_lazy_session_user_is_answered_in_one_query(people: dict[str, Any]) -> None:
-    """``request.user`` in a session is Django's lazy wrapper: the same fast path."""
-    from django.utils.functional import SimpleLazyObject
-
-    perms = ("demo.add_ordernote", "demo.view_slot")
-    has_perms(fresh(people["both"]), perms)  # the permissions' keys, once per process
-    for name, user in people.items():
-        expected = fresh(user).has_perms(perms)
-        lazy = SimpleLazyObject(lambda user=user: fresh(user))
-        with CaptureQueriesContext(connection) as queries:
-            assert has_perms(lazy, perms) == expected, name
-        assert len(queries) <= 2, name  # the user (when active, not super); the grants
+        return perm == "demo.change_order"

@@ -149,7 +149,7 @@ STRICT = {
 
 def test_the_very_input_it_answered_is_not_validated_again(monkeypatch: Any) -> None:
     """It passed the same validator when it was answered; every other input is validated."""
-    import guarded_tools.pipeline as pipeline
+    import guarded_tools.pipeline.stages.validation as pipeline  # the validation stage
     from guarded_tools.core.errors import ValidationError
 
     validated: list[Any] = []

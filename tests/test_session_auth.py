@@ -199,12 +199,14 @@ def test_a_user_object_that_is_no_row_asks_for_confirmation_under_its_label(
 ) -> None:
     definition = make_tool(confirm="effect-only")
     caller = (NamedStatelessUser if named else StatelessUser)(alice.pk + 41, granted=True)
-    for _ in range(2):  # and another request of alice's own, which must not match
-        response = client_for(caller).post(
-            REST.format(definition.name), {"operationId": key()}, format="json")
+    earlier = key()  # the caller's earlier call, which the request page lists (issue 28 item
+    # 11 leaves out the request being decided), and a request of alice's own, which it must not
+    for who, operation_id in ((caller, earlier), (caller, key()), (alice, key())):
+        response = client_for(who).post(
+            REST.format(definition.name), {"operationId": operation_id}, format="json")
         assert response.status_code == 202, response.content
-        caller = alice
-    asked = Confirmation.objects.filter(tool=definition.name, requested_by__isnull=True).get()
+    asked = Confirmation.objects.filter(
+        tool=definition.name, requested_by__isnull=True).exclude(key=earlier).get()
     label = (f"TokenUser {alice.pk + 41}" if named
              else f"tests.test_session_auth.StatelessUser:{alice.pk + 41}")
     assert asked.requested_by_label == label
@@ -220,11 +222,13 @@ def test_a_user_object_that_is_no_row_asks_for_confirmation_under_its_label(
     assert f'<td class="field-requester">{label}</td>' in rows
     assert f'<td class="field-requester">{alice.username}</td>' in rows
     found = staff.get(queue, {"q": label}).context["cl"].result_list
-    assert [c.pk for c in found] == [asked.pk]
+    assert {c.pk for c in found} == set(Confirmation.objects.filter(
+        requested_by_label=label).values_list("pk", flat=True)) and asked.pk in {
+        c.pk for c in found} and len(found) == 2  # the caller's two, not alice's
     page = staff.get(f"{queue}{asked.pk}/change/").content.decode()
     assert f'data-testid="requester">{label}<' in page
     # Its earlier calls are found by the principal's scope, a user row or none.
-    theirs = Operation.objects.get(tool=definition.name, scope=asked.scope)
+    theirs = Operation.objects.get(tool=definition.name, scope=asked.scope, key=earlier)
     alices = Operation.objects.get(tool=definition.name, user=alice)
     assert 'data-testid="recent-calls"' in page
     assert f"/operation/{theirs.pk}/" in page and f"/operation/{alices.pk}/" not in page

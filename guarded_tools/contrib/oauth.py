@@ -9,8 +9,10 @@ works here), and the OAuth scopes a tool needs, checked on every call and used t
 the tool list; and the grant a call was requested with, which the run an approval starts
 re-checks. Only :mod:`guarded_tools.transports.rest.views`,
 :mod:`guarded_tools.transports.mcp.server`,
-:mod:`guarded_tools.pipeline`, :mod:`guarded_tools.pipeline.confirmations` and
-:mod:`guarded_tools.credentials` import it, and only where DOT is an installed app.
+:mod:`guarded_tools.pipeline.confirmations` and :mod:`guarded_tools.credentials` import
+it, and only where DOT is an installed app; the pipeline never does: the scope check is
+``ScopeStage``, which ``GuardedToolsConfig.ready()`` puts before ``authorization`` in every
+stage list when DOT is installed.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from guarded_tools.conf import gt_settings
 from guarded_tools.core import hosts
 from guarded_tools.core.errors import AuthorizationError
 from guarded_tools.core.repair import Repair
+from guarded_tools.pipeline.stages import Call, Stage
 from guarded_tools.tools.registry import Tool
 
 #: Where RFC 9728 puts a resource's metadata: this, then the resource URL's path.
@@ -266,6 +269,20 @@ def check_scopes(definition: Tool, request: Any, token: Any = None) -> None:
             resource_metadata_url=metadata_url(request),
         ))
         raise InsufficientScope(missing, challenge=challenge)
+
+
+class ScopeStage(Stage):
+    """The stage that refuses a call whose OAuth token lacks one of the tool's scopes."""
+
+    name = "oauth_scopes"
+
+    def before_claim(self, call: Call) -> None:
+        inv = call.inv
+        if (inv.request is not None or inv.credential is not None) and apps.is_installed(
+                "oauth2_provider"):
+            check_scopes(self.tool, inv.request, inv.credential)
+
+    on_read = before_claim
 
 
 def token_scopes_of(token: Any) -> frozenset[str] | None:

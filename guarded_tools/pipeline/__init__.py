@@ -1,30 +1,45 @@
-"""Provides the guard pipeline: every stage of a tool call, top to bottom, in one class.
+"""Provides the guard pipeline: a call walks its stages, with the claim between them.
 
-    validate ─► context ─► authorize ─► precheck + confirm (always) ─► claim
-      ─► precheck + confirm (effect-only, fresh claims) ─► execute ─► [raised] recover
-      ─► output budget ─► verify ─► complete
+    stages, before_claim:  validation ─► context ─► authorization ─► idempotency (key)
+                           ─► confirmation ("always")
+    the claim, and the way it says the call goes (below)
+    stages, after_claim:   confirmation (precheck; "effect-only", "owner"), fresh claims only
+    execution (the handler) ─► [raised] release | recover | outcome_unknown
+    stages, after_execute: output budget ─► verification ─► complete
 
-Each stage is a method a subclass may override (``PIPELINE_CLASS`` setting).
+The stages are classes (``guarded_tools.pipeline.stages``) listed in the ``STAGES`` setting
+or a tool's ``stages``: a site adds or replaces one there, without subclassing this class
+(``PIPELINE_CLASS`` still can). Callers outside the call use public methods: ``run`` (a
+call), ``prepare``/``proceed`` (stop before the claim, go on later: MCP Tasks),
+``observe`` (the events of a call), ``resume`` (recovery took a claim over),
+``authorize_read`` (a read of a call's state).
+
+The ways through a call, each for a reason:
+
+=================  ===============================================  ======================
+way                when                                             why it exists
+=================  ===============================================  ======================
+unclaimed          the tool has no idempotency                      nothing to claim
+cached replay      this process answered the key (replay cache)     a replay with no SQL
+one transaction    an atomic tool (``execute_locked``): lock the    no claim row to commit
+                   key, run, insert the result, one commit          or recover: one commit
+claimed            every other call: the claim commits first, then  the handler runs with
+                   its kind decides: fresh (run; an atomic tool's   no transaction open;
+                   effect and completion in one transaction),       a crash leaves a claim
+                   completed (replay), in flight (refuse),          that recovery decides
+                   abandoned (recover inline, never re-run)
+=================  ===============================================  ======================
 """
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
-import functools
 import inspect
 import logging
-import threading
-import uuid
-from collections.abc import Callable, Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from asgiref.sync import async_to_sync
-from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
-from django.utils import timezone
 
 from guarded_tools.conf import gt_settings
 
@@ -39,31 +54,21 @@ from guarded_tools.core.call import (
     trace_carrier,
 )
 from guarded_tools.core.cancellation import CancelSignal
-from guarded_tools.core.catalog import is_code
 from guarded_tools.core.errors import (
-    AuthorizationError,
-    ConfirmationError,
     GuardError,
-    IdempotencyKeyInvalid,
-    IdempotencyKeyMissing,
     IdempotencyKeyReused,
     LeaseLost,
     NotAuthenticated,
     OperationInFlight,
     OutcomeUnknownError,
-    ToolError,
     VerificationError,
 )
-from guarded_tools.core.schema.validation import validate
 from guarded_tools.models import Operation, OperationState
-from guarded_tools.pipeline.permissions import (
-    answer,
-    granted,
-    permission_query,
-    permissions_database,
-)
+from guarded_tools.pipeline.events import Events
+from guarded_tools.pipeline.failures import FailureHandling, evidence
+from guarded_tools.pipeline.stages import Call, Stage, stage_classes
+from guarded_tools.pipeline.stages.base import overriding, principal_kwargs
 from guarded_tools.store import (
-    JSON_ENCODER,
     Claim,
     OperationHandle,
     OperationStore,
@@ -98,134 +103,65 @@ NESTED_TRANSACTION = (
 )
 
 
-class _Observer:
-    """Emits events to the tool's and the site's observers; contains their errors."""
-
-    def __init__(self, definition: Tool, inv: Invocation | None = None) -> None:
-        self.tool = definition
-        self.transport = inv.transport if inv is not None else ""
-        self.trace: Mapping[str, str] = inv.trace if inv is not None else {}
-        self.sinks: list[Callable[[GuardEvent], Any]] = [
-            s for s in [definition.observe, *gt_settings.OBSERVERS] if s is not None
-        ]
-        self.invocation_id = ""
-        if self.sinks:
-            factory = definition.invocation_id or (lambda: uuid.uuid4().hex)
-            self.invocation_id = str(factory())
-        self.operation_id: str | None = None
-
-    def emit(self, stage: str, **meta: Any) -> None:
-        if not self.sinks:
-            return
-        now = (self.tool.now or timezone.now)()
-        event = GuardEvent(
-            stage=stage,
-            tool=self.tool.name,
-            invocation_id=self.invocation_id,
-            at=now,
-            operation_id=self.operation_id,
-            transport=self.transport,
-            trace=self.trace,
-            **meta,
-        )
-        for sink in self.sinks:
-            try:
-                sink(event)
-            except Exception:
-                logger.warning("observer failed at stage %s of %s", stage, self.tool.name)
-
-
-@functools.lru_cache(maxsize=512)
-def _takes(hook: Callable[..., Any], name: str) -> bool:
-    """Whether ``hook`` accepts the keyword argument ``name`` (by name or ``**kwargs``)."""
-    try:
-        parameters = inspect.signature(hook).parameters.values()
-    except (TypeError, ValueError):  # no signature to read: pass only what it always got
-        return False
-    return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind is not p.POSITIONAL_ONLY)
-               for p in parameters)
-
-
-def principal_kwargs(hook: Callable[..., Any], inv: Invocation) -> dict[str, Any]:
-    """Whose operation it is, ``user`` and ``scope``, for a hook that takes them.
-
-    ``recover`` and ``verify`` read state by the operation's key, which the agent chose:
-    they must scope what they read by its principal too. These arguments came after
-    the hooks' first signatures, so a hook that does not name them (or take
-    ``**kwargs``) is called as before.
-    """
-    def takes(name: str) -> bool:
-        try:
-            return _takes(hook, name)
-        except TypeError:  # an unhashable callable object: read its signature each time
-            return _takes.__wrapped__(hook, name)
-
-    return {name: value for name, value in (("user", inv.user), ("scope", inv.scope))
-            if takes(name)}
-
-
-def _decision(value: Any, yes: str) -> tuple[bool, str]:
-    """Hooks answer a bool or a mapping like ``{"allowed": bool, "reason": str}``."""
-    if isinstance(value, Mapping):
-        return bool(value.get(yes)), str(value.get("reason") or "")
-    return bool(value), ""
-
-
-class Pipeline:
-    """Runs one invocation of ``tool`` through every guard stage."""
+class Pipeline(FailureHandling):
+    """Runs one invocation of ``tool`` through its stages, and the claim between them."""
 
     store_class: type[OperationStore] | None = None
 
     def __init__(self, definition: Tool) -> None:
         self.tool = definition
         self.store = (self.store_class or gt_settings.STORE_CLASS)()
+        self.stage_classes = stage_classes(definition)
+        self.stages: list[Stage] = [cls(self) for cls in self.stage_classes]
 
-    # -- entry point ---------------------------------------------------------------------
+    def walk(self, hook: str, call: Call, *args: Any) -> None:
+        """Call ``hook`` on every stage that has it, in the list's order."""
+        for i in overriding(self.stage_classes, hook):
+            getattr(self.stages[i], hook)(call, *args)
+
+    # -- public entry points -------------------------------------------------------------
+    def observe(self, inv: Invocation | None = None, *, silent: bool = False) -> Events:
+        """The events of one call (or, ``silent``, of a read that tells no observer)."""
+        return Events(self.tool, inv, silent=silent)
+
     def run(self, inv: Invocation) -> GuardResult:
-        obs = _Observer(self.tool, inv)
-        obs.emit("started")
+        events = self.observe(inv)
+        events.emit("started")
         try:
-            result = self.guarded(inv, obs)
+            result = self.guarded(inv, events)
         except OutcomeUnknownError as exc:
-            obs.emit("outcome_unknown", code=exc.code)
+            events.emit("outcome_unknown", code=exc.code)
             raise
         except GuardError as exc:
-            obs.emit("failed", code=exc.code)
+            events.emit("failed", code=exc.code)
             raise
         except BaseException:
-            obs.emit("failed", code="internal_error")
+            events.emit("failed", code="internal_error")
             raise
-        obs.emit("succeeded", replayed=result.replayed, recovered=result.recovered)
+        events.emit("succeeded", replayed=result.replayed, recovered=result.recovered)
         return result
 
-    def guarded(self, inv: Invocation, obs: _Observer) -> GuardResult:
-        remembered = self.remembered(inv)
-        if remembered is None or remembered.fingerprint != inv.fingerprint:
-            inv.input = self.validate_input(inv)
-        inv.scope = self.identify(inv)
-        inv.context = self.resolve_context(inv)
-        deferred = self.check_authorization(inv, obs, defer=self.defers_permissions)
-        if self.tool.idempotent:
-            try:
-                inv.key = self.resolve_key(inv)
-            except GuardError:
-                if deferred is not None:  # a refusal comes first, as it always does
-                    self.check_authorization(inv, obs)
-                raise
-        if (self.tool.idempotent or self.tool.confirm_mode) and not inv.fingerprint:
-            inv.fingerprint = fingerprint(inv.input)
-        if self.tool.confirm_mode == "always":
-            self.check_preconditions(inv)
-            self.confirm(inv, obs)
+    def guarded(self, inv: Invocation, events: Events) -> GuardResult:
+        """The stages of ``run`` without its first and last events."""
+        return self.proceed(self.prepare(inv, events))
+
+    def prepare(self, inv: Invocation, events: Events) -> Call:
+        """Every stage before the claim, then stop: nothing is claimed, nothing runs.
+
+        MCP Tasks hands a call over to Celery here (``proceed`` runs it on a worker).
+        """
+        call = Call(inv, events, self.remembered(inv))
+        self.walk("before_claim", call)
+        return call
+
+    def proceed(self, call: Call) -> GuardResult:
+        """From the claim on: the way the call goes (see the module's table)."""
         if not self.tool.idempotent:
-            return self.execute_unclaimed(inv, obs)
-        if callable(self.tool.idempotency_key):  # such a key exists only now
-            remembered = replays.get(self.tool.name, inv.scope, inv.key or "")
-        if remembered is not None:
-            if deferred is not None:
-                self.check_authorization(inv, obs)
-            return self.replay_remembered(inv, remembered, obs)
-        result = self.claimed(inv, obs, deferred)
+            return self.execute_unclaimed(call)
+        if call.remembered is not None:
+            return self.replay_remembered(call)
+        inv = call.inv
+        result = self.claimed(call)
         if result.operation is not None and result.operation.get("status") == "succeeded":
             replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
                         output=result.output, operation=result.operation,
@@ -233,33 +169,41 @@ class Pipeline:
                         reconciled=result.reconciled)
         return result
 
-    def claimed(
-        self, inv: Invocation, obs: _Observer, permissions: tuple[str, list[Any]] | None = None
-    ) -> GuardResult:
-        """Claim the key, then execute, replay, refuse or recover, as the claim says.
+    def authorize_read(self, inv: Invocation) -> None:
+        """A read of a call's state or result (its operation, its confirmation, its task):
+        the authorization its replay would face, with the call's stored input."""
+        self.walk("on_read", Call(inv, self.observe(silent=True)))
 
-        ``permissions``: a deferred permission query (``check_authorization``).
+    def resume(self, inv: Invocation, claim: Claim, handle: OperationHandle) -> GuardResult | None:
+        """Decide a call recovery took over: ask ``recover``, never run the handler.
+
+        None when it was released (proven not executed); a second "not recovered" is
+        marked unknown (nobody can prove the outcome).
         """
+        return self.run_recover(Call(inv, self.observe()), claim, handle, None, terminal=True)
+
+    def claimed(self, call: Call) -> GuardResult:
+        """Claim the key, then execute, replay, refuse or recover, as the claim says."""
         claim = None
         if self.locks_key:
-            result, claim = self.execute_locked(inv, obs, permissions)
+            result, claim = self.execute_locked(call)
             if result is not None:
                 return result
         if claim is None:
-            claim = self.claim(inv)
-        obs.operation_id = str(claim.operation.pk)
+            claim = self.claim(call.inv)
+        call.events.operation_id = str(claim.operation.pk)
         if claim.kind == "completed":
-            return self.replay(inv, claim.operation, obs)
+            return self.replay(call, claim.operation)
         if claim.kind == "in_flight":
             raise OperationInFlight(
                 headers={"Retry-After": str(claim.retry_after)},
                 extra={"operation": claim.operation.summary()},
             )
         if claim.kind == "abandoned":
-            return self.recover_abandoned(inv, claim, obs)
-        return self.execute_fresh(inv, claim, obs)
+            return self.recover_abandoned(call, claim)
+        return self.execute_fresh(call, claim)
 
-    # -- stages before the claim -----------------------------------------------------------
+    # -- what the stages ask of the call -------------------------------------------------
     def remembered(self, inv: Invocation) -> Remembered | None:
         """This process's answer for the call's key, looked up before validation.
 
@@ -280,15 +224,6 @@ class Pipeline:
             inv.fingerprint = fingerprint(inv.input)
         return found
 
-    def validate_input(self, inv: Invocation) -> Mapping[str, Any]:
-        validate(
-            self.tool.validator,
-            inv.input,
-            known=self.tool.schema_names,
-            max_issues=gt_settings.MAX_ISSUES,
-        )
-        return inv.input
-
     def identify(self, inv: Invocation) -> str:
         scope = self.scope_of(inv)
         if scope is None:
@@ -307,176 +242,45 @@ class Pipeline:
             return None
         return self.tool.context(inv.input, user=inv.user, request=inv.request)
 
-    def check_authorization(
-        self, inv: Invocation, obs: _Observer, *, defer: bool = False
-    ) -> tuple[str, list[Any]] | None:
-        """OAuth scopes, Django permissions, then the object-level callable; on every call,
-        replays too.
-
-        With ``defer`` (see ``defers_permissions``) a permission check that needs a
-        query returns that query instead of running it; the caller runs it, in the
-        round trip that locks the key, and passes its rows to ``check_permission_rows``
-        before anything else happens.
-        """
-        self.check_scopes(inv)
-        if self.tool.permissions:
-            user = inv.user
-            if user is None or not getattr(user, "is_authenticated", False):
-                raise NotAuthenticated()
-            decided = permission_query(user, self.tool.permissions)
-            if defer and not isinstance(decided, bool):
-                return decided
-            if not answer(decided, self.tool.permissions):
-                raise AuthorizationError()
-        if self.tool.authorize is not None:
-            allowed, _reason = _decision(
-                self.tool.authorize(
-                    input=inv.input, context=inv.context, user=inv.user, signal=self._signal(inv)
-                ),
-                "allowed",
-            )
-            if not allowed:
-                # The reason is application text about the caller's request; it is
-                # logged, not sent, so that no data about other objects leaks.
-                raise AuthorizationError()
-        if self.tool.permissions or self.tool.authorize is not None:
-            obs.emit("authorized")
-        return None
-
-    def check_scopes(self, inv: Invocation) -> None:
-        """The OAuth scopes the tool needs, when the call came with an OAuth token."""
-        if (inv.request is not None or inv.credential is not None) and apps.is_installed(
-                "oauth2_provider"):
-            from guarded_tools.contrib import oauth
-
-            oauth.check_scopes(self.tool, inv.request, inv.credential)
-
-    def authorize_read(self, inv: Invocation) -> None:
-        """A read of a call's state or result (its operation, its confirmation, its task):
-        the authorization its replay would face, with the call's stored input."""
-        inv.scope = self.identify(inv)
-        inv.context = self.resolve_context(inv)
-        unobserved = _Observer(self.tool, None)
-        unobserved.sinks = []  # a read is no call: observers see calls' lifecycles only
-        self.check_authorization(inv, unobserved)
-
-    def check_permission_rows(self, rows: Any, obs: _Observer) -> None:
-        """The deferred permission check, with its query's rows."""
-        if not granted(rows, self.tool.permissions):
-            raise AuthorizationError()
-        obs.emit("authorized")
-
-    @cached_property
-    def defers_permissions(self) -> bool:
-        """Whether the permission query can go in the round trip that locks the key.
-
-        Only when nothing else depends on authorization before the key's lock: no
-        ``authorize`` callable (it runs after the permissions), no confirmation before
-        the claim, and the permissions read from the database the key is locked in.
-        """
-        return (
-            bool(self.tool.permissions)
-            and self.tool.authorize is None
-            and self.tool.confirm_mode is None
-            and self.locks_key
-            and permissions_database() == router.db_for_write(Operation)
-        )
-
-    def check_preconditions(self, inv: Invocation) -> None:
-        """The tool's business preconditions, before anyone is asked to confirm the call.
-
-        ``precheck(input=, context=, user=)`` raises the tool's ``ToolError`` (with its
-        repair) for a call that cannot succeed, so no person approves it first. It runs
-        for fresh calls only: a replay never reaches it.
-
-        Before a confirmation asked after the claim (``effect-only``, ``owner``), the
-        input's own validation (``Tool.input_check``: a serializer's, a model's, a
-        published view's) runs first, without saving: a call it refuses answers
-        ``invalid_input`` and no person is asked to approve it. It runs again, as
-        always, right before the handler (what it looks up may change meanwhile).
-        """
-        if self.tool.input_check is not None and self.tool.confirms_after_claim:
-            self.tool.input_check(dict(inv.input), self.make_context(inv, None))
-        if self.tool.precheck is not None:
-            self.tool.precheck(input=inv.input, context=inv.context, user=inv.user)
-
-    def confirm(self, inv: Invocation, obs: _Observer, claim: Claim | None = None) -> None:
-        obs.emit("confirmation_requested")
-        if self.tool.queued_confirmation:
-            from guarded_tools.pipeline.confirmations import require_approval
-
-            try:
-                confirmation = require_approval(
-                    self.tool, inv, claim.operation.pk if claim is not None else None)
-            except ConfirmationError:
-                obs.emit("declined")
-                raise
-            if claim is not None:
-                type(confirmation).objects.filter(pk=confirmation.pk).update(
-                    operation_id=claim.operation.pk
-                )
-            obs.emit("confirmed")
-            return
-        hook = self.tool.confirm
-        request = hook["request"] if isinstance(hook, Mapping) else hook
-        assert callable(request)
-        confirmed, reason = _decision(
-            request(input=inv.input, context=inv.context, user=inv.user, signal=self._signal(inv)),
-            "confirmed",
-        )
-        if not confirmed:
-            obs.emit("declined")
-            raise ConfirmationError(
-                "The call was declined." + (f" Reason: {reason}" if reason else ""),
-                repair={"action": "ask_user", "instruction": "Ask the user how to proceed."},
-            )
-        obs.emit("confirmed")
-
     def given_key(self, inv: Invocation) -> Any:
         """The key as the caller gave it (an input field or the header), unchecked."""
         spec = self.tool.idempotency_key
         return inv.input.get(spec) if isinstance(spec, str) else inv.header_key
 
-    def resolve_key(self, inv: Invocation) -> str:
-        spec = self.tool.idempotency_key
-        if callable(spec):
-            key: Any = spec(inv.input, context=inv.context)
-        else:
-            key = self.given_key(inv)
-        if key is None or key == "":
-            raise IdempotencyKeyMissing(
-                repair={
-                    "action": "change_input",
-                    "fields": [spec] if isinstance(spec, str) else [],
-                    "instruction": "Send a new unique key (a UUID)"
-                    + (f" in the {gt_settings.IDEMPOTENCY_HEADER} header" if spec is None else "")
-                    + " and reuse it on every retry.",
-                }
-            )
-        if (
-            not isinstance(key, str)
-            or len(key) > gt_settings.MAX_KEY_LENGTH
-            or not key.isprintable()
-            or not key.strip()
-        ):
-            raise IdempotencyKeyInvalid()
-        return key
+    def signal(self, inv: Invocation) -> CancelSignal:
+        if inv.signal is None:
+            inv.signal = CancelSignal()
+        return inv.signal
 
+    def make_context(self, inv: Invocation, handle: OperationHandle | None) -> ToolContext:
+        return ToolContext(user=inv.user, context=inv.context, signal=self.signal(inv),
+                           operation=handle, request=inv.request, tool=self.tool)
+
+    def call_handler(self, call: Call, ctx: ToolContext) -> Any:
+        """The execution stage runs the handler (the list's last stage with ``execute``)."""
+        for stage in reversed(self.stages):
+            execute = getattr(stage, "execute", None)
+            if execute is not None:
+                return execute(call, ctx)
+        raise ImproperlyConfigured(f"The stages of tool {self.tool.name!r} have no execution"
+                                   " stage (a stage with execute(call, ctx)).")
+
+    # -- the claim -----------------------------------------------------------------------
     def claim(self, inv: Invocation) -> Claim:
         try:
             return self.store.claim(
-                tool=self.tool.name,
-                scope=inv.scope,
-                key=inv.key or "",
-                fp=inv.fingerprint,
-                input=inv.input,
-                user=inv.user,
-                lease_seconds=self.lease_seconds,
+                tool=self.tool.name, scope=inv.scope, key=inv.key or "", fp=inv.fingerprint,
+                input=inv.input, user=inv.user, lease_seconds=self.lease_seconds,
             )
         except RuntimeError as exc:
-            if "durable" in str(exc):
+            if nested_transaction(exc):
                 raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
             raise
+
+    def release(self, call: Call, claim: Claim) -> None:
+        """Release a fresh claim whose effect never happened; the stages give back theirs."""
+        self.store.release(claim)
+        self.walk("on_release", call, claim)
 
     @property
     def lease_seconds(self) -> int:
@@ -500,116 +304,54 @@ class Pipeline:
             and self.store.can_lock()
         )
 
-    # -- replays -------------------------------------------------------------------------
-    def replay(self, inv: Invocation, operation: Operation, obs: _Observer) -> GuardResult:
-        """The stored result of a completed operation; ``verify`` judges it again unless a
-        person decided it (their decision is final: it is never re-judged)."""
-        obs.emit("replayed")
-        if operation.state == OperationState.SUCCEEDED:
-            result = GuardResult(
-                output=operation.output,
-                operation=operation.summary(replayed=True),
-                replayed=True,
-                recovered=operation.recovered,
-                # Set by the person's decision, on the row this replay read: no query.
-                reconciled=operation.reconciled,
-            )
-            if not result.reconciled:
-                self.verify(inv, result, obs)
-            return result
-        raise self.stored_error(operation)
-
-    def replay_remembered(
-        self, inv: Invocation, remembered: Remembered, obs: _Observer
-    ) -> GuardResult:
-        """A replay answered from this process's replay cache: no SQL statement."""
-        if remembered.fingerprint != inv.fingerprint:
-            raise IdempotencyKeyReused()
-        obs.operation_id = str(remembered.operation.get("id"))
-        obs.emit("replayed")
-        result = GuardResult(
-            output=remembered.output,
-            operation=dict(remembered.operation),
-            replayed=True,
-            recovered=remembered.recovered,
-            reconciled=remembered.reconciled,
-        )
-        if not result.reconciled:
-            self.verify(inv, result, obs)
+    # -- the ways through a call ---------------------------------------------------------
+    def execute_unclaimed(self, call: Call) -> GuardResult:
+        """A tool without idempotency: no claim, nothing to replay or recover."""
+        self.walk("after_claim", call, None)
+        output = self.call_handler(call, self.make_context(call.inv, None))
+        call.events.emit("executed")
+        result = GuardResult(output=output)
+        self.walk("after_execute", call, result)
         return result
 
-    def stored_error(self, operation: Operation) -> GuardError:
-        """The terminal error a person or recovery stored, for every replay."""
-        data = dict(operation.error or {})
-        summary = operation.summary(replayed=True)
-        if operation.state == OperationState.OUTCOME_UNKNOWN:
-            return OutcomeUnknownError(extra={"operation": summary})
-        code = str(data.get("code") or "operation_failed")
-        error = ToolError(
-            code if is_code(code) else "operation_failed",
-            str(data.get("message") or "The operation failed."),
-            retry="never",
-            status=int(data.get("status") or 409),
-            repair=data.get("repair"),
-        )
-        error.extra["operation"] = summary
-        return error
-
-    # -- execution -----------------------------------------------------------------------
-    def execute_unclaimed(self, inv: Invocation, obs: _Observer) -> GuardResult:
-        if self.tool.confirm_mode != "always":
-            self.check_preconditions(inv)
-        ctx = self.make_context(inv, None)
-        output = self.call_handler(inv, ctx)
-        obs.emit("executed")
-        result = GuardResult(output=output, output_json=self.measure_output(output, obs))
-        self.verify(inv, result, obs)
-        return result
-
-    def execute_fresh(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
-        if self.tool.confirm_mode != "always":
-            try:
-                self.check_preconditions(inv)
-                if self.tool.confirms_after_claim:
-                    self.confirm(inv, obs, claim)
-            except BaseException:
-                self.store.release(claim)  # nothing ran: the key is fresh again
-                raise
-        handle = OperationHandle(self.store, claim, self.lease_seconds)
-        ctx = self.make_context(inv, handle)
-        if self.tool.atomic:
-            return self.execute_atomic(inv, claim, ctx, obs)
+    def execute_fresh(self, call: Call, claim: Claim) -> GuardResult:
+        """A fresh claim, committed: run the handler, then finalize or handle its failure."""
         try:
-            output = self.call_handler(inv, ctx)
+            self.walk("after_claim", call, claim)
+        except BaseException:
+            self.release(call, claim)  # nothing ran: the key is fresh again
+            raise
+        handle = OperationHandle(self.store, claim, self.lease_seconds)
+        ctx = self.make_context(call.inv, handle)
+        if self.tool.atomic:
+            return self.execute_atomic(call, claim, ctx)
+        try:
+            output = self.call_handler(call, ctx)
         except BaseException as exc:
-            return self.handle_failure(inv, claim, handle, exc, obs)
-        obs.emit("executed")
-        return self.finalize(inv, claim, output, obs, recovered=False)
+            return self.handle_failure(call, claim, handle, exc)
+        call.events.emit("executed")
+        return self.finalize(call, claim, output, recovered=False)
 
-    def execute_atomic(
-        self, inv: Invocation, claim: Claim, ctx: ToolContext, obs: _Observer
-    ) -> GuardResult:
+    def execute_atomic(self, call: Call, claim: Claim, ctx: ToolContext) -> GuardResult:
         """Effect, journal, verify and completion commit together, or not at all."""
         try:
             with transaction.atomic(using=router.db_for_write(Operation), durable=True):
-                output = self.call_handler(inv, ctx)
-                obs.emit("executed")
-                result = self.finalize(inv, claim, output, obs, recovered=False)
+                output = self.call_handler(call, ctx)
+                call.events.emit("executed")
+                result = self.finalize(call, claim, output, recovered=False)
         except LeaseLost:
             return self.after_lost_lease(claim)  # rolled back: nothing to keep
         except BaseException:
             # Nothing committed: the claim can be released safely. If the release
             # finds the claim completed, the commit happened after all: replay it.
-            if not self._try_release(claim):
+            if not self._try_release(call, claim):
                 operation = self.store.refresh(claim.operation)
                 if operation.state == OperationState.SUCCEEDED:
-                    return self.replay(inv, operation, obs)
+                    return self.replay(call, operation)
             raise
         return result
 
-    def execute_locked(
-        self, inv: Invocation, obs: _Observer, permissions: tuple[str, list[Any]] | None = None
-    ) -> tuple[GuardResult | None, Claim | None]:
+    def execute_locked(self, call: Call) -> tuple[GuardResult | None, Claim | None]:
         """An atomic tool's call as one transaction: lock the key, run, insert the result.
 
         The key is locked for the transaction (``OperationStore.lock_key``); the
@@ -620,17 +362,14 @@ class Pipeline:
         already has a row, nothing runs here: ``(None, claim)`` says what the row
         means (None for a released key, which the ordinary claim takes again).
         """
-        using = router.db_for_write(Operation)
+        inv, using = call.inv, router.db_for_write(Operation)
         try:
             refuse_enclosing_transaction(connections[using])
         except RuntimeError as exc:
             raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
         with transaction.atomic(using=using, durable=True):
-            state, found, permission_rows = self.store.lock_key(
-                tool=self.tool.name, scope=inv.scope, key=inv.key or "", also=permissions
-            )
-            if permissions is not None:  # before anything the lock says
-                self.check_permission_rows(permission_rows, obs)
+            state, found, _ = self.store.lock_key(tool=self.tool.name, scope=inv.scope,
+                                                  key=inv.key or "")
             if state == "busy":
                 raise OperationInFlight(headers={"Retry-After": "1"})
             if found is not None:  # the key exists: decided outside this transaction
@@ -638,186 +377,84 @@ class Pipeline:
                 if operation.state == OperationState.RELEASED:
                     return None, None
                 return None, self.store.classify(operation, db_now, inv.fingerprint)
-            self.check_preconditions(inv)  # a refusal rolls back with the lock: nothing left
+            call.in_transaction = True
+            self.walk("after_claim", call, None)  # a refusal rolls back with the lock
             claim = self.store.pending(
                 tool=self.tool.name, scope=inv.scope, key=inv.key or "",
                 fp=inv.fingerprint, input=inv.input, user=inv.user,
             )
-            obs.operation_id = str(claim.operation.pk)
+            call.events.operation_id = str(claim.operation.pk)
             handle = PendingOperationHandle(self.store, claim, self.lease_seconds)
-            output = self.call_handler(inv, self.make_context(inv, handle))
-            obs.emit("executed")
-            text = self.measure_output(output, obs)
+            output = self.call_handler(call, self.make_context(inv, handle))
+            call.events.emit("executed")
             summary = claim.operation.summary()
-            result = GuardResult(output=output, operation=summary, output_json=text)
-            self.verify(inv, result, obs)
-            self.store.insert_completed(claim, storable_json(output, text), handle.pending)
+            result = GuardResult(output=output, operation=summary)
+            self.walk("after_execute", call, result)
+            self.store.insert_completed(claim, storable_json(output, result.output_json),
+                                        handle.pending)
         result.operation = {**summary, "status": claim.operation.state}  # as inserted
         return result, claim
 
-    def _try_release(self, claim: Claim) -> bool:
+    def _try_release(self, call: Call, claim: Claim) -> bool:
         try:
-            return self.store.release(claim)
+            released = self.store.release(claim)
         except Exception:
             logger.exception("could not release operation %s", claim.operation.pk)
             return True
+        if released:
+            self.walk("on_release", call, claim)
+        return released
 
-    def make_context(self, inv: Invocation, handle: OperationHandle | None) -> ToolContext:
-        return ToolContext(
-            user=inv.user,
-            context=inv.context,
-            signal=self._signal(inv),
-            operation=handle,
-            request=inv.request,
-            tool=self.tool,
-        )
-
-    def call_handler(self, inv: Invocation, ctx: ToolContext) -> Any:
-        """Run the handler; an ``async def`` one runs on the server's event loop.
-
-        Under ASGI the coroutine runs natively on the server's loop (asgiref's
-        ``async_to_sync`` from the request thread); when the caller's signal is
-        aborted (the client went away) the coroutine is cancelled.
-        """
-        if inspect.iscoroutinefunction(self.tool.handler):
-            return async_to_sync(_cancellable)(self.tool.handler, dict(inv.input), ctx)
-        return self.tool.handler(dict(inv.input), ctx)
-
-    def _signal(self, inv: Invocation) -> CancelSignal:
-        if inv.signal is None:
-            inv.signal = CancelSignal()
-        return inv.signal
-
-    # -- after the handler ---------------------------------------------------------------
-    def handle_failure(
-        self,
-        inv: Invocation,
-        claim: Claim,
-        handle: OperationHandle,
-        exc: BaseException,
-        obs: _Observer,
-    ) -> GuardResult:
-        """Release (proven pre-effect), recover, or abandon; never run the handler again."""
-        if isinstance(exc, LeaseLost):
-            return self.after_lost_lease(claim, evidence=exc.evidence)
-        if isinstance(exc, ToolError) and (
-            not self.tool.journal or self.proves_no_effect(claim)
-        ):
-            self.store.release(claim)
-            raise exc
-        if self.tool.recover is not None:
-            result = self.run_recover(inv, claim, handle, exc, obs)
-            assert result is not None  # with an exception, "released" re-raises it
-            return result
-        if self.proves_no_effect(claim):
-            self.store.release(claim)
-            raise exc
-        # Without a recover hook nobody can ever prove the outcome: a person decides.
-        self.store.mark_unknown(claim, evidence(exc, "no recover hook"))
-        raise OutcomeUnknownError(
-            extra={"operation": {**claim.operation.summary(), "status": "outcome_unknown"}}
-        ) from exc
-
-    def run_recover(
-        self,
-        inv: Invocation,
-        claim: Claim,
-        handle: OperationHandle,
-        exc: BaseException | None,
-        obs: _Observer,
-        *,
-        terminal: bool = False,
-    ) -> GuardResult | None:
-        """Ask the tool's ``recover`` what really happened.
-
-        ``terminal`` is set when recovery itself took the claim over: a second
-        "not recovered" then means nobody can prove the outcome, so it is marked
-        unknown instead of abandoned again.
-        """
-        summary = claim.operation.summary()
-        assert self.tool.recover is not None
-        try:
-            decision = self.tool.recover(
-                input=dict(inv.input),
-                context=inv.context,
-                error=exc,
-                operation=handle,
-                signal=CancelSignal(),
-                **principal_kwargs(self.tool.recover, inv),
-            )
-        except Exception as recovery_error:
-            self.store.mark_unknown(claim, evidence(exc, "recover raised "
-                                                    + type(recovery_error).__name__))
-            raise OutcomeUnknownError(extra={"operation": summary}) from recovery_error
-        decision = dict(decision or {})
-        if decision.get("recovered"):
-            obs.emit("recovered", recovered=True)
-            return self.finalize(inv, claim, decision.get("output"), obs, recovered=True)
-        if decision.get("outcome") == "unknown":
-            self.store.mark_unknown(claim, evidence(exc, "outcome unknown"))
-            raise OutcomeUnknownError(extra={"operation": summary}) from exc
-        # Asked after recover ran: it may have cleared the journal once it proved that
-        # no effect happened.
-        if self.proves_no_effect(claim):
-            self.store.release(claim)
-            if exc is not None:
-                raise exc
-            return None  # released: proven not executed
-        if terminal:
-            self.store.mark_unknown(claim, evidence(exc, "not recovered, journal not empty"))
-        else:
-            self.store.abandon(claim)
-        raise OutcomeUnknownError(extra={"operation": summary}) from exc
-
-    def proves_no_effect(self, claim: Claim) -> bool:
-        """True when nothing of the handler's effect can have committed.
-
-        An ``atomic`` tool's effect commits only with its completion; otherwise a
-        configured journal that is empty proves the handler stopped before its effect.
-        """
-        return self.tool.atomic or (
-            self.tool.journal and self.store.journal_empty(claim.operation)
-        )
-
-    def recover_abandoned(self, inv: Invocation, claim: Claim, obs: _Observer) -> GuardResult:
-        """A caller met a claim with no live owner: recover it inline, never re-execute."""
-        from guarded_tools.pipeline.recovery import recover_operation
-
-        outcome = recover_operation(claim.operation, store=self.store, definition=self.tool)
-        operation = self.store.refresh(claim.operation)
-        if outcome == "released" or operation.state == OperationState.RELEASED:
-            # Proven not executed: the key is fresh, so this call claims it normally.
-            claim = self.claim(inv)
-            obs.operation_id = str(claim.operation.pk)
-            if claim.kind == "fresh":
-                return self.execute_fresh(inv, claim, obs)
-            operation = claim.operation
-        if operation.state in (OperationState.SUCCEEDED, OperationState.FAILED,
-                               OperationState.OUTCOME_UNKNOWN):
-            return self.replay(inv, operation, obs)
-        raise OperationInFlight(
-            headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
-        )
-
-    def finalize(
-        self, inv: Invocation, claim: Claim, output: Any, obs: _Observer, *, recovered: bool
-    ) -> GuardResult:
-        """Budget, verify, complete: finalization the caller's cancellation cannot stop."""
-        text = self.measure_output(output, obs)
+    # -- replays -------------------------------------------------------------------------
+    def replay(self, call: Call, operation: Operation) -> GuardResult:
+        """The stored result of a completed operation; ``verify`` judges it again unless a
+        person decided it (their decision is final: it is never re-judged)."""
+        call.events.emit("replayed")
+        if operation.state != OperationState.SUCCEEDED:
+            raise self.stored_error(operation)
         result = GuardResult(
-            output=output,
-            operation=claim.operation.summary(),
-            recovered=recovered,
-            output_json=text,
+            output=operation.output,
+            operation=operation.summary(replayed=True),
+            replayed=True,
+            recovered=operation.recovered,
+            # Set by the person's decision, on the row this replay read: no query.
+            reconciled=operation.reconciled,
         )
+        self.walk("on_replay", call, result)
+        return result
+
+    def replay_remembered(self, call: Call) -> GuardResult:
+        """A replay answered from this process's replay cache: no SQL statement."""
+        remembered = call.remembered
+        assert remembered is not None
+        if remembered.fingerprint != call.inv.fingerprint:
+            raise IdempotencyKeyReused()
+        call.events.operation_id = str(remembered.operation.get("id"))
+        call.events.emit("replayed")
+        result = GuardResult(
+            output=remembered.output,
+            operation=dict(remembered.operation),
+            replayed=True,
+            recovered=remembered.recovered,
+            reconciled=remembered.reconciled,
+        )
+        self.walk("on_replay", call, result)
+        return result
+
+    # -- finalization --------------------------------------------------------------------
+    def finalize(self, call: Call, claim: Claim, output: Any, *, recovered: bool) -> GuardResult:
+        """Budget, verify, complete: finalization the caller's cancellation cannot stop."""
+        result = GuardResult(output=output, operation=claim.operation.summary(),
+                             recovered=recovered)
         try:
-            self.verify(inv, result, obs)
+            self.walk("after_execute", call, result)
         except VerificationError as exc:
             if not self.tool.atomic:
                 self.store.mark_unknown(claim, exc.as_dict(), output=storable_json(output))
             exc.extra["operation"] = claim.operation.summary()
             raise
-        if not self.store.complete(claim, storable_json(output, text), recovered=recovered):
+        if not self.store.complete(claim, storable_json(output, result.output_json),
+                                   recovered=recovered):
             if self.tool.atomic:
                 raise LeaseLost(str(claim.operation.pk))
             return self.after_lost_lease(claim, evidence={"output": storable_json(output)})
@@ -854,115 +491,21 @@ class Pipeline:
             )
         raise OutcomeUnknownError(extra={"operation": operation.summary()})
 
-    def measure_output(self, output: Any, obs: _Observer) -> str | None:
-        """The output's JSON text (kept for the replay cache), None if it is not JSON."""
-        budget = self.tool.output_budget_bytes or gt_settings.OUTPUT_BUDGET_BYTES
-        try:
-            text = JSON_ENCODER.encode(output)
-        except (TypeError, ValueError):
-            obs.emit("output_unmeasurable")
-            logger.warning("tool %s returned an output that is not JSON", self.tool.name)
-            return None
-        size = len(text.encode("utf-8"))
-        if size > budget:
-            obs.emit("output_oversized", extra={"bytes": size, "budget": budget})
-            logger.warning(
-                "tool %s output is %d bytes, over its budget of %d", self.tool.name, size, budget
-            )
-            return text
-        obs.emit("output_validated", extra={"bytes": size})
-        return text
 
-    def verify(self, inv: Invocation, result: GuardResult, obs: _Observer) -> None:
-        """Run ``verify`` with its own signal, bounded by ``verify_timeout``."""
-        verifier = self.tool.verify
-        if verifier is None:
-            return
-        signal = CancelSignal()
-        kwargs = {
-            "input": dict(inv.input),
-            "output": result.output,
-            "context": inv.context,
-            "replayed": result.replayed,
-            "recovered": result.recovered,
-            "signal": signal,
-            **principal_kwargs(verifier, inv),
-        }
-        timeout = self.tool.verify_timeout
-        if timeout is None:
-            decision = verifier(**kwargs)
-        else:
-            decision = _call_with_deadline(verifier, kwargs, timeout, signal)
-        verified, reason = _decision(decision, "verified")
-        if not verified:
-            # The verifier's reason is application text that may quote the input: DEBUG only.
-            logger.warning("tool %s: verification failed", self.tool.name)
-            logger.debug("tool %s: verification failed: %s", self.tool.name, reason)
-            raise VerificationError()
-        obs.emit("verified")
+def nested_transaction(exc: RuntimeError) -> bool:
+    """Whether a claim's ``RuntimeError`` is Django's refusal of a durable block nested in
+    the caller's transaction (then the caller gets the configuration error that says why).
 
-
-def _cancel_soon(loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any]) -> None:
-    loop.call_soon_threadsafe(task.cancel)
-
-
-async def _cancellable(handler: Callable[..., Any], input: dict[str, Any], ctx: ToolContext) -> Any:
-    task = asyncio.current_task()
-    loop = asyncio.get_running_loop()
-    if task is not None:
-        ctx.signal.on_abort(lambda reason: _cancel_soon(loop, task))
-    return await handler(input, ctx)
-
-
-def _call_with_deadline(
-    fn: Callable[..., Any], kwargs: dict[str, Any], timeout: float, signal: CancelSignal
-) -> Any:
-    """Call ``fn`` in a thread of its own and give up on it at the deadline.
-
-    Inside a transaction (an atomic tool's, or the site's own) the verifier must use
-    this thread's connection instead: another thread's could not see the uncommitted
-    effect it is there to check. The deadline then aborts its signal, and an answer
-    that comes after it fails verification all the same.
+    The one place that reads an exception's message, until the store raises an exception
+    class of its own for it (issue 26 item 3; then the claim catches that class instead).
     """
-    if any(c.in_atomic_block for c in connections.all(initialized_only=True)):
-        timer = threading.Timer(timeout, signal.abort, args=("verify_timeout",))
-        timer.daemon = True
-        timer.start()
-        try:
-            decision = fn(**kwargs)
-        finally:
-            timer.cancel()
-        if signal.aborted:
-            raise VerificationError("Verification did not finish in time.")
-        return decision
-
-    def target() -> Any:
-        try:
-            return fn(**kwargs)
-        finally:
-            connections.close_all()
-
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="gt-verify")
-    future = pool.submit(target)
-    try:
-        return future.result(timeout=timeout)
-    except concurrent.futures.TimeoutError:
-        signal.abort("verify_timeout")
-        raise VerificationError("Verification did not finish in time.") from None
-    finally:
-        pool.shutdown(wait=False)
-
-
-def evidence(exc: BaseException | None, recover: str) -> dict[str, Any]:
-    """The stored error of an outcome nobody could prove, for the operator's page: the
-    handler's failure class (never its text, which replays never carry either) and what
-    recovery answered."""
-    data: dict[str, Any] = {"code": "outcome_unknown", "recover": recover}
-    if exc is not None:
-        data["failure"] = type(exc).__name__
-    return data
+    return "durable" in str(exc)
 
 
 def get_pipeline(definition: Tool) -> Pipeline:
     cls = gt_settings.PIPELINE_CLASS
     return cls(definition)  # type: ignore[no-any-return]
+
+
+__all__ = ["Events", "GuardEvent", "GuardResult", "Invocation", "Pipeline", "ToolContext",
+           "evidence", "get_pipeline", "principal_kwargs", "principal_scope", "trace_carrier"]

@@ -17,6 +17,7 @@ from django.db import connections, router, transaction
 from django.db.models.functions import Now
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core.call import Invocation
 from guarded_tools.core.errors import GuardError
 from guarded_tools.models import (
     AuditEntry,
@@ -130,14 +131,12 @@ def _audit_recovery(claim: Claim, outcome: Outcome, by: str, actor: Any = None) 
 def _recover_claimed(
     operation: Operation, claim: Claim, store: OperationStore, definition: Tool | None = None
 ) -> Outcome:
-    from guarded_tools.pipeline import Invocation, _Observer, get_pipeline
-
     definition = definition or registry.find(operation.tool)
     if definition is None:
         # Nobody here can read authoritative state for an unknown tool.
         store.mark_unknown(claim, {"code": "outcome_unknown", "reason": "tool not registered"})
         return "unknown"
-    pipeline = get_pipeline(definition)
+    pipeline = gt_settings.PIPELINE_CLASS(definition)  # get_pipeline(): no upward import
     if definition.recover is None:
         if pipeline.proves_no_effect(claim):
             store.release(claim)
@@ -150,9 +149,7 @@ def _recover_claimed(
         inv.context = pipeline.resolve_context(inv)
         context_ready = True
         handle = OperationHandle(store, claim, _lease(definition))
-        result = pipeline.run_recover(
-            inv, claim, handle, None, _Observer(definition), terminal=True
-        )
+        result = pipeline.resume(inv, claim, handle)
     except GuardError as exc:
         if not context_ready and exc.retry == "as_is":
             # The context's own word that this passes (a dependency down, a rate limit):

@@ -280,10 +280,6 @@ def cancel(ref: TaskRef, user: Any) -> None:
 
 
 # -- long-running tools: a call handed to Celery as it arrives ------------------------------
-class _Ready(Exception):
-    """Every stage before the claim passed: the call may be handed over."""
-
-
 def start(definition: Tool, inv: Any) -> TaskRef | Any:
     """Hand a long-running tool's call to Celery as a task, or answer it as usual.
 
@@ -297,26 +293,17 @@ def start(definition: Tool, inv: Any) -> TaskRef | Any:
     from django.db import transaction
 
     from guarded_tools.conf import gt_settings
-    from guarded_tools.pipeline import _Observer, get_pipeline
+    from guarded_tools.pipeline import get_pipeline
     from guarded_tools.pipeline.confirmations import requested
     from guarded_tools.store import db_now_plus
 
-    base = type(get_pipeline(definition))
-
-    class Checked(base):  # type: ignore[valid-type,misc]
-        def claimed(self, inv: Any, obs: Any, permissions: Any = None) -> Any:
-            if permissions is not None:
-                self.check_authorization(inv, obs)  # the deferred query, run now
-            if _operation_of(definition.name, inv):
-                return super().claimed(inv, obs, None)
-            raise _Ready()
-
-    try:
-        # The stages themselves (not run(): its lifecycle events belong to the call that
-        # executes, on the worker), up to the claim.
-        return Checked(definition).guarded(inv, _Observer(definition, inv))
-    except _Ready:
-        pass
+    pipeline = get_pipeline(definition)
+    # The stages before the claim (not run(): its lifecycle events belong to the call that
+    # executes, on the worker); a call its key already answers goes on as usual.
+    call = pipeline.prepare(inv, pipeline.observe(inv))
+    if (call.remembered is not None or not definition.idempotent
+            or _operation_of(definition.name, inv)):
+        return pipeline.proceed(call)
     using = router.db_for_write(Confirmation)
     asked = requested(definition, inv)  # the hook's reads, before the transaction
     with transaction.atomic(using=using):

@@ -1,0 +1,90 @@
+"""Provides the confirmation stage: the tool's preconditions, then a person's (or a hook's) yes.
+
+Mode ``always`` asks before the claim, on every call; ``effect-only`` and ``owner`` ask
+after a fresh claim only, so a replay never asks. The tool's ``precheck`` (and, before a
+confirmation asked after the claim, the input's own validation) runs first, so nobody is
+asked to approve a call that cannot succeed; for a tool that confirms nothing it runs
+right before the handler.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from guarded_tools.core.errors import ConfirmationError
+from guarded_tools.pipeline.stages.base import Call, Stage, decision
+from guarded_tools.store import Claim
+
+
+class ConfirmationStage(Stage):
+    """Preconditions and confirmation, before the claim or after a fresh one."""
+
+    name = "confirmation"
+
+    def before_claim(self, call: Call) -> None:
+        if self.tool.confirm_mode == "always":
+            self.check_preconditions(call)
+            self.confirm(call)
+
+    def after_claim(self, call: Call, claim: Claim | None) -> None:
+        if self.tool.confirm_mode == "always" and not call.in_transaction:
+            return  # checked before the claim (in the key's transaction, checked again)
+        self.check_preconditions(call)
+        if claim is not None and self.tool.confirms_after_claim:
+            self.confirm(call, claim)
+
+    def check_preconditions(self, call: Call) -> None:
+        """The tool's business preconditions, before anyone is asked to confirm the call.
+
+        ``precheck(input=, context=, user=)`` raises the tool's ``ToolError`` (with its
+        repair) for a call that cannot succeed. Before a confirmation asked after the
+        claim, the input's own validation (``Tool.input_check``: a serializer's, a
+        model's, a published view's) runs first, without saving: a call it refuses
+        answers ``invalid_input`` and no person is asked. It runs again, as always,
+        right before the handler (what it looks up may change meanwhile).
+        """
+        inv, tool = call.inv, self.tool
+        if tool.input_check is not None and tool.confirms_after_claim:
+            tool.input_check(dict(inv.input), self.pipeline.make_context(inv, None))
+        if tool.precheck is not None:
+            tool.precheck(input=inv.input, context=inv.context, user=inv.user)
+
+    def confirm(self, call: Call, claim: Claim | None = None) -> None:
+        call.events.emit("confirmation_requested")
+        if self.tool.queued_confirmation:
+            self.queued(call, claim)
+        else:
+            self.asked(call)
+        call.events.emit("confirmed")
+
+    def queued(self, call: Call, claim: Claim | None) -> None:
+        """A person decides, in the admin or on the consent page."""
+        from guarded_tools.pipeline.confirmations import require_approval
+
+        try:
+            confirmation = require_approval(
+                self.tool, call.inv, claim.operation.pk if claim is not None else None)
+        except ConfirmationError:
+            call.events.emit("declined")
+            raise
+        if claim is not None:
+            type(confirmation).objects.filter(pk=confirmation.pk).update(
+                operation_id=claim.operation.pk)
+
+    def asked(self, call: Call) -> None:
+        """The tool's ``confirm`` hook decides, now."""
+        inv, hook = call.inv, self.tool.confirm
+        request: Any = hook["request"] if isinstance(hook, Mapping) else hook
+        assert callable(request)
+        confirmed, reason = decision(
+            request(input=inv.input, context=inv.context, user=inv.user,
+                    signal=self.pipeline.signal(inv)),
+            "confirmed",
+        )
+        if not confirmed:
+            call.events.emit("declined")
+            raise ConfirmationError(
+                "The call was declined." + (f" Reason: {reason}" if reason else ""),
+                repair={"action": "ask_user", "instruction": "Ask the user how to proceed."},
+            )

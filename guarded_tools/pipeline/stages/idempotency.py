@@ -1,0 +1,47 @@
+"""Provides the idempotency stage: the call's key, and its input's fingerprint.
+
+The claim itself, and what the key's row says (run, replay, in flight, recover), is the
+pipeline's: it is the shape of the call, not a policy (see ``guarded_tools.pipeline``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from guarded_tools.conf import gt_settings
+from guarded_tools.core.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
+from guarded_tools.pipeline.stages.base import Call, Stage
+from guarded_tools.store import fingerprint
+from guarded_tools.store.replays import replays
+
+
+class IdempotencyStage(Stage):
+    """Refuses a missing or invalid key; fingerprints the input the key is bound to."""
+
+    name = "idempotency"
+
+    def before_claim(self, call: Call) -> None:
+        inv, tool = call.inv, self.tool
+        if tool.idempotent:
+            inv.key = self.resolve_key(inv)
+        if (tool.idempotent or tool.confirm_mode) and not inv.fingerprint:
+            inv.fingerprint = fingerprint(inv.input)
+        if tool.idempotent and callable(tool.idempotency_key):  # such a key exists only now
+            call.remembered = replays.get(tool.name, inv.scope, inv.key or "")
+
+    def resolve_key(self, inv: Any) -> str:
+        spec = self.tool.idempotency_key
+        key: Any = spec(inv.input, context=inv.context) if callable(spec) else (
+            self.pipeline.given_key(inv))
+        if key is None or key == "":
+            raise IdempotencyKeyMissing(repair={
+                "action": "change_input",
+                "fields": [spec] if isinstance(spec, str) else [],
+                "instruction": "Send a new unique key (a UUID)"
+                + (f" in the {gt_settings.IDEMPOTENCY_HEADER} header" if spec is None else "")
+                + " and reuse it on every retry.",
+            })
+        if (not isinstance(key, str) or len(key) > gt_settings.MAX_KEY_LENGTH
+                or not key.isprintable() or not key.strip()):
+            raise IdempotencyKeyInvalid()
+        return key
