@@ -51,7 +51,7 @@ DEFAULTS: dict[str, Any] = {
     "CONSENT_STEP_UP_LOCKOUT_SECONDS": 900,
     # Extension points (import strings)
     "PIPELINE_CLASS": "guarded_tools.pipeline.Pipeline",
-    "STORE_CLASS": "guarded_tools.store.OperationStore",
+    "STORE_CLASS": "guarded_tools.store.backends.by_vendor",
     "OBSERVERS": [],
     "ERROR_CATALOGS": [],
     "DOCS_URL": "",

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from asgiref.sync import async_to_sync
 from django.apps import apps
-from django.core.exceptions import ImproperlyConfigured
 from django.db import connections, router, transaction
 from django.utils import timezone
 
@@ -69,12 +68,6 @@ if TYPE_CHECKING:
     from guarded_tools.tools.registry import Tool
 
 logger = logging.getLogger("guarded_tools")
-
-NESTED_TRANSACTION = (
-    "guarded_tools must commit its claim before the handler runs, but it was called"
-    " inside a transaction (ATOMIC_REQUESTS or transaction.atomic). Call tools outside"
-    " transactions; use atomic=True on the tool for a same-database effect."
-)
 
 
 @dataclass
@@ -559,20 +552,16 @@ class Pipeline:
         return key
 
     def claim(self, inv: Invocation) -> Claim:
-        try:
-            return self.store.claim(
-                tool=self.tool.name,
-                scope=inv.scope,
-                key=inv.key or "",
-                fp=inv.fingerprint,
-                input=inv.input,
-                user=inv.user,
-                lease_seconds=self.lease_seconds,
-            )
-        except RuntimeError as exc:
-            if "durable" in str(exc):
-                raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
-            raise
+        # Inside a caller's transaction the store raises NestedTransaction (ImproperlyConfigured).
+        return self.store.claim(
+            tool=self.tool.name,
+            scope=inv.scope,
+            key=inv.key or "",
+            fp=inv.fingerprint,
+            input=inv.input,
+            user=inv.user,
+            lease_seconds=self.lease_seconds,
+        )
 
     @property
     def lease_seconds(self) -> int:
@@ -717,10 +706,7 @@ class Pipeline:
         means (None for a released key, which the ordinary claim takes again).
         """
         using = router.db_for_write(Operation)
-        try:
-            refuse_enclosing_transaction(connections[using])
-        except RuntimeError as exc:
-            raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
+        refuse_enclosing_transaction(connections[using])  # NestedTransaction
         with transaction.atomic(using=using, durable=True):
             state, found, permission_rows = self.store.lock_key(
                 tool=self.tool.name, scope=inv.scope, key=inv.key or "", also=permissions
