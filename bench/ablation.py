@@ -28,6 +28,7 @@ VARIANTS = [
     ("noperm", "perm"),
     ("public", "perm,multi"),
     ("public-ssb", "perm,multi,ssb"),
+    ("orm", "orm"),
 ]
 #: configuration, tool or path, replay
 CONFIGS = [("A", "/plain/", False), ("B", "bench_insert", False),
@@ -43,10 +44,10 @@ def main(argv: list[str]) -> None:
     calls = {name: caller([target, str(n), "replay" if replay else ""], default_n=n)[2]
              for name, target, replay in CONFIGS}
     from django.conf import settings
-    from django.db import connection, connections
+    from django.db import connection
     from django.test import override_settings
 
-    from guarded_tools import store
+    from bench.stores import store_for
     from guarded_tools.pipeline import permissions
 
     if connection.vendor != "postgresql":
@@ -57,14 +58,12 @@ def main(argv: list[str]) -> None:
 
     def switch(switches: str) -> Any:
         off = set(filter(None, switches.split(",")))
-        for module in (store, permissions):
-            module._ABLATE.clear()
-            module._ABLATE.update(off)
+        permissions._ABLATE.clear()
+        permissions._ABLATE.update(off)
         connection.close()  # a new session: nothing prepared, the binding as asked
-        connections["default"].__dict__.pop(store._Statements.ATTRIBUTE, None)  # anew for it
         connection.settings_dict["OPTIONS"] = (
             {**options, "server_side_binding": True} if "ssb" in off else dict(options))
-        return override_settings(GUARDED_TOOLS=base)
+        return override_settings(GUARDED_TOOLS={**base, "STORE_CLASS": store_for(off)})
 
     def measure(name: str) -> float:
         nonlocal done

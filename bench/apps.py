@@ -14,8 +14,6 @@ class BenchConfig(AppConfig):
         """Turn off the speed-ups an ablation server measures without (``BENCH_ABLATE``)."""
         ablate = set(getattr(settings, "BENCH_ABLATE", ()))
         if ablate:
-            from guarded_tools import store
             from guarded_tools.pipeline import permissions
 
-            store._ABLATE.update(ablate)
-            permissions._ABLATE.update(ablate)
+            permissions._ABLATE.update(ablate)  # the store's: STORE_CLASS (bench.stores)
