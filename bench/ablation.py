@@ -47,7 +47,7 @@ def main(argv: list[str]) -> None:
     from django.db import connection
     from django.test import override_settings
 
-    from bench.stores import store_for
+    from bench.switches import store_for
     from guarded_tools.pipeline import permissions
 
     if connection.vendor != "postgresql":

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 
-from bench.stores import store_for
+from bench.switches import store_for
 from project.settings import *  # noqa: F403
 from project.settings import DATABASES, GUARDED_TOOLS, INSTALLED_APPS, LOGGING
 

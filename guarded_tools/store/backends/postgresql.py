@@ -259,7 +259,7 @@ class PostgreSQLOperationStore(OperationStore):
         return bool(rows)
 
     def journal_empty(self, operation: Operation) -> bool:
-        params = [operation.pk, JournalEntry.Kind.ENTRY.value, False]
+        params: list[Any] = [operation.pk, JournalEntry.Kind.ENTRY.value, False]
         with connections[router.db_for_write(JournalEntry)].cursor() as cursor:
             cursor.execute(self.statements.journal_live, params)
             return cursor.fetchone() is None
