@@ -29,6 +29,7 @@ VARIANTS = [
     ("noperm", "perm"),
     ("public", "perm,multi"),
     ("public-ssb", "perm,multi,ssb"),
+    ("orm", "orm"),
 ]
 #: configuration, tool or path, replay
 CONFIGS = [("A", "/plain/", False), ("B", "bench_insert", False),
@@ -44,10 +45,10 @@ def main(argv: list[str]) -> None:
     calls = {name: caller([target, str(n), "replay" if replay else ""], default_n=n)[2]
              for name, target, replay in CONFIGS}
     from django.conf import settings
-    from django.db import connection, connections
+    from django.db import connection
     from django.test import override_settings
 
-    from guarded_tools import store
+    from bench.switches import store_for
 
     if connection.vendor != "postgresql":
         raise SystemExit("bench.ablation measures PostgreSQL's CPU: set DATABASE_URL")
@@ -57,14 +58,12 @@ def main(argv: list[str]) -> None:
 
     def switch(switches: str) -> Any:
         off = set(filter(None, switches.split(",")))
-        store._ABLATE.clear()
-        store._ABLATE.update(off)
         connection.close()  # a new session: nothing prepared, the binding as asked
-        connections["default"].__dict__.pop(store._Statements.ATTRIBUTE, None)  # anew for it
         connection.settings_dict["OPTIONS"] = (
             {**options, "server_side_binding": True} if "ssb" in off else dict(options))
         backends = ([MODEL_BACKEND] if "perm" in off else list(settings.AUTHENTICATION_BACKENDS))
-        return override_settings(GUARDED_TOOLS=base, AUTHENTICATION_BACKENDS=backends)
+        return override_settings(GUARDED_TOOLS={**base, "STORE_CLASS": store_for(off)},
+                                 AUTHENTICATION_BACKENDS=backends)
 
     def measure(name: str) -> float:
         nonlocal done

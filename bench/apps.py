@@ -1,19 +1,13 @@
 """Provides the bench app's config."""
 
 from django.apps import AppConfig
-from django.conf import settings
 
 
 class BenchConfig(AppConfig):
+    """The bench's tools and models; its ablations are chosen by settings alone
+    (``BENCH_ABLATE`` in ``bench/settings.py``: ``STORE_CLASS``, ``AUTHENTICATION_BACKENDS``)."""
+
     name = "bench"
     label = "bench"
     verbose_name = "Benchmarks"
     default_auto_field = "django.db.models.BigAutoField"
-
-    def ready(self) -> None:
-        """Turn off the speed-ups an ablation server measures without (``BENCH_ABLATE``)."""
-        ablate = set(getattr(settings, "BENCH_ABLATE", ()))
-        if ablate:
-            from guarded_tools import store
-
-            store._ABLATE.update(ablate)

@@ -78,6 +78,8 @@ ABLATION: list[tuple[str, str, str, str]] = [
     ("B-public", "B", "perm,multi", "A"),
     ("C-public", "C", "perm,multi", "A"),
     ("D-public", "D", "perm,multi", "A"),
+    ("B-orm", "B", "orm", "A"),
+    ("D-orm", "D", "orm", "A"),
     ("A-ssb", "A", "perm,multi,ssb", "A"),
     ("B-public-ssb", "B", "perm,multi,ssb", "A-ssb"),
     ("D-public-ssb", "D", "perm,multi,ssb", "A-ssb"),

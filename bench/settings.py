@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import os
 
+from bench.switches import store_for
 from project.settings import *  # noqa: F403
-from project.settings import DATABASES, INSTALLED_APPS, LOGGING
+from project.settings import DATABASES, GUARDED_TOOLS, INSTALLED_APPS, LOGGING
 
 INSTALLED_APPS = [*INSTALLED_APPS, "bench", "idempotency_key"]
 ROOT_URLCONF = "bench.urls"
@@ -45,12 +46,14 @@ LOGGING = {**LOGGING, "loggers": {"guarded_tools": {"handlers": ["console"], "le
 #: The ablation (``bench/run.py --ablation``): each server of a variant runs with some of
 #: the speed-ups off, named in ``BENCH_ABLATE``: "perm" (Django's ModelBackend instead of
 #: guarded_tools.auth_backends.OneQueryModelBackend, below), "multi" (several statements
-#: per execute), and "ssb" (psycopg's server-side binding, with its automatic preparation
-#: of statements). ``bench.apps`` hands "multi" to the store. (The run in
-#: docs/performance.md also had "begin" and "prepare", removed from the store after it.)
+#: per execute), "ssb" (psycopg's server-side binding, with its automatic preparation of
+#: statements) and "orm" (the ORM's store, no PostgreSQL backend). "multi" and "orm" choose
+#: ``STORE_CLASS`` (``bench.stores``). (The run in docs/performance.md also had "begin" and
+#: "prepare", removed from the store after it.)
 BENCH_ABLATE = frozenset(filter(None, os.environ.get("BENCH_ABLATE", "").split(",")))
 if "perm" in BENCH_ABLATE:  # Django's own backend instead of the one-query one
     AUTHENTICATION_BACKENDS = ["django.contrib.auth.backends.ModelBackend"]
+GUARDED_TOOLS = {**GUARDED_TOOLS, "STORE_CLASS": store_for(BENCH_ABLATE)}
 if "ssb" in BENCH_ABLATE and DATABASES["default"]["ENGINE"].endswith("postgresql"):
     DATABASES["default"]["OPTIONS"] = {**DATABASES["default"].get("OPTIONS", {}),
                                        "server_side_binding": True}

@@ -68,7 +68,7 @@ DEFAULTS: dict[str, Any] = {
         "guarded_tools.pipeline.stages.output_budget.OutputBudgetStage",
         "guarded_tools.pipeline.stages.verification.VerificationStage",
     ],
-    "STORE_CLASS": "guarded_tools.store.OperationStore",
+    "STORE_CLASS": "guarded_tools.store.backends.by_vendor",
     "OBSERVERS": [],
     "ERROR_CATALOGS": [],
     "DOCS_URL": "",

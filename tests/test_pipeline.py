@@ -785,14 +785,18 @@ def test_an_atomic_claims_pending_operation_is_what_the_model_would_build(
 
 @pytest.mark.parametrize("atomic", [False, True], ids=["claim-first", "atomic"])
 def test_backends_without_insert_returning_take_the_portable_path(
-    atomic: bool, alice: Any, monkeypatch: pytest.MonkeyPatch
+    atomic: bool, alice: Any, settings: Any
 ) -> None:
-    """Databases without ``ON CONFLICT … RETURNING`` (MySQL, Oracle) get no prepared
-    statements: the claim is a durable INSERT whose unique violation means "exists",
+    """Databases without a store backend nor a key lock (MySQL, Oracle) get the ORM's
+    ``OperationStore``: the claim is an INSERT whose unique violation means "exists",
     and every transition is an ORM update. The same guarantees hold there."""
-    from guarded_tools.store import _Statements, fingerprint
+    from guarded_tools.store import OperationStore, fingerprint
 
-    monkeypatch.setattr(_Statements, "of", classmethod(lambda cls, connection: None))
+    class Portable(OperationStore):
+        def can_lock(self) -> bool:
+            return False  # as on MySQL and Oracle
+
+    settings.GUARDED_TOOLS = {**(settings.GUARDED_TOOLS or {}), "STORE_CLASS": Portable}
     handler = Counter(journal={"step": 1})
     run = guarded(handler, atomic=atomic)
     k = key()

@@ -96,12 +96,6 @@ __all__ = [
 
 logger = logging.getLogger("guarded_tools")
 
-NESTED_TRANSACTION = (
-    "guarded_tools must commit its claim before the handler runs, but it was called"
-    " inside a transaction (ATOMIC_REQUESTS or transaction.atomic). Call tools outside"
-    " transactions; use atomic=True on the tool for a same-database effect."
-)
-
 
 class Pipeline(FailureHandling):
     """Runs one invocation of ``tool`` through its stages, and the claim between them."""
@@ -267,15 +261,16 @@ class Pipeline(FailureHandling):
 
     # -- the claim -----------------------------------------------------------------------
     def claim(self, inv: Invocation) -> Claim:
-        try:
-            return self.store.claim(
-                tool=self.tool.name, scope=inv.scope, key=inv.key or "", fp=inv.fingerprint,
-                input=inv.input, user=inv.user, lease_seconds=self.lease_seconds,
-            )
-        except RuntimeError as exc:
-            if nested_transaction(exc):
-                raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
-            raise
+        # Inside a caller's transaction the store raises NestedTransaction (ImproperlyConfigured).
+        return self.store.claim(
+            tool=self.tool.name,
+            scope=inv.scope,
+            key=inv.key or "",
+            fp=inv.fingerprint,
+            input=inv.input,
+            user=inv.user,
+            lease_seconds=self.lease_seconds,
+        )
 
     def release(self, call: Call, claim: Claim) -> None:
         """Release a fresh claim whose effect never happened; the stages give back theirs."""
@@ -363,10 +358,7 @@ class Pipeline(FailureHandling):
         means (None for a released key, which the ordinary claim takes again).
         """
         inv, using = call.inv, router.db_for_write(Operation)
-        try:
-            refuse_enclosing_transaction(connections[using])
-        except RuntimeError as exc:
-            raise ImproperlyConfigured(NESTED_TRANSACTION) from exc
+        refuse_enclosing_transaction(connections[using])  # NestedTransaction
         with transaction.atomic(using=using, durable=True):
             state, found, _ = self.store.lock_key(tool=self.tool.name, scope=inv.scope,
                                                   key=inv.key or "")
@@ -490,16 +482,6 @@ class Pipeline(FailureHandling):
                 headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
             )
         raise OutcomeUnknownError(extra={"operation": operation.summary()})
-
-
-def nested_transaction(exc: RuntimeError) -> bool:
-    """Whether a claim's ``RuntimeError`` is Django's refusal of a durable block nested in
-    the caller's transaction (then the caller gets the configuration error that says why).
-
-    The one place that reads an exception's message, until the store raises an exception
-    class of its own for it (issue 26 item 3; then the claim catches that class instead).
-    """
-    return "durable" in str(exc)
 
 
 def get_pipeline(definition: Tool) -> Pipeline:

@@ -1,0 +1,34 @@
+"""Provides the store's backends: a faster ``OperationStore`` per database vendor.
+
+As Django picks a database backend by ``ENGINE``, the default ``STORE_CLASS``
+(:func:`by_vendor`) picks the store for the ``vendor`` of the database operations are
+written to; a site's ``STORE_CLASS`` (a class or any callable returning a store) still
+overrides it. Vendors without a backend get the ORM's ``OperationStore``.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from django.db import connections, router
+from django.utils.module_loading import import_string
+
+from guarded_tools.models import Operation
+
+#: vendor: the dotted path of its store class.
+BACKENDS = {
+    "postgresql": "guarded_tools.store.backends.postgresql.PostgreSQLOperationStore",
+}
+DEFAULT = "guarded_tools.store.base.OperationStore"
+
+
+@cache
+def store_class(vendor: str) -> Any:
+    """The store class for a database vendor (``connection.vendor``)."""
+    return import_string(BACKENDS.get(vendor, DEFAULT))
+
+
+def by_vendor() -> Any:
+    """A store for the vendor of the database ``Operation`` is written to."""
+    return store_class(connections[router.db_for_write(Operation)].vendor)()

@@ -1,0 +1,153 @@
+"""Provides what the store's transitions share: fingerprints, stored JSON, the claim's values.
+
+Also the refusal to claim inside a caller's transaction (:class:`NestedTransaction`),
+read from Django's documented ``in_atomic_block`` and ``atomic(durable=True)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import uuid
+from datetime import timedelta
+from typing import Any
+
+from django.core.exceptions import ImproperlyConfigured
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
+from django.db.models import DateTimeField, ExpressionWrapper, Value
+from django.db.models.functions import Now
+
+from guarded_tools.core.jsonvalues import JSON_ENCODER as JSON_ENCODER  # re-exported
+from guarded_tools.core.jsonvalues import storable_json as storable_json
+from guarded_tools.models import OperationState
+
+#: First key of the advisory locks taken on PostgreSQL (``pg_try_advisory_xact_lock(int, int)``):
+#: "gt" and 1, so that the locks are recognisable in ``pg_locks`` (``classid``).
+LOCK_CLASS = 0x6774_0001
+COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUTCOME_UNKNOWN)
+NESTED_TRANSACTION = (
+    "guarded_tools must commit its claim before the handler runs, but it was called"
+    " inside a transaction (ATOMIC_REQUESTS or transaction.atomic). Call tools outside"
+    " transactions; use atomic=True on the tool for a same-database effect."
+)
+
+#: Encoders are stateless between calls: one of each serves every call (and thread).
+_CANONICAL = DjangoJSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class NestedTransaction(ImproperlyConfigured):
+    """A claim was asked for inside a caller's transaction, where it could not commit first."""
+
+
+def refuse_enclosing_transaction(connection: Any) -> None:
+    """Refuse to claim inside a caller's transaction, as a durable atomic block would.
+
+    Outside any block (autocommit, every production call) this costs nothing. Inside
+    one, an empty ``atomic(durable=True)`` block says whether the block is the caller's
+    (it raises) or a test case's (Django's ``TestCase``, pytest-django's ``django_db``:
+    allowed, as Django allows durable blocks there).
+    """
+    if not connection.in_atomic_block:
+        return
+    try:
+        with transaction.atomic(using=connection.alias, durable=True):
+            pass
+    except RuntimeError as exc:
+        raise NestedTransaction(NESTED_TRANSACTION) from exc
+
+
+def user_row(user: Any) -> Any:
+    """``user`` when it is a row of the user model (a session's lazy one included), else None.
+
+    Anonymous callers and user objects that are no row (a stateless token's user, which
+    has a ``pk`` but no table) are stored without one; their scope keeps their keys apart.
+    """
+    from django.contrib.auth import get_user_model
+
+    if getattr(user, "pk", None) is None:
+        return None
+    return user if isinstance(user, get_user_model()) else None
+
+
+def fingerprint(value: Any) -> str:
+    """SHA-256 of canonical JSON: the same input always has the same fingerprint."""
+    return hashlib.sha256(_CANONICAL.encode(value).encode("utf-8")).hexdigest()
+
+
+def db_now_plus(seconds: float) -> ExpressionWrapper:
+    """``now() + seconds`` evaluated by the database, never by this process."""
+    return ExpressionWrapper(
+        Now() + Value(timedelta(seconds=seconds)), output_field=DateTimeField()
+    )
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+def fresh_values(
+    *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any
+) -> dict[str, Any]:
+    """A fresh claim's values by attname; the columns left out are NULL or the clock's.
+
+    Its id (a version 4 UUID) and its owner token come from one read of the system's
+    randomness, as two ``uuid4()`` calls would from two.
+    """
+    random = os.urandom(32)
+    return {
+        "id": uuid.UUID(bytes=random[:16], version=4),
+        "tool": tool,
+        "scope": scope,
+        "key": key,
+        "user_id": user.pk if user is not None else None,
+        "fingerprint": fp,
+        "input": input,
+        "state": OperationState.IN_FLIGHT.value,
+        "owner": random[16:].hex(),
+        "fence": 1,
+        "recovered": False,
+        "reconciled": False,
+        "attempts": 1,
+    }
+
+
+def key_hash(tool: str, scope: str, key: str) -> int:
+    """A signed 32-bit hash of the key: the second key of its advisory lock."""
+    digest = hashlib.blake2b(f"{tool}\0{scope}\0{key}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+def reads_committed(options: dict[str, Any]) -> bool:
+    """Whether a PostgreSQL database's ``OPTIONS`` leave its transactions at READ COMMITTED.
+
+    (READ UNCOMMITTED is READ COMMITTED in PostgreSQL.) Only there can an atomic
+    tool's call lock its key and run in one transaction; elsewhere it claims first.
+    """
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    level = options.get("isolation_level")
+    if level is None:
+        return True
+    try:
+        level = IsolationLevel(level)
+    except ValueError:
+        return False  # Django refuses it when it connects
+    return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
+
+
+def can_lock_keys(connection: Any) -> bool:
+    """Whether an atomic tool's call can lock its key and run as one transaction here.
+
+    PostgreSQL at READ COMMITTED (an advisory lock, then a read that sees what
+    committed before it); SQLite where every transaction takes the write lock when
+    it begins (``transaction_mode`` IMMEDIATE or EXCLUSIVE).
+    """
+    options = connection.settings_dict.get("OPTIONS") or {}
+    if connection.vendor == "postgresql":
+        return reads_committed(options)
+    if connection.vendor == "sqlite":
+        return str(options.get("transaction_mode") or "").upper() in ("IMMEDIATE", "EXCLUSIVE")
+    return False
+
+
