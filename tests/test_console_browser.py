@@ -117,7 +117,7 @@ def in_audit_trail(page: Any, text: str, status: str) -> None:
     expect(row.locator("td.field-subject a").first).to_be_visible()
 
 
-SENTENCE = "Pay 12.50 from agent's Checking (balance 1,000.00) to agent's Savings"
+SENTENCE = "Pay 12.50 EUR from agent's Checking (balance 1,000.00 EUR) to agent's Savings"
 
 
 def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
@@ -231,7 +231,7 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
     fits(page, "operations")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     fits(page, "operation")
-    expect(page.get_by_test_id("summary")).to_contain_text("Pay 12.50 from agent's Checking")
+    expect(page.get_by_test_id("summary")).to_contain_text("Pay 12.50 EUR from agent's Checking")
     expect(page.get_by_test_id("failure")).to_have_text("ConnectionResetError")
     expect(page.get_by_test_id("effect-warning")).to_contain_text("transferred")
     expect(page.get_by_test_id("timeline")).to_contain_text("Journal: entry")

@@ -179,7 +179,7 @@ def test_the_demos_owner_tool_signs_the_user_in_then_asks_them(
     page.get_by_role("button", name="Log in").click()
     expect(page).to_have_url(url)
     expect(page.locator("body")).to_contain_text(
-        "Move 50.00 from your Checking (balance 1,000.00) to your Savings (balance 250.00)")
+        "Move 50.00 EUR from your Checking (balance 1,000.00 EUR) to your Savings (balance 250.00 EUR)")
     expect(page.locator("th", has_text="From account")).to_be_visible()
     page.get_by_test_id("step-up").fill("agent")  # the user types their password again
     screenshot(page, f"consent-move-1280{'-dark' if scheme == 'dark' else ''}.png")
