@@ -278,7 +278,8 @@ def test_the_approver_reads_the_payment_in_one_sentence_with_the_accounts(
     assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
     confirmation = Confirmation.objects.get()
     client = staff_client(user_factory, *APPROVER, "demo.view_account")
-    sentence = "Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to rita&#x27;s Savings"
+    sentence = ("Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
+                " rita&#x27;s Savings")
     queue = client.get(CONF_LIST).content.decode()
     assert sentence in queue
     page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
@@ -356,13 +357,15 @@ def test_the_queue_costs_the_same_queries_for_5_and_50_payments_and_reads_them_a
     assert Confirmation.objects.count() == 50
     assert queue_queries(client) == five
     Account.objects.filter(pk=source.pk).update(balance=Decimal("600"))
-    asked = "Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to rita&#x27;s Savings"
+    asked = ("Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
+             " rita&#x27;s Savings")
     queue = client.get(CONF_LIST).content.decode()
     assert queue.count(asked) == 50 and "600.00" not in queue
     confirmation = Confirmation.objects.order_by("created_at").first()
     assert confirmation is not None
     page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
-    assert ('data-testid="summary">Pay 12.50 EUR from payer&#x27;s Checking (balance 600.00 EUR) to'
+    assert ('data-testid="summary">Pay 12.50 EUR from payer&#x27;s Checking'
+            " (balance 600.00 EUR) to"
             " rita&#x27;s Savings<") in page  # the decision reads the balance now
     assert f'data-testid="requested-summary">{asked}<' in page
 

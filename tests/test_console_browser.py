@@ -134,6 +134,10 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     expect(page.get_by_test_id("summary")).to_have_text(SENTENCE)
     expect(page.get_by_test_id("field-receiverId").locator("a")).to_have_text("agent's Savings")
     expect(page.get_by_test_id("input-download")).to_be_visible()
+    # Is it still valid? The precheck, run as the page opened, beside the summary.
+    expect(page.get_by_test_id("validity")).to_have_text(
+        "Checked now: it would pass the tool's precheck.")
+    expect(page.get_by_test_id("field-amount")).to_have_text("12.50 EUR")
     fits(page, "request")
     shoot(page, "console-request-1280.png")
     page.fill("#gt-reason", "Rent, as agreed.")
@@ -211,6 +215,26 @@ def test_the_request_page_reads_it_now_beside_the_request_as_asked(
         if SCREENSHOTS:
             page.screenshot(path=str(Path(SCREENSHOTS) / f"as-asked-{scheme}.png"),
                             full_page=True)
+    finally:
+        page.context.close()
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_request_page_says_it_would_fail_now(
+        browser: Any, live_server: Any, demo: dict[str, Any], scheme: str) -> None:
+    """Issue 28 item 10: the balance was spent after the request was asked."""
+    confirmation = request_payment(demo)
+    Account.objects.filter(pk=demo["source"].pk).update(balance="5.00")
+    page = open_page(browser, live_server.url, 1280, scheme)
+    try:
+        log_in(page, "approver", "approver")
+        page.goto(f"{CONF_LIST}{confirmation.pk}/change/")
+        expect(page.get_by_test_id("validity")).to_have_text(
+            "Would fail now: The source account cannot cover this amount.")
+        expect(page.get_by_test_id("summary")).to_contain_text("(balance 5.00 EUR)")
+        expect(page.get_by_test_id("requested-summary")).to_contain_text(SENTENCE)
+        fits(page, f"request that would fail now, {scheme}")
+        shoot(page, f"console-request-fails-now-1280{'-dark' if scheme == 'dark' else ''}.png")
     finally:
         page.context.close()
 

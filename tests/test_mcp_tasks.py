@@ -483,7 +483,8 @@ def test_the_demos_move_between_my_accounts_asks_its_owner_over_rest_and_mcp(
     name = "move_between_my_accounts"
     body = {"operationId": key(), "sourceId": checking.pk, "receiverId": savings.pk,
             "amount": "50.00"}
-    sentence = "Move 50.00 EUR from your Checking (balance 1,000.00 EUR) to your Savings (balance 250.00 EUR)"
+    sentence = ("Move 50.00 EUR from your Checking (balance 1,000.00 EUR) to your Savings"
+                " (balance 250.00 EUR)")
     # REST: the 202 names the consent page; the retry after the user approved runs it once.
     asked = agent.post(f"/agent/tools/{name}/", body, format="json")
     assert asked.status_code == 202, asked.content

@@ -52,7 +52,8 @@ def check_now(confirmation: Confirmation) -> Validity | None:
         inv.context = pipeline.resolve_context(inv)
         pipeline.check_preconditions(inv)
     except ToolError as exc:
-        return Validity("fails", _("Would fail now: %(why)s") % {"why": _bounded(exc.text("message"))})
+        why = _bounded(exc.text("message"))
+        return Validity("fails", _("Would fail now: %(why)s") % {"why": why})
     except Exception:  # its text may hold what no page should show; the log has it
         logger.exception("precheck of confirmation %s could not run", confirmation.pk)
         return Validity("unchecked", _("Could not be checked now; the log has why."))
