@@ -159,7 +159,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     page.goto(CONF_LIST)
     row = page.locator("#result_list tbody tr", has_text="payer")
     expect(row.locator(".gt-badge")).to_have_text(label("pending"))
-    row.get_by_role("link", name=re.compile(r"^Pay 12\.50 from payer's Checking")).click()
+    row.get_by_role("link", name=re.compile(r"^Pay 12\.50 EUR from payer's Checking")).click()
     expect(page).to_have_url(re.compile(f"{CONF_LIST}{confirmation_id}/change/$"))
     detail = page.locator(".gt-detail")
     expect(detail).to_contain_text("A person approves each payment before it runs.")

@@ -216,3 +216,110 @@ def test_the_admins_decision_pages_refuse_framing_without_the_middleware(
         assert response.get("X-Frame-Options") == "DENY", name
     assert "Reason" in pages["decline form"].content.decode()
     assert Confirmation.objects.get().status == ConfirmationStatus.APPROVED
+
+
+# -- issue 28 item 13: the page is written for the user ---------------------------------------
+def _real_token_client(user: Any) -> Any:
+    """An agent with the user's DRF token (a real credential, as the page names it)."""
+    from rest_framework.authtoken.models import Token
+    from rest_framework.test import APIClient
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def _oauth_client(user: Any, settings: Any) -> Any:
+    """An agent with an OAuth access token of the application "Budget helper"."""
+    import secrets
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from oauth2_provider.models import get_access_token_model, get_application_model
+
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "OAUTH_PROTECTS": ["mcp"]}
+    application = get_application_model().objects.create(
+        name="Budget helper", client_type="public", redirect_uris="http://127.0.0.1:1/cb",
+        authorization_grant_type="authorization-code", client_secret="")
+    value = secrets.token_urlsafe(24)
+    get_access_token_model().objects.create(
+        user=user, application=application, token=value, scope="demo:read demo:write",
+        expires=timezone.now() + timedelta(hours=1), resource=["http://testserver/agent/mcp"])
+    return DjangoClient(headers={"Authorization": f"Bearer {value}"})
+
+
+def _ask_over_mcp(client: Any, definition: Any, body: dict[str, Any]) -> str:
+    from tests.test_oauth import call
+
+    asked = call(client, definition.name, body)
+    assert asked.status_code == 200, asked.content
+    error = asked.json()["result"]["_meta"]["io.github.guarded-tools/error"]
+    return str(error["confirmation"]["url"]).split("testserver", 1)[-1]
+
+
+def _ask_with(client: Any, definition: Any, body: dict[str, Any]) -> str:
+    import json
+
+    asked = client.post(f"/agent/tools/{definition.name}/", json.dumps(body),
+                        content_type="application/json")
+    assert asked.status_code == 202, asked.content
+    return str(asked.json()["error"]["confirmation"]["url"]).split("testserver", 1)[-1]
+
+
+WHO = {"session": "A program using your signed-in session",
+       "token": "An agent using your API token",
+       "oauth": "Budget helper, an application you authorized"}
+
+
+@pytest.mark.parametrize("how", ["session", "token", "oauth"])
+def test_the_consent_page_says_who_asks_what_happens_until_when_and_its_state_after(
+        how: str, alice: Any, owner_tool: tuple[Any, Effects], settings: Any,
+        session_client_for: Callable[[Any], Any]) -> None:
+    from guarded_tools.console.formatting import when
+
+    definition, handler = owner_tool
+    agent = {"session": lambda: session_client_for(alice),
+             "token": lambda: _real_token_client(alice),
+             "oauth": lambda: _oauth_client(alice, settings)}[how]()
+    body = {"operationId": "mv-1", "qty": 2}
+    ask = {"session": _ask, "token": _ask_with, "oauth": _ask_over_mcp}[how]
+    page = ask(agent, definition, body)
+    browser = _browser_of(alice)
+    shown = browser.get(page).content.decode()
+    confirmation = Confirmation.objects.get()
+    title = definition.annotations["title"]
+    assert f'data-testid="subject">{WHO[how]} asks to run “{title}” for you<' in shown
+    assert f'data-testid="who-asks">{WHO[how]}<' in shown
+    # Until when, with its zone, as every other page says a time.
+    assert f"You can decide until {when(confirmation.expires_at)}" in shown
+    assert when(confirmation.expires_at).endswith("UTC") and "lapses in" not in shown
+    # The schema's titles only: no key field, no camelCase names.
+    assert ">Quantity<" in shown and 'data-testid="field-qty">2<' in shown
+    assert "mv-1" not in shown and "operationId" not in shown and ">qty<" not in shown
+    decided = browser.post(page, {"decision": "approve", "password": "pw",
+                                  "csrfmiddlewaretoken": _token(browser, page)})
+    assert decided.status_code == 302
+    after = browser.get(decided["Location"]).content.decode()
+    confirmation.refresh_from_db()
+    assert f'data-testid="subject">You approved “{title}”<' in after
+    assert (f'data-testid="status">You approved this request (alice,'
+            f" {when(confirmation.decided_at)}).<") in after
+    assert "when your agent asks again, it runs once" in after
+    assert "asks to run" not in after and "You can decide until" not in after
+    assert handler.count == 0  # nothing ran until the agent asks again
+
+
+def test_after_declining_the_page_says_so_and_that_nothing_runs(
+        alice: Any, client_for: Callable[[Any], Any], owner_tool: tuple[Any, Effects]) -> None:
+    from guarded_tools.console.formatting import when
+
+    definition, _ = owner_tool
+    page = _ask(client_for(alice), definition, {"operationId": key(), "qty": 1})
+    browser = _browser_of(alice)
+    browser.post(page, {"decision": "decline", "password": "pw", "reason": "not today",
+                        "csrfmiddlewaretoken": _token(browser, page)})
+    after = browser.get(page).content.decode()
+    confirmation = Confirmation.objects.get()
+    assert f"You declined this request (alice, {when(confirmation.decided_at)})." in after
+    assert "Nothing ran, and nothing will" in after and "not today" in after
+    assert "asks to run" not in after

@@ -278,7 +278,8 @@ def test_the_approver_reads_the_payment_in_one_sentence_with_the_accounts(
     assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
     confirmation = Confirmation.objects.get()
     client = staff_client(user_factory, *APPROVER, "demo.view_account")
-    sentence = "Pay 12.50 from payer&#x27;s Checking (balance 1,000.00) to rita&#x27;s Savings"
+    sentence = ("Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
+                " rita&#x27;s Savings")
     queue = client.get(CONF_LIST).content.decode()
     assert sentence in queue
     page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
@@ -290,6 +291,45 @@ def test_the_approver_reads_the_payment_in_one_sentence_with_the_accounts(
     decided = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
     assert "Expires at" not in decided and "left to decide" not in decided
     assert "not this month" in decided and 'data-testid="decided"' in decided
+
+
+@pytest.mark.parametrize("how", ["token", "session"])
+def test_the_request_page_runs_the_precheck_again_and_says_whether_it_would_fail_now(
+        how: str, user_factory: Any, client_for: Any, session_client_for: Any, payer: Any,
+        accounts: tuple[Any, Any], monkeypatch: Any, caplog: Any) -> None:
+    """Issue 28 item 10: "would fail now: insufficient funds", beside the summary, checked
+    as the requester (their context, their input); amounts read with their currency."""
+    from project.demo import tools as demo_tools
+    from project.demo.models import Account
+
+    source, savings = accounts
+    agent = client_for(payer) if how == "token" else session_client_for(payer)
+    asked = agent.post("/agent/tools/send_payment/", payment(source, savings.pk), format="json")
+    assert asked.status_code == 202, asked.content
+    confirmation = Confirmation.objects.get()
+    client = staff_client(user_factory, *APPROVER, "demo.view_account")
+    url = f"{CONF_LIST}{confirmation.pk}/change/"
+    page = client.get(url).content.decode()
+    assert 'data-testid="validity">Checked now: it would pass the tool&#x27;s precheck.<' in page
+    assert 'data-testid="field-amount">12.50 EUR<' in page
+    Account.objects.filter(pk=source.pk).update(balance=Decimal("5"))  # spent meanwhile
+    page = client.get(url).content.decode()
+    assert ('data-testid="validity">Would fail now: The source account cannot cover this'
+            " amount.<") in page
+    assert page.index('data-testid="summary"') < page.index('data-testid="validity"')
+
+    def broken(**_: Any) -> None:
+        raise RuntimeError("postgres://admin:hunter2@db.internal")
+
+    monkeypatch.setattr(demo_tools, "precheck_payment", broken)
+    page = client.get(url).content.decode()
+    assert 'data-testid="validity">Could not be checked now; the log has why.<' in page
+    assert "hunter2" not in page and "db.internal" not in page
+    assert any("precheck of confirmation" in r.getMessage() for r in caplog.records)
+    # A decided request is not checked again: nothing is left to decide.
+    client.post(f"{CONF_LIST}{confirmation.pk}/decide/", {"decision": "decline",
+                                                          "reason": "spent"})
+    assert 'data-testid="validity"' not in client.get(url).content.decode()
 
 
 def queue_queries(client: Client) -> int:
@@ -317,13 +357,15 @@ def test_the_queue_costs_the_same_queries_for_5_and_50_payments_and_reads_them_a
     assert Confirmation.objects.count() == 50
     assert queue_queries(client) == five
     Account.objects.filter(pk=source.pk).update(balance=Decimal("600"))
-    asked = "Pay 12.50 from payer&#x27;s Checking (balance 1,000.00) to rita&#x27;s Savings"
+    asked = ("Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
+             " rita&#x27;s Savings")
     queue = client.get(CONF_LIST).content.decode()
     assert queue.count(asked) == 50 and "600.00" not in queue
     confirmation = Confirmation.objects.order_by("created_at").first()
     assert confirmation is not None
     page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
-    assert ('data-testid="summary">Pay 12.50 from payer&#x27;s Checking (balance 600.00) to'
+    assert ('data-testid="summary">Pay 12.50 EUR from payer&#x27;s Checking'
+            " (balance 600.00 EUR) to"
             " rita&#x27;s Savings<") in page  # the decision reads the balance now
     assert f'data-testid="requested-summary">{asked}<' in page
 
@@ -593,7 +635,7 @@ def test_demo_incidents_give_an_operator_something_to_reconcile_and_to_recover(
     assert f"{OPS_LIST}{unknown.pk}/change/" in out.getvalue()
     client = staff_client(user_factory, *RECONCILER)
     page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
-    assert "Pay 12.50 from agent&#x27;s Checking" in page
+    assert "Pay 12.50 EUR from agent&#x27;s Checking" in page
     assert 'data-testid="effect-warning"' in page
     call_command("demo_incident", "abandoned", stdout=StringIO())
     assert sweep().released == 1  # no ledger row: proven not run, the key is fresh again

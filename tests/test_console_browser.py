@@ -119,7 +119,7 @@ def in_audit_trail(page: Any, text: str, status: str) -> None:
     expect(row.locator("td.field-subject a").first).to_be_visible()
 
 
-SENTENCE = "Pay 12.50 from agent's Checking (balance 1,000.00) to agent's Savings"
+SENTENCE = "Pay 12.50 EUR from agent's Checking (balance 1,000.00 EUR) to agent's Savings"
 
 
 def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
@@ -136,6 +136,10 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     expect(page.get_by_test_id("summary")).to_have_text(SENTENCE)
     expect(page.get_by_test_id("field-receiverId").locator("a")).to_have_text("agent's Savings")
     expect(page.get_by_test_id("input-download")).to_be_visible()
+    # Is it still valid? The precheck, run as the page opened, beside the summary.
+    expect(page.get_by_test_id("validity")).to_have_text(
+        "Checked now: it would pass the tool's precheck.")
+    expect(page.get_by_test_id("field-amount")).to_have_text("12.50 EUR")
     fits(page, "request")
     shoot(page, "console-request-1280.png")
     page.fill("#gt-reason", "Rent, as agreed.")
@@ -217,6 +221,26 @@ def test_the_request_page_reads_it_now_beside_the_request_as_asked(
         page.context.close()
 
 
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_the_request_page_says_it_would_fail_now(
+        browser: Any, live_server: Any, demo: dict[str, Any], scheme: str) -> None:
+    """Issue 28 item 10: the balance was spent after the request was asked."""
+    confirmation = request_payment(demo)
+    Account.objects.filter(pk=demo["source"].pk).update(balance="5.00")
+    page = open_page(browser, live_server.url, 1280, scheme)
+    try:
+        log_in(page, "approver", "approver")
+        page.goto(f"{CONF_LIST}{confirmation.pk}/change/")
+        expect(page.get_by_test_id("validity")).to_have_text(
+            "Would fail now: The source account cannot cover this amount.")
+        expect(page.get_by_test_id("summary")).to_contain_text("(balance 5.00 EUR)")
+        expect(page.get_by_test_id("requested-summary")).to_contain_text(SENTENCE)
+        fits(page, f"request that would fail now, {scheme}")
+        shoot(page, f"console-request-fails-now-1280{'-dark' if scheme == 'dark' else ''}.png")
+    finally:
+        page.context.close()
+
+
 def incident(kind: str = "unknown") -> Operation:
     call_command("demo_incident", kind, stdout=StringIO())
     return Operation.objects.order_by("-created_at").first()  # type: ignore[return-value]
@@ -233,7 +257,7 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
     fits(page, "operations")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     fits(page, "operation")
-    expect(page.get_by_test_id("summary")).to_contain_text("Pay 12.50 from agent's Checking")
+    expect(page.get_by_test_id("summary")).to_contain_text("Pay 12.50 EUR from agent's Checking")
     expect(page.get_by_test_id("failure")).to_have_text("ConnectionResetError")
     expect(page.get_by_test_id("effect-warning")).to_contain_text("transferred")
     expect(page.get_by_test_id("timeline")).to_contain_text("Journal: entry")

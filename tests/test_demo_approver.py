@@ -86,7 +86,7 @@ def test_the_demo_approver_sees_the_queue_and_the_request_and_decides_it(agent: 
 
     queue = client.get(CONF_LIST)
     assert queue.status_code == 200
-    assert "Pay 12.50 from agent&#x27;s Checking" in queue.content.decode()
+    assert "Pay 12.50 EUR from agent&#x27;s Checking" in queue.content.decode()
     url = f"{CONF_LIST}{first.pk}/change/"
     page = client.get(url).content.decode()
     assert 'data-testid="summary"' in page and "Approve" in page and "Decline" in page

@@ -397,7 +397,8 @@ def test_owner_consent_over_mrtr_page_and_retry(
     shown = own.get(page)
     assert shown.status_code == 200
     text = shown.content.decode()
-    assert "Orders the items for you." in text and "Quantity" in text and "Operation" in text
+    assert "Orders the items for you." in text and "Quantity" in text
+    assert 'data-testid="field-operationId"' not in text  # the agent's key, not the user's
     # The request reads as the approver's page presents it: the tool's one-line summary.
     assert "Order 3 items from the supplier" in text
     assert own.post(page, {"decision": "approve"}).status_code == 403
@@ -482,7 +483,8 @@ def test_the_demos_move_between_my_accounts_asks_its_owner_over_rest_and_mcp(
     name = "move_between_my_accounts"
     body = {"operationId": key(), "sourceId": checking.pk, "receiverId": savings.pk,
             "amount": "50.00"}
-    sentence = "Move 50.00 from your Checking (balance 1,000.00) to your Savings (balance 250.00)"
+    sentence = ("Move 50.00 EUR from your Checking (balance 1,000.00 EUR) to your Savings"
+                " (balance 250.00 EUR)")
     # REST: the 202 names the consent page; the retry after the user approved runs it once.
     asked = agent.post(f"/agent/tools/{name}/", body, format="json")
     assert asked.status_code == 202, asked.content
@@ -497,7 +499,7 @@ def test_the_demos_move_between_my_accounts_asks_its_owner_over_rest_and_mcp(
     elicited = call(agent, name, arguments, url_elicitation=True)
     assert elicited["resultType"] == "input_required"
     url = elicited["inputRequests"][gt_mcp.CONSENT_REQUEST]["params"]["url"]
-    _approve_on_the_page(alice, url, "Move 25.00 from your Checking (balance 950.00)")
+    _approve_on_the_page(alice, url, "Move 25.00 EUR from your Checking (balance 950.00 EUR)")
     retried = result(send(agent, "tools/call", {
         "name": name, "arguments": arguments,
         "inputResponses": {gt_mcp.CONSENT_REQUEST: {"action": "accept"}}}, url_elicitation=True))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -179,12 +180,30 @@ def test_the_demos_owner_tool_signs_the_user_in_then_asks_them(
     page.get_by_role("button", name="Log in").click()
     expect(page).to_have_url(url)
     expect(page.locator("body")).to_contain_text(
-        "Move 50.00 from your Checking (balance 1,000.00) to your Savings (balance 250.00)")
+        "Move 50.00 EUR from your Checking (balance 1,000.00 EUR) to your Savings"
+        " (balance 250.00 EUR)")
     expect(page.locator("th", has_text="From account")).to_be_visible()
+    # Issue 28 item 13: who asks, until when (with its zone), and no agent's bookkeeping.
+    who = "An agent using your API token"
+    expect(page.get_by_test_id("subject")).to_have_text(
+        f"{who} asks to run “Move between my accounts” for you")
+    expect(page.get_by_test_id("who-asks")).to_have_text(who)
+    expect(page.get_by_test_id("deadline")).to_contain_text(re.compile(
+        r"You can decide until \d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC"))
+    expect(page.get_by_test_id("field-amount")).to_have_text("50.00 EUR")
+    expect(page.locator("body")).not_to_contain_text(arguments["operationId"])
+    expect(page.locator("body")).not_to_contain_text("sourceId")
+    expect(page.locator("body")).not_to_contain_text("lapses in")
     page.get_by_test_id("step-up").fill("agent")  # the user types their password again
-    screenshot(page, f"consent-move-1280{'-dark' if scheme == 'dark' else ''}.png")
+    dark = "-dark" if scheme == "dark" else ""
+    screenshot(page, f"consent-move-1280{dark}.png")
     page.get_by_role("button", name="Approve").click()
-    expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
+    expect(page.get_by_test_id("status")).to_contain_text("You approved this request (agent, ")
+    expect(page.get_by_test_id("subject")).to_have_text("You approved “Move between my accounts”")
+    expect(page.get_by_test_id("next-step")).to_contain_text("when your agent asks again, it"
+                                                             " runs once")
+    expect(page.get_by_test_id("deadline")).to_have_count(0)
+    screenshot(page, f"consent-move-approved-1280{dark}.png")
 
     done = agent.send("tools/call", {"name": "move_between_my_accounts",
                                      "arguments": arguments})

@@ -24,6 +24,7 @@ from django.core.exceptions import ValidationError
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.http.response import HttpResponseBase
 from django.shortcuts import render
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -116,14 +117,60 @@ def present_request(confirmation: Confirmation, user: Any = None) -> dict[str, A
     definition = registry.find(confirmation.tool)
     presented = present(confirmation, confirmation.input, user)
     count = len(confirmation.input) if isinstance(confirmation.input, dict) else 1
+    # The idempotency key is the agent's bookkeeping, not part of what the user decides.
+    key_field = definition.key_field if definition else None
     return {
         "title": definition.annotations["title"] if definition else confirmation.tool,
         "tool": confirmation.tool,
         "description": definition.description if definition else "",
         "summary": presented.summary,
-        "fields": presented.fields,
+        "fields": [f for f in presented.fields if f.name != key_field],
         "not_shown": max(0, count - min(count, FIELDS_SHOWN)),
     }
+
+
+def who_asks(confirmation: Confirmation) -> str:
+    """Who asks, as the user knows them: the OAuth application they authorized, an agent
+    with their API token, or a program in their signed-in session
+    (``Confirmation.credential``, re-checked by :func:`confirmations.live_credential`)."""
+    reference = confirmation.credential
+    if not reference:
+        return _("a program using your signed-in session")
+    if reference.startswith(confirmations.DRF_TOKEN):
+        return _("an agent using your API token")
+    try:
+        token = confirmations.live_credential(confirmation)
+    except confirmations.CredentialRevoked:
+        return _("an application whose access you have since revoked")
+    name = getattr(getattr(token, "application", None), "name", "")
+    if name:
+        return _("%(name)s, an application you authorized") % {"name": name}
+    return _("an application you authorized")
+
+
+def lapsed(confirmation: Confirmation) -> bool:
+    """Whether nobody decided in time (expired, or pending past its deadline)."""
+    return confirmation.status == ConfirmationStatus.EXPIRED or (
+        confirmation.status == ConfirmationStatus.PENDING
+        and confirmation.expires_at <= timezone.now())
+
+
+def decision_text(confirmation: Confirmation) -> str:
+    """What happens next, once the request is decided (or lapsed)."""
+    status = confirmation.status
+    if status == ConfirmationStatus.APPROVED:
+        if confirmations.runs_when_approved(confirmation):
+            return _("It runs now; your agent gets its result when it asks again.")
+        return _("Nothing has run yet: when your agent asks again, it runs once.")
+    if status == ConfirmationStatus.CONSUMED:
+        return _("It has run once, as you approved; it will not run again.")
+    if status == ConfirmationStatus.DECLINED:
+        return _("Nothing ran, and nothing will: your agent is told you declined.")
+    if status == ConfirmationStatus.WITHDRAWN:
+        return _("It was withdrawn before anyone decided, so nothing ran.")
+    if lapsed(confirmation):
+        return _("Nobody decided in time, so nothing ran; your agent has to ask again.")
+    return ""
 
 
 @method_decorator(xframe_options_deny, name="dispatch")
@@ -166,6 +213,9 @@ class ConsentView(View):
         return render(request, self.template_name, {
             "confirmation": confirmation,
             "request_shown": present_request(confirmation, request.user),
+            "who_asks": who_asks(confirmation),
+            "next_step": "" if context["open"] else decision_text(confirmation),
+            "lapsed": lapsed(confirmation),
             "step_up": step_up().render(request, confirmation) if context["open"] else "",
             **context,
         }, status=status)

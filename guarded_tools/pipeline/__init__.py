@@ -168,6 +168,14 @@ class Pipeline(FailureHandling):
         the authorization its replay would face, with the call's stored input."""
         self.walk("on_read", Call(inv, self.observe(silent=True)))
 
+    def check_preconditions(self, inv: Invocation) -> None:
+        """The tool's business preconditions now, as the confirmation stage checks them
+        before anyone is asked (the console's "is it still valid?"): the tool's
+        ``ToolError`` when the call would fail, else nothing. Nothing is claimed or run."""
+        from guarded_tools.pipeline.stages.confirmation import ConfirmationStage
+
+        ConfirmationStage(self).check_preconditions(Call(inv, self.observe(silent=True)))
+
     def resume(self, inv: Invocation, claim: Claim, handle: OperationHandle) -> GuardResult | None:
         """Decide a call recovery took over: ask ``recover``, never run the handler.
 

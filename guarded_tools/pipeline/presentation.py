@@ -49,6 +49,8 @@ class Field:
     #: Whether the tool's ``present`` hook gave this text (an object resolved) rather
     #: than the raw value: a page that shows the raw input too shows only these here.
     resolved: bool = False
+    #: The currency or unit the hook gave for the value ("EUR", "kg"), already in ``text``.
+    unit: str = ""
 
 
 @dataclass(frozen=True)
@@ -125,6 +127,22 @@ def _summary(definition: Tool | None, input: Mapping[str, Any], user: Any,
     return f"{title}: {parts}" if parts else str(title)
 
 
+def _given(shown: Any, value: Any) -> tuple[str, str, str]:
+    """What a ``present`` hook gave for one field: text, link and unit.
+
+    A text; a ``(text, url)`` pair; or a mapping with any of ``"text"``, ``"url"`` and
+    ``"unit"`` (the value's currency or unit: ``{"unit": "EUR"}`` alone keeps the value
+    and reads "12.50 EUR").
+    """
+    if isinstance(shown, tuple) and len(shown) == 2:
+        return str(shown[0]), str(shown[1] or ""), ""
+    if isinstance(shown, Mapping):
+        unit = _bounded(str(shown.get("unit") or ""), 20)
+        return (str(shown["text"]) if "text" in shown else plain(value),
+                str(shown.get("url") or ""), unit)
+    return (str(shown) if shown is not None else plain(value)), "", ""
+
+
 def present_request(subject: Any, input: Any, user: Any = None, *,
                     hooks: bool = True) -> Presentation:
     """``input`` of ``subject`` (a tool, its name, or a confirmation or operation row)
@@ -147,11 +165,11 @@ def present_request(subject: Any, input: Any, user: Any = None, *,
         spec = props.get(name)
         spec = spec if isinstance(spec, Mapping) else {}
         shown = given.get(name)
-        text, url = (shown if isinstance(shown, tuple) and len(shown) == 2
-                     else (shown, "") if shown is not None else (plain(data[name]), ""))
+        text, url, unit = _given(shown, data[name])
         fields.append(Field(name=name, title=str(spec.get("title") or name),
-                            text=_bounded(str(text), FIELD_MAX_CHARS), url=safe_link(url),
-                            resolved=shown is not None))
+                            text=_bounded(f"{text} {unit}" if unit else str(text),
+                                          FIELD_MAX_CHARS),
+                            url=safe_link(url), resolved=shown is not None, unit=unit))
     frozen = tuple(fields)
     summary = _summary(definition, data, user, presented, frozen, hooks)
     return Presentation(summary=_bounded(summary, SUMMARY_MAX_CHARS), fields=frozen)

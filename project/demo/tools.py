@@ -318,8 +318,12 @@ def verify_payment(*, input: dict[str, Any], output: Any, scope: str, **_: Any) 
     ).exists()
 
 
+#: The demo's accounts hold euros: every amount a person reads carries it.
+CURRENCY = "EUR"
+
+
 def _money(amount: Decimal) -> str:
-    return f"{amount:,.2f}"
+    return f"{amount:,.2f} {CURRENCY}"
 
 
 def _account_text(account: Account | None, *, balance: bool = False) -> str:
@@ -350,9 +354,10 @@ def present_payment(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, 
     source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
     amount = input.get("amount", "?")
     return {
-        "summary": f"Pay {amount} from {_account_text(source, balance=True)}"
+        "summary": f"Pay {amount} {CURRENCY} from {_account_text(source, balance=True)}"
                    f" to {_account_text(receiver)}",
         "fields": {
+            "amount": {"unit": CURRENCY},
             "sourceId": (_account_text(source, balance=True), _account_url(source, user)),
             "receiverId": (_account_text(receiver), _account_url(receiver, user)),
         },
@@ -499,9 +504,10 @@ def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any
         [i for i in ids if isinstance(i, int)])
     source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
     return {
-        "summary": f"Move {input.get('amount', '?')} from {_own_account_text(source, user)}"
-                   f" to {_own_account_text(receiver, user)}",
+        "summary": f"Move {input.get('amount', '?')} {CURRENCY} from"
+                   f" {_own_account_text(source, user)} to {_own_account_text(receiver, user)}",
         "fields": {
+            "amount": {"unit": CURRENCY},
             "sourceId": (_own_account_text(source, user), _account_url(source, user)),
             "receiverId": (_own_account_text(receiver, user), _account_url(receiver, user)),
         },

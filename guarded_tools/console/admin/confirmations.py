@@ -32,6 +32,7 @@ from guarded_tools.console.admin.rendering import (
     json_download,
 )
 from guarded_tools.console.formatting import age, when
+from guarded_tools.console.validity import check_now
 from guarded_tools.models import (
     Confirmation,
     ConfirmationStatus,
@@ -292,6 +293,8 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "recent_calls": recent,
                 "may_view_operations": may_view_operations,
                 "open": open_,
+                # Is it still valid? The tool's precheck, run now, beside the summary.
+                "validity": check_now(confirmation) if open_ else None,
                 "tool_description": definition.description if definition else "",
                 "input_rows": rows,
                 "input_fields_not_shown": not_shown,
