@@ -45,8 +45,8 @@ from guarded_tools.pipeline.presentation import requested_summary, summarize
 from guarded_tools.store import db_now_plus, fingerprint, user_row
 
 if TYPE_CHECKING:
+    from guarded_tools.core.call import Invocation
     from guarded_tools.core.definition import Tool
-    from guarded_tools.pipeline import Invocation
 
 APPROVE_PERMISSION = "guarded_tools.approve_confirmation"
 #: The URL name of the console's consent page (a `confirm="owner"` request links to it).
