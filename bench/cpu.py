@@ -89,10 +89,12 @@ def database_server_pid(url: str) -> int | None:
 
         with psycopg.connect(url, connect_timeout=5) as connection:
             backend = connection.execute("SELECT pg_backend_pid()").fetchone()
-            # Read while the backend lives: once the connection closes it exits.
-            stat = (PROC / str(backend[0]) / "stat").read_text() if backend else ""
-    except OSError:
-        return None  # not on this machine
     except Exception:  # no figures rather than no benchmark
         return None
-    return int(stat.rsplit(")", 1)[1].split()[1]) if stat else None
+    if backend is None:
+        return None
+    try:
+        stat = (PROC / str(backend[0]) / "stat").read_text()
+    except OSError:
+        return None  # not on this machine
+    return int(stat.rsplit(")", 1)[1].split()[1])
