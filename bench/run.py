@@ -126,10 +126,10 @@ class Procs:
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
-    def start(self, args: list[str], env: dict[str, str],
-              log_path: Path) -> subprocess.Popen[bytes]:
+    def start(self, args: list[str], env: dict[str, str], log_path: Path,
+              cwd: Path = ROOT) -> subprocess.Popen[bytes]:
         out = log_path.open("wb")
-        proc = subprocess.Popen(args, env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(args, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         self.procs.append(proc)
         return proc
@@ -582,6 +582,9 @@ def main() -> int:
     parser.add_argument("--recovery-ops", type=int, default=10_000)
     parser.add_argument("--recovery-rounds", type=int, default=3)
     parser.add_argument("--admin-rows", type=int, default=1_000_000)
+    parser.add_argument("--against", metavar="REF",
+                        help="only A, B, C, D, R of this checkout and of REF's (a temporary git"
+                        " worktree) side by side in the same rounds (bench/sidebyside.py)")
     parser.add_argument("--no-chart", action="store_true")
     parser.add_argument("--keep-db", action="store_true",
                         help="keep bench-results/work (the SQLite database) after the run")
@@ -591,7 +594,13 @@ def main() -> int:
                         help="print the figures of an earlier run as Markdown tables, and stop")
     args = parser.parse_args()
     if args.markdown:
-        print(markdown(json.loads(args.markdown.read_text())))
+        earlier = json.loads(args.markdown.read_text())
+        if earlier["meta"].get("against"):
+            from bench import sidebyside
+
+            print(sidebyside.table(earlier))
+        else:
+            print(markdown(earlier))
         return 0
     if args.quick:
         args.rounds, args.duration = 1, 3.0
@@ -625,7 +634,6 @@ def main() -> int:
         log("run.py: no DATABASE_URL: PostgreSQL skipped (scripts/bench.sh starts one)")
         dbs.remove("postgresql")
 
-    procs = Procs()
     results: dict[str, Any] = {
         "meta": {"started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "argv": sys.argv[1:],
                  "rounds": args.rounds, "duration_s": args.duration,
@@ -634,6 +642,9 @@ def main() -> int:
                  "load_average_start": load_average(), **versions(base_env)},
         "databases": {},
     }
+    if args.against:
+        return side_by_side(args, base_env, dbs, results)
+    procs = Procs()
     try:
         stub_port = free_port()
         stub_url = f"http://127.0.0.1:{stub_port}/"
@@ -690,6 +701,26 @@ def main() -> int:
     if not args.no_chart and any(d.get("http") for d in results["databases"].values()):
         chart(results, CHART)
         print(f"\nchart: {CHART.relative_to(ROOT)}")
+    print(f"results: {args.out}  ({results['meta']['seconds']:.0f} s)")
+    return 0
+
+
+def side_by_side(args: argparse.Namespace, base_env: dict[str, str], dbs: list[str],
+                 results: dict[str, Any]) -> int:
+    """``--against REF``: bench/sidebyside.py's run; its tables, and the JSON in ``--out``."""
+    from bench import sidebyside  # imports this module as bench.run: no cycle at load
+
+    started = time.monotonic()
+    RESULTS.mkdir(exist_ok=True)
+    try:
+        sidebyside.against(args, base_env, dbs, results)
+    finally:
+        shutil.rmtree(RESULTS / "work", ignore_errors=True)
+    results["meta"]["load_average_end"] = load_average()
+    results["meta"]["seconds"] = round(time.monotonic() - started, 1)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2))
+    print(sidebyside.table(results))
     print(f"results: {args.out}  ({results['meta']['seconds']:.0f} s)")
     return 0
 

@@ -3,6 +3,8 @@
 # FastMCP for the peer table among them; never the tests' .venv), a throwaway PostgreSQL, then bench/run.py.
 # `scripts/bench.sh profile [ARGS]` runs bench/profile.py's stage table instead (`make profile`).
 # Args go to bench/run.py (`make bench` passes none; `scripts/bench.sh --quick` is a one-round smoke run).
+# `scripts/bench.sh --against REF` measures this checkout and REF's (a temporary git worktree) side by side
+# in the same rounds (bench/sidebyside.py; issue 26).
 # Env: DATABASE_URL=... benchmarks that PostgreSQL instead of a throwaway cluster (its database is written to).
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
