@@ -87,4 +87,3 @@ def _discover(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
         "ttlMs": DISCOVER_TTL_MS,
         "cacheScope": "public",
     }
-

@@ -123,5 +123,3 @@ def param_header_problem(
         if text is None or not _same_value(kind, value, text):
             return f"The {name} header does not match its argument."
     return None
-
-

@@ -152,5 +152,3 @@ def accepts_url_elicitation(ex: Exchange, params: dict[str, Any]) -> bool:
     elicitation = _client_capabilities(params).get("elicitation")
     return ex.modern and isinstance(elicitation, dict) and isinstance(elicitation.get("url"),
                                                                       dict)
-
-

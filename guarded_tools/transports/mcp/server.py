@@ -279,4 +279,3 @@ class McpView(GuardedAPIView):
     def post(self, request: Request) -> HttpResponse:
         _require_caller(request)
         return serve(request, self.request_body(request))
-
