@@ -326,3 +326,4 @@ def _operation_of(tool: str, inv: Any) -> bool:
     return Operation.objects.using(router.db_for_write(Operation)).filter(
         tool=tool, scope=inv.scope, key=inv.key or "").exclude(
         state=OperationState.RELEASED).exists()
+
