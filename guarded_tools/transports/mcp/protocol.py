@@ -1,0 +1,154 @@
+"""Provides the MCP wire basics: versions, JSON-RPC error codes, meta keys, the framing."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.http import HttpResponse
+from rest_framework.request import Request
+from rest_framework.utils.encoders import JSONEncoder
+
+from guarded_tools.core.repair import Audience
+from guarded_tools.transports.mcp import tasks as tasks_ext
+
+#: Who reads an error that is about no tool (the transport's own refusals, an unknown tool).
+NO_TOOL = Audience(transport="mcp", tool=False)
+
+# -- protocol constants ---------------------------------------------------------------------
+MODERN_VERSIONS: tuple[str, ...] = ("2026-07-28",)
+HANDSHAKE_VERSIONS: tuple[str, ...] = ("2025-11-25", "2025-06-18", "2025-03-26")
+SUPPORTED_VERSIONS: tuple[str, ...] = (*MODERN_VERSIONS, *HANDSHAKE_VERSIONS)
+BATCH_VERSION = "2025-03-26"  # the only supported revision whose servers must accept batches
+MAX_BATCH = 20
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+HEADER_MISMATCH = -32020
+MISSING_CAPABILITY = -32021
+UNSUPPORTED_VERSION = -32022
+# Application-defined (outside the JSON-RPC reserved range): the site refused the
+# request before any method ran — authentication, permission, origin, throttle.
+# ``error.data.code`` names which.
+REQUEST_REFUSED = -31000
+# A task's call ended in a decision the guard owns (declined, expired, outcome unknown):
+# the task is ``failed`` with this error; ``error.data`` is the structured error.
+TASK_CALL_FAILED = -31001
+# ``tasks/cancel`` after the call started, or after the task ended; the message says which.
+TASK_NOT_CANCELLABLE = -31002
+
+VERSION_META = "io.modelcontextprotocol/protocolVersion"
+CAPABILITIES_META = "io.modelcontextprotocol/clientCapabilities"
+SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
+META_PREFIX = "io.github.guarded-tools"
+OPERATION_META = f"{META_PREFIX}/operation"
+ERROR_META = f"{META_PREFIX}/error"
+
+TASK_META = f"{META_PREFIX}/mayAnswerWithTask"
+
+
+_MODERN_STATUS = {
+    PARSE_ERROR: 400,
+    INVALID_REQUEST: 400,
+    INVALID_PARAMS: 400,
+    HEADER_MISMATCH: 400,
+    UNSUPPORTED_VERSION: 400,
+    METHOD_NOT_FOUND: 404,
+}
+# Handshake-era errors about a method travel in a 200 body: a 404 there means
+# "session terminated" to some clients.
+_HANDSHAKE_STATUS = {PARSE_ERROR: 400, INVALID_REQUEST: 400, UNSUPPORTED_VERSION: 400}
+
+
+class RpcError(Exception):
+    """A JSON-RPC error for the current message."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """One POST: the DRF request, the protocol version it speaks and its era.
+
+    ``wait_until`` (read on ``clock``, the view's ``time.monotonic``) ends the POST's
+    ``Prefer: wait``: the bound is for the request, shared by every call of a batch, not
+    granted to each of them.
+    """
+
+    request: Request
+    version: str
+    modern: bool
+    wait_until: float = 0.0
+    #: The clock ``wait_until`` was read on (the view's), so both ends of the bound agree.
+    clock: Callable[[], float] = time.monotonic
+
+    def wait_left(self) -> float:
+        """What is left of the request's ``Prefer: wait`` for the next call to use."""
+        return max(self.wait_until - self.clock(), 0.0)
+
+
+# -- JSON-RPC framing -----------------------------------------------------------------------
+def _json(payload: Any, status: int = 200) -> HttpResponse:
+    body = json.dumps(payload, cls=JSONEncoder, ensure_ascii=False)
+    return HttpResponse(body.encode("utf-8"), status=status, content_type="application/json")
+
+
+def _error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if data is not None:
+        error["data"] = data
+    return {"jsonrpc": "2.0", "id": rid, "error": error}
+
+
+def _is_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def _id_of(message: Any) -> Any:
+    rid = message.get("id") if isinstance(message, dict) else None
+    return rid if _is_id(rid) else None
+
+
+def _status(ex: Exchange, reply: dict[str, Any]) -> int:
+    if "error" not in reply:
+        return 200
+    table = _MODERN_STATUS if ex.modern else _HANDSHAKE_STATUS
+    return table.get(reply["error"]["code"], 200)
+
+
+def _respond(ex: Exchange, reply: dict[str, Any] | None) -> HttpResponse:
+    """202 with no body for an accepted notification, else the reply with its status."""
+    if reply is None:
+        return HttpResponse(status=202)
+    return _json(reply, status=_status(ex, reply))
+
+
+
+def _client_capabilities(params: dict[str, Any]) -> dict[str, Any]:
+    meta = params.get("_meta")
+    caps = meta.get(CAPABILITIES_META) if isinstance(meta, dict) else None
+    return caps if isinstance(caps, dict) else {}
+
+
+def declares_tasks(ex: Exchange, params: dict[str, Any]) -> bool:
+    """The request declares the Tasks extension (only 2026-07-28 defines it)."""
+    extensions = _client_capabilities(params).get("extensions")
+    return ex.modern and isinstance(extensions, dict) and isinstance(
+        extensions.get(tasks_ext.EXTENSION), dict)
+
+
+def accepts_url_elicitation(ex: Exchange, params: dict[str, Any]) -> bool:
+    """The request declares URL-mode elicitation, which an ``inputRequests`` may then use."""
+    elicitation = _client_capabilities(params).get("elicitation")
+    return ex.modern and isinstance(elicitation, dict) and isinstance(elicitation.get("url"),
+                                                                      dict)

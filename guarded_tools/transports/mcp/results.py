@@ -1,0 +1,62 @@
+"""Provides the tool results of a call: its answer, or a guard error worded for MCP."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rest_framework.utils.encoders import JSONEncoder
+
+from guarded_tools.core.errors import GuardError
+from guarded_tools.core.repair import Audience
+from guarded_tools.pipeline import GuardResult
+from guarded_tools.tools.registry import Tool
+from guarded_tools.transports.mcp.protocol import ERROR_META, OPERATION_META
+
+
+def _text(text: str) -> dict[str, str]:
+    return {"type": "text", "text": text}
+
+
+def success_result(definition: Tool, result: GuardResult, *, modern: bool) -> dict[str, Any]:
+    output = result.answer()
+    data: dict[str, Any] = {
+        "content": [_text(json.dumps(output, cls=JSONEncoder, ensure_ascii=False))],
+        "isError": False,
+    }
+    # Up to 2025-11-25 structured content must be an object.
+    if isinstance(output, dict) or (modern and definition.output_schema is not None):
+        data["structuredContent"] = output
+    if result.operation is not None:
+        data["_meta"] = {OPERATION_META: result.operation}
+    return data
+
+
+def error_result(definition: Tool, error: GuardError, docs: str = "") -> dict[str, Any]:
+    """A guard error as a tool result: the portable message, and the structured error.
+
+    The structured error is always in ``_meta``; it is also ``structuredContent`` unless
+    the tool declares an output schema, because some clients validate an error
+    result's structured content against that schema and then hide the error. Both
+    are worded for an MCP caller of this tool.
+    """
+    audience = Audience(transport="mcp", keyed=definition.idempotent)
+    structured = error.as_dict(docs, audience)
+    retry_after = error.headers.get("Retry-After", "")
+    if retry_after.isdigit():
+        structured["retry_after"] = int(retry_after)
+    return error_result_from(definition, structured)
+
+
+def error_result_from(definition: Tool, structured: dict[str, Any]) -> dict[str, Any]:
+    """The tool result of a structured error (:func:`error_result`)."""
+    data: dict[str, Any] = {
+        "content": [_text(structured["message"])],
+        "isError": True,
+        "_meta": {ERROR_META: structured},
+    }
+    if definition.output_schema is None:
+        data["structuredContent"] = structured
+    if isinstance(structured.get("operation"), dict):
+        data["_meta"][OPERATION_META] = structured["operation"]
+    return data
