@@ -209,9 +209,9 @@ def test_one_key_eight_processes_executes_once(tool_name: str, subprocess_env: d
         for i in range(8)
     ]
     try:
-        wait_until(lambda: all((tmp_path / f"ready{i}").exists() for i in range(8)), timeout=60)
+        wait_until(lambda: all((tmp_path / f"ready{i}").exists() for i in range(8)), timeout=180)
         go.touch()
-        outputs = [p.communicate(timeout=60) for p in processes]
+        outputs = [p.communicate(timeout=180) for p in processes]
     finally:
         for p in processes:
             if p.poll() is None:
