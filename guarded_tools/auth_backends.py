@@ -29,8 +29,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth.backends import BaseBackend, ModelBackend
 from django.contrib.auth.models import Group, Permission
+from django.contrib.contenttypes.models import ContentType
 from django.db import connections, router
 
 
@@ -51,7 +53,7 @@ class _PermissionsInOneQuery(BaseBackend):
             return {f"{app_label}.{codename}" for app_label, codename in rows}
         pk = type(user_obj)._meta.pk.get_db_prep_value(user_obj.pk, connections[using])
         with connections[using].cursor() as cursor:
-            cursor.execute(_query(using, type(user_obj)), [pk, pk])
+            cursor.execute(_query(using, user_obj._meta.label), [pk, pk])
             return {f"{app_label}.{codename}" for app_label, codename in cursor.fetchall()}
 
 
@@ -62,20 +64,21 @@ def _column_to(through: Any, model: Any) -> str:
 
 
 @functools.lru_cache(maxsize=16)
-def _query(using: str, user_model: Any) -> str:
-    """The one query, for ``user_model`` on database ``using``: the permissions the user
-    holds directly or through a group, with their app labels."""
+def _query(using: str, user_label: str) -> str:
+    """The one query, for the user model ``user_label`` on database ``using``: the
+    permissions the user holds directly or through a group, with their app labels."""
     quote = connections[using].ops.quote_name
-    own = user_model._meta.get_field("user_permissions").remote_field.through
-    member = user_model._meta.get_field("groups").remote_field.through
-    granted = Group._meta.get_field("permissions").remote_field.through
+    user_model = apps.get_model(user_label)
+    own: Any = user_model._meta.get_field("user_permissions").remote_field.through
+    member: Any = user_model._meta.get_field("groups").remote_field.through
+    granted: Any = Group._meta.get_field("permissions").remote_field.through
     content_type = Permission._meta.get_field("content_type")
     table = {m: quote(m._meta.db_table) for m in (own, member, granted, Permission,
-                                                  content_type.related_model)}
+                                                  ContentType)}
     return (
-        f"SELECT ct.{quote('app_label')}, p.{quote('codename')}"
+        f"SELECT ct.{quote('app_label')}, p.{quote('codename')}"  # noqa: S608 - quoted names from _meta; values are parameters
         f" FROM {table[Permission]} p"
-        f" INNER JOIN {table[content_type.related_model]} ct"
+        f" INNER JOIN {table[ContentType]} ct"
         f" ON ct.{quote('id')} = p.{quote(content_type.column)}"
         f" WHERE p.{quote('id')} IN ("
         f"SELECT o.{quote(_column_to(own, Permission))} FROM {table[own]} o"
