@@ -521,8 +521,8 @@ class OperationEvent(models.Model):
     class Kind(models.TextChoices):
         CLAIMED = "claimed", _("Claimed")
         RECLAIMED = "reclaimed", _("Claimed again (a retry)")
-        JOURNAL = "journal", _("Journal write")
-        LATE_RESULT = "late_result", _("Late result kept")
+        JOURNAL = "journal", _("Journal: entry")
+        LATE_RESULT = "late_result", _("Journal: late result")
         JOURNAL_REMOVED = "journal_removed", _("Journal entries removed")
         SUCCEEDED = "succeeded", _("Succeeded")
         RELEASED = "released", _("Released (not run)")

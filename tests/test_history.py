@@ -78,7 +78,7 @@ def test_the_timeline_keeps_every_event_through_a_sweep_a_decision_and_a_retry(
     timeline = rows(page)
     assert [(what, attempt, who) for _when, what, attempt, who in timeline] == [
         ("Claimed", "1", "agent alice"),
-        ("Journal write", "1", "agent alice"),
+        ("Journal: entry", "1", "agent alice"),
         ("Abandoned (lease given up)", "1", "agent alice"),
         ("Taken over for recovery", "2", "sweep"),
         ("Outcome unknown", "2", "sweep"),
@@ -86,7 +86,7 @@ def test_the_timeline_keeps_every_event_through_a_sweep_a_decision_and_a_retry(
         ("Journal entries removed (1)", "2", "staffer"),
         ("Marked operation not executed", "2", "staffer"),
         ("Claimed again (a retry)", "3", "agent alice"),
-        ("Journal write", "3", "agent alice"),
+        ("Journal: entry", "3", "agent alice"),
         ("Succeeded", "3", "agent alice"),
     ], timeline
     # The time to the millisecond, with its zone; the rows within one second in their
