@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from io import StringIO
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ def test_the_timeline_in_chromium_keeps_every_event_in_order(
                       format="json").status_code == 500
     operation = Operation.objects.get(tool=definition.name)
     Operation.objects.filter(pk=operation.pk).update(lease_expires_at=None)
-    call_command("guarded_tools_sweep", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    call_command("guarded_tools_sweep", stdout=StringIO())
     user_factory("operator", is_staff=True, perms=(
         "guarded_tools.view_operation", "guarded_tools.reconcile_operation"))
     log_in(page, "operator", "pw")

@@ -11,8 +11,8 @@ from django.db import router, transaction
 
 from guarded_tools.core.errors import LeaseLost
 from guarded_tools.models import JournalEntry
-from guarded_tools.store.history import Kind
 from guarded_tools.store.base import Claim, OperationStore
+from guarded_tools.store.history import Kind
 
 
 class OperationHandle:
