@@ -38,6 +38,10 @@ DEFAULTS: dict[str, Any] = {
     # email's link to the request's admin page absolute ("https://ops.example.com").
     "CONFIRMATION_NOTIFY_EMAIL": True,
     "CONSOLE_BASE_URL": "",
+    # The operation page's link to a failure's logs or trace: a str.format template over
+    # {trace_id} (the caller's W3C trace, which the OpenTelemetry span continues) and
+    # {correlation_id}, e.g. "https://logs.example/trace/{trace_id}"; "" shows no link.
+    "CONSOLE_TRACE_URL": "",
     # The admin's lists and tiles count rows one by one up to this many; past it they
     # show PostgreSQL's estimate ("about 1,000,000") or, elsewhere, "more than 10,000".
     "CONSOLE_COUNT_EXACTLY_UP_TO": 10_000,

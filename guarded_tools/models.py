@@ -12,6 +12,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 
@@ -507,3 +508,48 @@ def record_in_admin_history(user: Any, obj: models.Model, message: str) -> None:
 
     LogEntry.objects.log_actions(user.pk, [obj], CHANGE, change_message=message[:2000],
                                  single_object=True)
+
+
+class OperationEvent(models.Model):
+    """One thing that happened to an operation, for its timeline: append-only.
+
+    Rows are only ever inserted (``guarded_tools.store.history.record``), never updated
+    or deleted (they go with their operation, by retention). The primary key is the
+    recording order: the timeline is ordered by it, whatever the clock says.
+    """
+
+    class Kind(models.TextChoices):
+        CLAIMED = "claimed", _("Claimed")
+        RECLAIMED = "reclaimed", _("Claimed again (a retry)")
+        JOURNAL = "journal", _("Journal: entry")
+        LATE_RESULT = "late_result", _("Journal: late result")
+        JOURNAL_REMOVED = "journal_removed", _("Journal entries removed")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        RELEASED = "released", _("Released (not run)")
+        ABANDONED = "abandoned", _("Abandoned (lease given up)")
+        OUTCOME_UNKNOWN = "outcome_unknown", _("Outcome unknown")
+        TAKEN_OVER = "taken_over", _("Taken over for recovery")
+        RECOVERED = "recovered", _("Recovery")
+        CONFIRMATION_APPROVED = "confirmation_approved", _("Approval granted")
+        CONFIRMATION_DECLINED = "confirmation_declined", _("Approval declined")
+        DECISION = "decision", _("Decision by a person")
+
+    id = models.BigAutoField(primary_key=True)
+    operation = models.ForeignKey(
+        Operation, verbose_name=_("operation"), on_delete=models.CASCADE,
+        related_name="events", db_index=False,  # gt_event_operation starts with it
+    )
+    at = models.DateTimeField(_("at"), default=timezone.now)
+    kind = models.CharField(_("kind"), max_length=32, choices=Kind.choices)
+    actor = models.CharField(_("who"), max_length=200, blank=True, default="")
+    fence = models.PositiveIntegerField(_("attempt"), null=True, blank=True)
+    details = models.JSONField(_("details"), encoder=DjangoJSONEncoder, default=dict)
+
+    class Meta:
+        verbose_name = _("operation event")
+        verbose_name_plural = _("operation events")
+        ordering = ["operation", "id"]
+        indexes = [models.Index(fields=["operation", "id"], name="gt_event_operation")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} #{self.pk}"

@@ -257,8 +257,12 @@ def test_only_unknown_operations_can_be_reconciled(user_factory: Any, unknown: O
 
 def test_operation_detail_shows_journal_and_late_results(user_factory: Any,
                                                          unknown: Operation) -> None:
-    unknown.journal.create(data={"upstream": "req-42"}, fence=1)
-    unknown.journal.create(kind="late_result", data={"output": {"late": 1}}, fence=1)
+    from guarded_tools.store import Claim, OperationStore
+
+    unknown.journal.create(data={"upstream": "req-42"}, fence=1)  # the live journal
+    # A late result as the store keeps it (issue 28: with its event, which the timeline
+    # reads; the timeline no longer rebuilds itself from journal rows).
+    OperationStore().record_late_result(Claim("fresh", unknown, fence=1), {"output": {"late": 1}})
     client = staff_client(user_factory, *RECONCILER)
     page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
     assert "req-42" in page and "late result" in page

@@ -112,20 +112,24 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
     counted = call(client, definition.name, body(), 200)
     assert len(counted.effect) == 1, counted
     assert Operation.objects.get(tool=definition.name).state == OperationState.SUCCEEDED
-    if not definition.atomic:  # claim (autocommit), effect, completion: no transaction
-        assert len(counted.writes_beyond_effect) == 2 and len(counted.data) == 3, counted
+    # Issue 28: one more INSERT per call, the operation's history (its claim and its
+    # outcome, batched in one statement with the completion's event), what the console's
+    # timeline reads.
+    if not definition.atomic:  # claim (autocommit), effect, completion, history
+        assert len(counted.writes_beyond_effect) == 3 and len(counted.data) == 4, counted
         assert counted.control == [], counted
     elif not in_one_transaction(definition):  # claim, then effect + completion together
-        assert len(counted.writes_beyond_effect) == 2 and len(counted.data) == 3, counted
+        assert len(counted.writes_beyond_effect) == 3 and len(counted.data) == 4, counted
         assert len(counted.control) == 2, counted  # BEGIN, COMMIT
-    else:  # the key's lock and a read, the effect, the operation's INSERT
-        assert len(counted.writes_beyond_effect) == 1, counted
+    else:  # the key's lock and a read, the effect, the operation's INSERT, its history
+        assert len(counted.writes_beyond_effect) == 2, counted
         reads = 2 if connection.vendor == "postgresql" else 1  # the lock, then the read
-        assert len(counted.data) == reads + 2, counted
+        assert len(counted.data) == reads + 3, counted
         if connection.vendor == "postgresql":
             # psycopg's BEGIN; the lock and the read in one round trip; the effect; the
-            # INSERT; Django's COMMIT (issue 26: the store sends no transaction statement).
-            assert len(counted.round_trips) == 5, counted
+            # INSERT; the history's INSERT; Django's COMMIT (issue 26: the store sends no
+            # transaction statement).
+            assert len(counted.round_trips) == 6, counted
             assert counted.round_trips[0] == "BEGIN", counted
             assert counted.round_trips[-1] == "COMMIT", counted
 
@@ -150,13 +154,15 @@ def test_a_fresh_call_is_four_round_trips_on_the_wire(make_tool: Any, client: An
                            format="json").status_code == 200
 
     sent = on_the_wire(run)
-    # psycopg's own BEGIN; the lock with the read; the effect; the INSERT; Django's
-    # COMMIT (issue 26: the store never ends the transaction Django opened).
-    assert len(sent) == 5, sent
+    # psycopg's own BEGIN; the lock with the read; the effect; the INSERT; the history's
+    # INSERT (issue 28); Django's COMMIT (issue 26: the store never ends the transaction
+    # Django opened).
+    assert len(sent) == 6, sent
     assert sent[0] == "BEGIN", sent
     assert sent[1].startswith("SELECT pg_try_advisory_xact_lock"), sent
     assert "auth_group" in sent[2] and sent[3].startswith("INSERT"), sent
-    assert sent[4] == "COMMIT", sent
+    assert "guarded_tools_operationevent" in sent[4], sent
+    assert sent[5] == "COMMIT", sent
     # The transaction ended; the driver is back to Django's autocommit.
     assert connection.connection.info.transaction_status.name == "IDLE"
     assert connection.connection.autocommit and connection.get_autocommit()
@@ -310,15 +316,17 @@ def test_a_journal_write_is_one_statement_on_postgresql(path: str, make_tool: An
     counted = call(client, definition.name, body(), 200)
     journal = [s for s in counted.data if "guarded_tools_journalentry" in s]
     assert len(journal) == 1, counted
+    # Issue 28: the history's INSERTs (one with the completion; on the claim-first path
+    # one more with the journal write, so that a crash after it keeps its event).
     if path == "atomic-one-transaction":
         # Kept in memory, inserted with the operation: no statement of its own.
-        assert len(counted.data) == (5 if connection.vendor == "postgresql" else 4), counted
+        assert len(counted.data) == (6 if connection.vendor == "postgresql" else 5), counted
         # PostgreSQL: the lock with the read, the operation with its journal (Django
         # sends its own COMMIT since issue 26: one round trip more than before).
         assert len(counted.round_trips) == (
             len(counted.sql) - 2 if connection.vendor == "postgresql" else len(counted.sql))
     elif connection.vendor == "postgresql":
         assert counted.control == ["BEGIN", "COMMIT"], counted
-        assert len(counted.data) == 4, counted
+        assert len(counted.data) == 6, counted
     else:  # the compare-and-set and the entry, in a savepoint of the effect's transaction
-        assert len(counted.data) == 5, counted
+        assert len(counted.data) == 7, counted

@@ -20,6 +20,8 @@ from django.utils.translation import gettext_lazy as _
 
 #: The one date format of the console's pages: to the second, with the time zone.
 TIME_FORMAT = "Y-m-d H:i:s T"
+#: A timeline's times: to the millisecond, with the zone.
+PRECISE_TIME_FORMAT = r"Y-m-d H:i:s.\M\M\M T"  # MMM: the milliseconds
 
 
 def when(value: datetime | None) -> str:
@@ -29,6 +31,16 @@ def when(value: datetime | None) -> str:
     if timezone.is_aware(value):
         value = timezone.localtime(value)
     return dateformat.format(value, TIME_FORMAT)
+
+
+def when_precisely(value: datetime | None) -> str:
+    """``value`` as ``when`` does, to the millisecond ("2026-12-01 18:30:05.123 UTC")."""
+    if value is None:
+        return "—"
+    if timezone.is_aware(value):
+        value = timezone.localtime(value)
+    millis = f"{value.microsecond // 1000:03d}"
+    return dateformat.format(value, PRECISE_TIME_FORMAT).replace("MMM", millis, 1)
 
 
 def age(value: timedelta | None) -> str:

@@ -90,6 +90,9 @@ class Tool:
     #: How a request reads to people: ``present(input=, user=)`` returns a mapping with
     #: an optional ``"summary"`` and ``"fields"`` ({name: text or (text, admin url)}).
     present: Callable[..., Any] | None = None
+    #: Where a journal entry's ``reference`` lives: ``evidence(reference=, operation=)``
+    #: returns ``(label, url)`` (url may be empty) for the operation's timeline.
+    evidence: Callable[..., Any] | None = None
     #: A one-line summary: a ``str.format`` template over the input fields, or
     #: ``summary(input=, user=)``; ``present``'s summary wins when it gives one.
     summary: str | Callable[..., str] | None = None

@@ -43,6 +43,7 @@ from guarded_tools.models import (
 )
 from guarded_tools.pipeline.presentation import requested_summary, summarize
 from guarded_tools.store import db_now_plus, fingerprint, user_row
+from guarded_tools.store.history import Kind, record
 
 if TYPE_CHECKING:
     from guarded_tools.core.call import Invocation
@@ -462,6 +463,9 @@ def _decide(
                   "summary": requested_summary(confirmation),
                   **({"verified_by": verified_by} if verified_by else {})},
         )
+        if confirmation.operation_id is not None:
+            record(confirmation.operation_id, Kind.CONFIRMATION_APPROVED if approved
+                   else Kind.CONFIRMATION_DECLINED, user, reason=reason or None)
         verb = "Approved" if approved else "Declined"
         if verified_by:  # how the person proved it was them, as the audit row says
             verb += f" (verified by {verified_by})"

@@ -7,6 +7,8 @@ Release (an empty journal or an atomic tool's rollback proves no effect), ask th
 
 from __future__ import annotations
 
+import logging
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from guarded_tools.core.cancellation import CancelSignal
@@ -21,6 +23,8 @@ from guarded_tools.core.errors import (
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline.stages.base import Call, principal_kwargs
 from guarded_tools.store import Claim, OperationHandle, OperationStore
+
+logger = logging.getLogger("guarded_tools")
 
 if TYPE_CHECKING:
     from guarded_tools.core.call import GuardResult, Invocation
@@ -61,10 +65,20 @@ class FailureHandling:
             self.release(call, claim)
             raise exc
         # Without a recover hook nobody can ever prove the outcome: a person decides.
-        self.store.mark_unknown(claim, evidence(exc, "no recover hook"))
-        raise OutcomeUnknownError(
-            extra={"operation": {**claim.operation.summary(), "status": "outcome_unknown"}}
-        ) from exc
+        raise self.unknown(claim, exc, "no recover hook", call.inv, {
+            **claim.operation.summary(), "status": "outcome_unknown"}) from exc
+
+    def unknown(self, claim: Claim, exc: BaseException | None, recover: str, inv: Invocation,
+                summary: dict[str, Any]) -> OutcomeUnknownError:
+        """Mark the outcome unknown, what failed on its event; the error the agent gets,
+        with the correlation id the event and the log carry."""
+        what = what_failed(exc, inv)
+        if exc is not None:
+            logger.error("outcome unknown %s: %s", what["correlation_id"], type(exc).__name__,
+                         exc_info=exc)
+        self.store.mark_unknown(claim, evidence(exc, recover), failure=what)
+        return OutcomeUnknownError(extra={"operation": summary,
+                                          "correlation_id": what["correlation_id"]})
 
     def run_recover(
         self,
@@ -87,8 +101,7 @@ class FailureHandling:
             call.events.emit("recovered", recovered=True)
             return self.finalize(call, claim, decision.get("output"), recovered=True)
         if decision.get("outcome") == "unknown":
-            self.store.mark_unknown(claim, evidence(exc, "outcome unknown"))
-            raise OutcomeUnknownError(extra={"operation": summary}) from exc
+            raise self.unknown(claim, exc, "outcome unknown", call.inv, summary) from exc
         # Asked after recover ran: it may have cleared the journal once it proved that
         # no effect happened.
         if self.proves_no_effect(claim):
@@ -117,10 +130,8 @@ class FailureHandling:
                 **principal_kwargs(self.tool.recover, inv),
             )
         except Exception as recovery_error:
-            self.store.mark_unknown(claim, evidence(exc, "recover raised "
-                                                    + type(recovery_error).__name__))
-            raise OutcomeUnknownError(
-                extra={"operation": claim.operation.summary()}) from recovery_error
+            raise self.unknown(claim, exc, "recover raised " + type(recovery_error).__name__,
+                               inv, claim.operation.summary()) from recovery_error
         return dict(decision or {})
 
     def proves_no_effect(self, claim: Claim) -> bool:
@@ -180,3 +191,38 @@ def evidence(exc: BaseException | None, recover: str) -> dict[str, Any]:
         data["failure"] = type(exc).__name__
     return data
 
+
+
+#: The most characters of an exception's message an operator's page shows.
+MESSAGE_LIMIT = 500
+
+
+def what_failed(exc: BaseException | None, inv: Invocation) -> dict[str, Any]:
+    """What failed, for the operation's history (never for the agent): the exception's
+    message, bounded, with every string of the input it quotes redacted (tools mark no
+    field secret: any input value may be one); a correlation id; the caller's trace id."""
+    message = str(exc)[:4 * MESSAGE_LIMIT] if exc is not None else ""
+    for value in sorted(_strings(inv.input), key=len, reverse=True):
+        message = message.replace(value, "[redacted]")
+    if len(message) > MESSAGE_LIMIT:
+        message = message[:MESSAGE_LIMIT - 1] + "…"
+    return {"message": message or None, "correlation_id": uuid.uuid4().hex,
+            "trace_id": trace_id(inv.trace)}
+
+
+def _strings(value: Any, depth: int = 0) -> list[str]:
+    if isinstance(value, str):
+        return [value] if len(value) >= 3 else []
+    if depth > 8:
+        return []
+    items = value.values() if isinstance(value, dict) else value \
+        if isinstance(value, (list, tuple)) else ()
+    return [s for item in items for s in _strings(item, depth + 1)]
+
+
+def trace_id(carrier: Any) -> str | None:
+    """The trace id of a W3C ``traceparent`` (the OpenTelemetry span continues it)."""
+    parts = str((carrier or {}).get("traceparent", "")).split("-")
+    if len(parts) == 4 and len(parts[1]) == 32 and parts[1] != "0" * 32:
+        return parts[1]
+    return None

@@ -27,11 +27,13 @@ from guarded_tools.models import (
     AuditEntry,
     JournalEntry,
     Operation,
+    OperationEvent,
     OperationState,
     record_in_admin_history,
 )
 from guarded_tools.store import JSON_ENCODER, storable_json
 from guarded_tools.store.counting import RowCount, count_up_to
+from guarded_tools.store.history import Kind, record
 from guarded_tools.tools.registry import registry
 
 RECONCILE_PERMISSION = "guarded_tools.reconcile_operation"
@@ -78,7 +80,12 @@ def _decide(
             # The person's decision replaces the journal's evidence: the next attempt
             # starts with an empty journal, which is what lets it be released again if it
             # fails before its effect. The entries stay, marked removed, for the record.
-            JournalEntry.objects.live(operation.pk).update(removed=True)
+            removed = JournalEntry.objects.live(operation.pk).update(removed=True)
+            if removed:
+                record(operation, Kind.JOURNAL_REMOVED, user, fence=fence, entries=removed,
+                       by=f"a person's decision ({AuditEntry.Action(action).label})")
+        record(operation, Kind.DECISION, user, fence=fence,
+               decision=str(AuditEntry.Action(action).label), note=note, state=changes["state"])
         AuditEntry.objects.create(
             actor=user,
             action=action,
@@ -225,67 +232,84 @@ def mark_failed(
 
 @dataclass(frozen=True)
 class Event:
-    """One thing that happened to an operation, for its timeline."""
+    """One thing that happened to an operation, for its timeline (an ``OperationEvent``)."""
 
     at: datetime
-    kind: str  # claim, journal, confirmation, decision, recovery, state
+    kind: str
     title: str
     detail: str = ""
     fence: int | None = None
-    actor: Any = None
+    actor: str = ""
     data: Any = None
-    link: Any = None  # the row it comes from (a confirmation, an audit entry)
+    failure: dict[str, Any] | None = None  # what failed: message, correlation id, trace link
+    evidence: tuple[str, str] | None = None  # where a journal entry's reference lives
 
 
-#: The most journal entries, audit rows and confirmations one timeline shows of each.
-TIMELINE_ROWS = 100
+#: The most events one timeline shows (the oldest first).
+TIMELINE_ROWS = 200
 
 
 def timeline(operation: Operation) -> list[Event]:
-    """Everything recorded about ``operation``, oldest first (ties in recording order).
+    """``operation``'s history as recorded (``OperationEvent``), in recording order.
 
-    The claim, each journal entry with the attempt (fence) that wrote it, confirmations
-    asked and decided, recoveries (by the sweep or a caller) and what ``recover``
-    answered, people's decisions, and the state it is in now with its stored evidence.
+    One query; each row kept forever: claims, attempts' journal writes and removals,
+    releases, abandonments, takeovers and recoveries, outcomes, approvals, decisions.
     """
-    from guarded_tools.models import Confirmation
+    definition = registry.find(operation.tool)
+    rows = OperationEvent.objects.filter(operation_id=operation.pk).order_by("id")
+    return [_event(row, operation, definition) for row in rows[:TIMELINE_ROWS]]
 
-    events = [Event(at=operation.created_at, kind="claim", title="Claimed",
-                    detail=f"by {operation.user or operation.scope}", fence=1)]
-    for entry in operation.journal.order_by("id")[:TIMELINE_ROWS]:
-        events.append(Event(
-            at=entry.created_at, kind="journal", fence=entry.fence, data=entry.data,
-            title=f"Journal: {entry.get_kind_display()}"
-                  + (" (removed by a decision)" if entry.removed else "")))
-    confirmations = Confirmation.objects.filter(operation_id=operation.pk).select_related(
-        "requested_by", "decided_by").order_by("created_at")[:TIMELINE_ROWS]
-    for confirmation in confirmations:
-        events.append(Event(at=confirmation.created_at, kind="confirmation",
-                            title="Approval requested", actor=confirmation.requester,
-                            detail=confirmation.summary, link=confirmation))
-    for row in operation.audit.select_related("actor", "confirmation").order_by("id")[
-            :TIMELINE_ROWS]:
-        data = row.data if isinstance(row.data, dict) else {}
-        if row.action == AuditEntry.Action.RECOVER:
-            title = f"Recovery by the {data.get('by', 'sweep')}: {data.get('outcome', '?')}"
-            kind = "recovery"
-        else:
-            title = AuditEntry.Action(row.action).label.capitalize()
-            kind = "decision"
-        events.append(Event(at=row.created_at, kind=kind, title=title, detail=row.note,
-                            fence=data.get("fence"), actor=row.actor, link=row))
-    error = operation.error if isinstance(operation.error, dict) else {}
-    if operation.state == OperationState.OUTCOME_UNKNOWN:
-        why = ", ".join(f"{k}: {error[k]}" for k in ("failure", "recover", "message", "reason")
-                        if error.get(k))
-        events.append(Event(at=operation.updated_at, kind="state", fence=operation.fence,
-                            title="Outcome unknown", detail=why))
-    elif operation.completed_at is not None:
-        events.append(Event(at=operation.completed_at, kind="state", fence=operation.fence,
-                            title=OperationState(operation.state).label.capitalize()))
-    order = {"claim": 0, "journal": 1, "confirmation": 1, "recovery": 2, "decision": 2,
-             "state": 3}
-    return sorted(events, key=lambda e: (e.at, order.get(e.kind, 2)))
+
+def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
+    details = row.details if isinstance(row.details, dict) else {}
+    title, detail, data = row.get_kind_display(), "", None
+    failure = evidence = None
+    if row.kind in (Kind.JOURNAL, Kind.LATE_RESULT):
+        data = details.get("data")
+        evidence = journal_evidence(data, operation, definition)
+    elif row.kind == Kind.JOURNAL_REMOVED:
+        title = f"Journal entries removed ({details.get('entries', '?')})"
+        detail = f"by {details.get('by', '?')}"
+    elif row.kind == Kind.RECOVERED:
+        title = f"Recovery by the {details.get('by', 'sweep')}: {details.get('outcome', '?')}"
+    elif row.kind == Kind.DECISION:
+        title = str(details.get("decision", title)).capitalize()
+        detail = str(details.get("note", ""))
+    elif row.kind in (Kind.CONFIRMATION_APPROVED, Kind.CONFIRMATION_DECLINED):
+        detail = str(details.get("reason", ""))
+    elif row.kind == Kind.OUTCOME_UNKNOWN:
+        detail = ", ".join(f"{k}: {details[k]}" for k in ("failure", "recover", "reason")
+                           if details.get(k))
+        failure = _failure(details)
+    return Event(at=row.at, kind=row.kind, title=title, detail=detail, fence=row.fence,
+                 actor=row.actor, data=data, failure=failure, evidence=evidence)
+
+
+def _failure(details: dict[str, Any]) -> dict[str, Any] | None:
+    """What failed, as the event keeps it, with the site's link to its trace."""
+    if not details.get("correlation_id"):
+        return None
+    trace_id = details.get("trace_id") or ""
+    template = str(gt_settings.CONSOLE_TRACE_URL or "")
+    url = template.format(trace_id=trace_id, correlation_id=details["correlation_id"]) \
+        if template and (trace_id or "{trace_id}" not in template) else ""
+    return {"message": details.get("message") or "", "correlation_id": details["correlation_id"],
+            "trace_id": trace_id, "url": url}
+
+
+def journal_evidence(data: Any, operation: Operation, definition: Any) -> tuple[str, str] | None:
+    """The tool's ``evidence`` hook's ``(label, url)`` for a journal entry's ``reference``."""
+    hook = getattr(definition, "evidence", None)
+    reference = data.get("reference") if isinstance(data, dict) else None
+    if hook is None or reference is None:
+        return None
+    try:
+        found = hook(reference=reference, operation=operation)
+    except Exception:  # the page shows the entry without it
+        return ("the tool could not say where this reference lives", "")
+    if isinstance(found, (tuple, list)) and found:
+        return (str(found[0]), str(found[1]) if len(found) > 1 and found[1] else "")
+    return (str(found), "") if found else None
 
 
 def effect_may_have_happened(operation: Operation) -> list[Any]:

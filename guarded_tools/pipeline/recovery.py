@@ -27,6 +27,7 @@ from guarded_tools.models import (
     record_in_admin_history,
 )
 from guarded_tools.store import Claim, OperationHandle, OperationStore
+from guarded_tools.store.history import Kind, actor_label, record
 from guarded_tools.store.replays import replays
 from guarded_tools.tools.registry import Tool, registry
 
@@ -90,9 +91,17 @@ def recover_claimed(
     (``"sweep"``, ``"caller"``, a caller's retry meeting the claim, or ``"operator"``,
     a person's "Recover now", whose ``actor`` the row names).
     """
+    claim.actor = actor_label(actor) if actor is not None else RECOVERERS.get(by, by)
+    store.history(claim, Kind.TAKEN_OVER, by=by)
     outcome = _recover_claimed(operation, claim, store, definition)
     _audit_recovery(claim, outcome, by, actor)
+    record(claim.operation, Kind.RECOVERED, claim.actor, fence=claim.fence, by=by,
+           outcome=outcome)
     return outcome
+
+
+#: Who recovered, as the timeline's WHO column names it.
+RECOVERERS = {"sweep": "sweep", "caller": "agent (a retry)", "operator": "operator"}
 
 
 def recover_now(operation: Operation, user: Any, *, store: OperationStore | None = None

@@ -9,7 +9,7 @@ transitions faster subclass it (``guarded_tools.store.backends``).
 from __future__ import annotations
 
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
@@ -19,6 +19,7 @@ from django.db.models.functions import Now
 
 from guarded_tools.core.errors import IdempotencyKeyReused
 from guarded_tools.models import JournalEntry, Operation, OperationState
+from guarded_tools.store.history import Kind, actor_label, event, record_all
 from guarded_tools.store.values import (
     COMPLETED,
     LOCK_CLASS,
@@ -53,6 +54,10 @@ class Claim:
     owner: str = ""
     fence: int = 0
     retry_after: int = 1
+    #: Who holds the claim, as the timeline names it (``agent <user>``, ``sweep``, a person).
+    actor: str = ""
+    #: Events of this claim not written yet: the claim's own, sent with the next one.
+    unrecorded: list[Any] = field(default_factory=list)
 
 
 def _database() -> str:
@@ -85,7 +90,8 @@ class OperationStore:
                 continue  # purged between our insert and read: try again
             operation, db_now = found
             if db_now is None:
-                return Claim("fresh", operation, owner=operation.owner, fence=operation.fence)
+                return self.claimed(Claim("fresh", operation, owner=operation.owner,
+                                          fence=operation.fence), user, Kind.CLAIMED)
             if operation.state == OperationState.RELEASED:
                 claim = self.reclaim(operation, fp, input, user, lease_seconds)
                 if claim is not None:
@@ -157,7 +163,21 @@ class OperationStore:
         if not updated:
             return None
         operation.refresh_from_db(using=_database())
-        return Claim("fresh", operation, owner=token, fence=operation.fence)
+        return self.claimed(Claim("fresh", operation, owner=token, fence=operation.fence),
+                            user, Kind.RECLAIMED)
+
+    @staticmethod
+    def claimed(claim: Claim, user: Any, kind: str) -> Claim:
+        """``claim`` with its own event, written with its next one (no statement of its own)."""
+        claim.actor = actor_label(user, agent=True)
+        claim.unrecorded.append(event(claim.operation, kind, claim.actor, fence=claim.fence))
+        return claim
+
+    def history(self, claim: Claim, kind: str, **details: Any) -> None:
+        """Record ``kind`` for ``claim``, after the claim's events not written yet."""
+        pending, claim.unrecorded = claim.unrecorded, []
+        record_all([*pending, event(claim.operation, kind, claim.actor, fence=claim.fence,
+                                    **details)])
 
     def takeover(self, operation: Operation, lease_seconds: int) -> Claim | None:
         """Take an abandoned claim (fence + 1, new owner); None if someone else did."""
@@ -225,7 +245,8 @@ class OperationStore:
         )
         if user is not None:
             operation.user = user
-        return Claim("fresh", operation, owner=operation.owner, fence=operation.fence)
+        return self.claimed(Claim("fresh", operation, owner=operation.owner,
+                                  fence=operation.fence), user, Kind.CLAIMED)
 
     def insert_completed(self, claim: Claim, output: Any, entries: list[Any]) -> None:
         """Insert a locked key's operation, already succeeded, with its journal.
@@ -245,6 +266,15 @@ class OperationStore:
                              removed=removed)
                 for data, removed in entries
             )
+        self.history_of_completed(claim, entries)
+
+    def history_of_completed(self, claim: Claim, entries: list[Any]) -> None:
+        """An atomic call's events, in one INSERT: claimed, each journal write, succeeded."""
+        pending, claim.unrecorded = claim.unrecorded, []
+        writes = [event(claim.operation, Kind.JOURNAL, claim.actor, fence=claim.fence,
+                        data=data, removed=removed or None) for data, removed in entries]
+        record_all([*pending, *writes,
+                    event(claim.operation, Kind.SUCCEEDED, claim.actor, fence=claim.fence)])
 
     # -- compare-and-set transitions ---------------------------------------------------
     def owned(self, claim: Claim) -> Any:
@@ -255,10 +285,17 @@ class OperationStore:
         )
 
     def complete(self, claim: Claim, output: Any, *, recovered: bool = False) -> bool:
-        return bool(self.owned(claim).update(
+        done = bool(self.owned(claim).update(
             state=OperationState.SUCCEEDED, output=output, error=None, recovered=recovered,
             owner="", lease_expires_at=None, completed_at=Now(), updated_at=Now(),
         ))
+        return self.recorded(done, claim, Kind.SUCCEEDED, recovered=recovered or None)
+
+    def recorded(self, done: bool, claim: Claim, kind: str, **details: Any) -> bool:
+        """``done``, with ``kind`` recorded when the transition happened."""
+        if done:
+            self.history(claim, kind, **details)
+        return done
 
     def write_journal(self, claim: Claim, data: Any) -> bool:
         """Add a journal entry if the claim is still ours (compare-and-set); False if not.
@@ -272,6 +309,7 @@ class OperationStore:
             JournalEntry.objects.using(router.db_for_write(JournalEntry)).create(
                 operation_id=claim.operation.pk, data=data, fence=claim.fence
             )
+            self.history(claim, Kind.JOURNAL, data=data)
         return True
 
     def touch(self, claim: Claim) -> bool:
@@ -279,20 +317,23 @@ class OperationStore:
         return bool(self.owned(claim).update(updated_at=Now()))
 
     def release(self, claim: Claim) -> bool:
-        return bool(self.owned(claim).update(
+        return self.recorded(bool(self.owned(claim).update(
             state=OperationState.RELEASED, owner="", lease_expires_at=None, updated_at=Now(),
-        ))
+        )), claim, Kind.RELEASED)
 
     def abandon(self, claim: Claim) -> bool:
-        return bool(self.owned(claim).update(
+        return self.recorded(bool(self.owned(claim).update(
             state=OperationState.ABANDONED, owner="", lease_expires_at=None, updated_at=Now(),
-        ))
+        )), claim, Kind.ABANDONED)
 
-    def mark_unknown(self, claim: Claim, error: dict[str, Any], output: Any = None) -> bool:
-        return bool(self.owned(claim).update(
+    def mark_unknown(self, claim: Claim, error: dict[str, Any], output: Any = None, *,
+                     failure: dict[str, Any] | None = None) -> bool:
+        """Outcome unknown; ``failure`` (what failed: message, correlation and trace ids)
+        goes to the event only, never to what agents are answered."""
+        return self.recorded(bool(self.owned(claim).update(
             state=OperationState.OUTCOME_UNKNOWN, error=error, output=output, owner="",
             lease_expires_at=None, updated_at=Now(),
-        ))
+        )), claim, Kind.OUTCOME_UNKNOWN, **{**error, **(failure or {})})
 
     def extend(self, claim: Claim, seconds: int) -> bool:
         return bool(
@@ -305,6 +346,7 @@ class OperationStore:
             operation_id=claim.operation.pk, kind=JournalEntry.Kind.LATE_RESULT,
             data=data, fence=claim.fence,
         )
+        self.history(claim, Kind.LATE_RESULT, data=data)
 
     def journal_empty(self, operation: Operation) -> bool:
         # Releasing a key on a replica's word could run an effect twice: the primary.

@@ -12,6 +12,7 @@ from django.db import router, transaction
 from guarded_tools.core.errors import LeaseLost
 from guarded_tools.models import JournalEntry
 from guarded_tools.store.base import Claim, OperationStore
+from guarded_tools.store.history import Kind
 
 
 class OperationHandle:
@@ -69,7 +70,10 @@ class OperationHandle:
         with transaction.atomic(using=router.db_for_write(JournalEntry)):
             if not self._store.touch(self._claim):
                 raise LeaseLost(self.id)
-            self._live().update(removed=True)
+            removed = self._live().update(removed=True)
+            if removed:
+                self._store.history(self._claim, Kind.JOURNAL_REMOVED, entries=removed,
+                                    by="the tool (its handler or recover hook)")
 
     # Async variants for ``async def`` handlers (the ORM work runs in a thread).
     async def aread(self) -> Any:

@@ -6,7 +6,7 @@ from typing import Any
 
 from django import template
 
-from guarded_tools.console.formatting import age, highlight_json, when
+from guarded_tools.console.formatting import age, highlight_json, when, when_precisely
 from guarded_tools.store.counting import in_words
 
 register = template.Library()
@@ -18,6 +18,7 @@ def json_value(value: Any) -> str:
 
 
 register.filter("gt_time", when)
+register.filter("gt_time_ms", when_precisely)
 register.filter("gt_age", age)
 register.filter("gt_json", json_value, is_safe=True)
 register.filter("gt_counted", in_words)

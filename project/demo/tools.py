@@ -310,6 +310,21 @@ def recover_payment(*, operation: Any, scope: str, **_: Any) -> dict[str, Any]:
     return {"recovered": False}
 
 
+def payment_evidence(*, reference: str, operation: Any, **_: Any) -> tuple[str, str]:
+    """Where a payment's journal reference lives: its ledger entry (with its admin page),
+    or the word that there is none (the operator's page shows it beside the entry)."""
+    from django.urls import NoReverseMatch, reverse
+
+    entry = LedgerEntry.objects.filter(scope=operation.scope, reference=reference).first()
+    if entry is None:
+        return ("no ledger entry with this reference", "")
+    try:
+        url = reverse("admin:demo_ledgerentry_change", args=[entry.pk])
+    except NoReverseMatch:
+        url = ""
+    return (f"ledger entry #{entry.pk}", url)
+
+
 def verify_payment(*, input: dict[str, Any], output: Any, scope: str, **_: Any) -> bool:
     """The payment answered is this principal's, for this operation, of this amount."""
     payment = output.get("paymentId") if isinstance(output, dict) else None
@@ -455,6 +470,9 @@ class SendPayment(GuardedTool):
     def recover(self, **kwargs: Any) -> dict[str, Any]:
         return recover_payment(**kwargs)
 
+    def evidence(self, **kwargs: Any) -> tuple[str, str]:
+        return payment_evidence(**kwargs)
+
     def verify(self, **kwargs: Any) -> bool:
         return verify_payment(**kwargs)
 
@@ -548,6 +566,9 @@ class MoveBetweenMyAccounts(GuardedTool):
 
     def recover(self, **kwargs: Any) -> dict[str, Any]:
         return recover_payment(**kwargs)
+
+    def evidence(self, **kwargs: Any) -> tuple[str, str]:
+        return payment_evidence(**kwargs)
 
     def verify(self, **kwargs: Any) -> bool:
         return verify_payment(**kwargs)

@@ -23,6 +23,7 @@ from django.db import connections, router
 
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.store.base import Claim, Found, Locked, OperationStore
+from guarded_tools.store.history import Kind
 from guarded_tools.store.values import LOCK_CLASS, key_hash, new_token
 
 NOW = "STATEMENT_TIMESTAMP()"
@@ -218,6 +219,7 @@ class PostgreSQLOperationStore(OperationStore):
             parts.append(self.journal_rows(claim, entries))
         self.send(parts)
         operation.state, operation.owner = OperationState.SUCCEEDED, ""
+        self.history_of_completed(claim, entries)
 
     def journal_rows(self, claim: Claim, entries: list[Any]) -> Part:
         """One INSERT of every entry an atomic tool's handler wrote (in order)."""
@@ -235,10 +237,11 @@ class PostgreSQLOperationStore(OperationStore):
 
     def complete(self, claim: Claim, output: Any, *, recovered: bool = False) -> bool:
         output_field = Operation._meta.get_field("output")
-        return self.update(self.statements.complete, [
+        done = self.update(self.statements.complete, [
             OperationState.SUCCEEDED.value, output_field.get_db_prep_save(output, self.connection),
             bool(recovered), "", *self.owned_params(claim),
         ])
+        return self.recorded(done, claim, Kind.SUCCEEDED, recovered=recovered or None)
 
     def touch(self, claim: Claim) -> bool:
         return self.update(self.statements.touch, self.owned_params(claim))
@@ -256,7 +259,7 @@ class PostgreSQLOperationStore(OperationStore):
             *self.owned_params(claim), JournalEntry.Kind.ENTRY.value,
             field.get_db_prep_save(data, self.connection), claim.fence, False,
         ])], rows=True)[0]
-        return bool(rows)
+        return self.recorded(bool(rows), claim, Kind.JOURNAL, data=data)
 
     def journal_empty(self, operation: Operation) -> bool:
         params: list[Any] = [operation.pk, JournalEntry.Kind.ENTRY.value, False]

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.pipeline import principal_scope
-from guarded_tools.store import fingerprint
+from guarded_tools.store import fingerprint, history
 from project.demo.models import Account, PaymentAuthorization
 
 #: What the pipeline stores when the handler died and recover could not read the ledger.
@@ -57,9 +57,17 @@ class Command(BaseCommand):
                 error=INCIDENT_ERROR if unknown else None,
             )
             phases = ["transferring", "transferred"] if unknown else ["transferring"]
+            agent_label = history.actor_label(agent, agent=True)
+            events = [history.event(operation, history.Kind.CLAIMED, agent_label, fence=1)]
             for phase in phases:
-                JournalEntry.objects.create(operation=operation, fence=1, data={
-                    "phase": phase, "reference": key})
+                data = {"phase": phase, "reference": key}
+                JournalEntry.objects.create(operation=operation, fence=1, data=data)
+                events.append(history.event(operation, history.Kind.JOURNAL, agent_label,
+                                            fence=1, data=data))
+            if unknown:  # the history as the pipeline writes it (the timeline reads it)
+                events.append(history.event(operation, history.Kind.OUTCOME_UNKNOWN, agent_label,
+                                            fence=1, **INCIDENT_ERROR))
+            history.record_all(events)
         url = reverse("admin:guarded_tools_operation_change", args=[operation.pk])
         what = ("Outcome unknown: decide it at" if unknown
                 else "Abandoned (lease expired): run `manage.py guarded_tools_sweep`, or look at")
