@@ -27,6 +27,7 @@ __all__ = [
     "live",
     "reference",
     "register",
+    "unregister",
 ]
 
 #: ``Confirmation.credential`` for a DRF token: a digest, never the token's key itself.
@@ -98,6 +99,11 @@ def register(kind: CredentialKind, *, first: bool = False) -> None:
     if any(type(known) is type(kind) for known in _kinds):
         return
     _kinds.insert(0 if first else len(_kinds), kind)
+
+
+def unregister(kind: CredentialKind) -> None:
+    """Remove the registered kind of ``kind``'s class, if there is one."""
+    _kinds[:] = [known for known in _kinds if type(known) is not type(kind)]
 
 
 def reference(auth: Any) -> str:
