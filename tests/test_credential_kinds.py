@@ -28,7 +28,7 @@ SITE = "site-token:"
 class SiteTokens:
     """Records a DRF token by its row; stands while the site has not listed it as revoked."""
 
-    prefixes = (SITE,)
+    prefixes: tuple[str, ...] = (SITE,)
     revoked: set[str] = set()
 
     def reference(self, auth: Any) -> str | None:

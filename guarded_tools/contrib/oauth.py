@@ -332,7 +332,7 @@ class OAuthCredentials:
     """DOT's access tokens as a kind of credential (:mod:`guarded_tools.pipeline.credentials`):
     the grant a waiting call was requested with, standing while it does for the same user."""
 
-    prefixes = (GRANT, TOKEN)
+    prefixes: tuple[str, ...] = (GRANT, TOKEN)
 
     def reference(self, auth: Any) -> str | None:
         return credential_reference(auth) if apps.is_installed("oauth2_provider") else None

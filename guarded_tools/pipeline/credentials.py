@@ -68,7 +68,7 @@ def _digest(key: str) -> str:
 class DrfTokenCredentials:
     """DRF's ``authtoken``: a digest of the key, standing while the user has that token."""
 
-    prefixes = (DRF_TOKEN,)
+    prefixes: tuple[str, ...] = (DRF_TOKEN,)
 
     def reference(self, auth: Any) -> str | None:
         if not apps.is_installed("rest_framework.authtoken"):
