@@ -18,6 +18,10 @@ class GuardedToolsConfig(AppConfig):
         from django.apps import apps
 
         if apps.is_installed("oauth2_provider"):  # its tokens' scopes, on every call
-            from guarded_tools.pipeline import stages
+            from guarded_tools.pipeline import credentials, stages
 
             stages.insert_before("authorization", "guarded_tools.contrib.oauth.ScopeStage")
+            # The grant a waiting call was requested with, re-checked when its approval runs.
+            from guarded_tools.contrib.oauth import OAuthCredentials
+
+            credentials.register(OAuthCredentials(), first=True)

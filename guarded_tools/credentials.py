@@ -28,7 +28,7 @@ from rest_framework.settings import api_settings
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core import hosts
-from guarded_tools.tools.registry import registry
+from guarded_tools.core.registry import registry
 
 #: The attribute the guard sets on the request it builds for a published view.
 GUARDED_CALL = "guarded_call"

@@ -84,8 +84,28 @@ def test_no_module_imports_the_package_root(graph: grimp.ImportGraph) -> None:
     ("guarded_tools.transports.rest", "guarded_tools.transports.mcp"),
     ("guarded_tools.transports.rest", "guarded_tools.urls"),
     ("guarded_tools.templatetags", "guarded_tools.console.admin"),
+    ("guarded_tools.pipeline", "guarded_tools.tools"),
+    ("guarded_tools.pipeline", "guarded_tools.contrib"),
+    ("guarded_tools.contrib.otel", "guarded_tools.contrib.oauth"),
+    ("guarded_tools.contrib", "guarded_tools.tools"),
+    ("guarded_tools.tasks", "guarded_tools.transports"),
+    ("guarded_tools.credentials", "guarded_tools.tools"),
 ])
 def test_a_lower_module_reaches_a_higher_one_by_name_never_by_import(
     graph: grimp.ImportGraph, importer: str, imported: str
 ) -> None:
     assert not graph.chain_exists(importer=importer, imported=imported, as_packages=True)
+
+
+def test_every_import_linter_contract_is_kept_with_no_ignored_imports() -> None:
+    """The full layers contract of issue 26 item 1 (pyproject.toml) holds as written."""
+    import tomllib
+    from pathlib import Path
+
+    from importlinter.cli import lint_imports
+
+    config = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    contracts = config["tool"]["importlinter"]["contracts"]
+    assert not any("ignore_imports" in contract for contract in contracts)
+    assert {"guarded_tools.pipeline", "guarded_tools.tools"} <= set(contracts[0]["layers"])
+    assert lint_imports() == 0

@@ -152,7 +152,7 @@ def count_by_tool(
     from django.db import close_old_connections
     from django.db.models import Count
 
-    from guarded_tools.tools.registry import registry
+    from guarded_tools.core.registry import registry
 
     own = not _in_transaction()
     if own:

@@ -10,7 +10,6 @@ nobody decided does.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import time
@@ -27,13 +26,13 @@ from guarded_tools import signals
 from guarded_tools.conf import gt_settings
 from guarded_tools.core import hosts
 from guarded_tools.core.errors import (
-    AuthorizationError,
     ConfirmationError,
     ConfirmationExpired,
     ConfirmationRequired,
     GuardError,
 )
-from guarded_tools.core.repair import Repair, normalize
+from guarded_tools.core.registry import registry
+from guarded_tools.core.repair import normalize
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import (
     AuditEntry,
@@ -41,6 +40,9 @@ from guarded_tools.models import (
     ConfirmationStatus,
     record_in_admin_history,
 )
+from guarded_tools.pipeline import credentials
+from guarded_tools.pipeline.credentials import DRF_TOKEN as DRF_TOKEN  # the consent page reads it
+from guarded_tools.pipeline.credentials import CredentialRevoked as CredentialRevoked
 from guarded_tools.pipeline.presentation import requested_summary, summarize
 from guarded_tools.store import db_now_plus, fingerprint, user_row
 from guarded_tools.store.history import Kind, record
@@ -168,48 +170,14 @@ def requested(definition: Tool, inv: Invocation) -> dict[str, Any]:
             "summary": summarize(definition, inv.input), "credential": credential_of(inv)}
 
 
-#: ``Confirmation.credential`` for a DRF token: a digest, never the token's key itself.
-DRF_TOKEN = "drf-token:"
-
-
 def credential_of(inv: Invocation) -> str:
     """What the call authenticated with, to re-check when an approval runs it.
 
-    An OAuth grant (or token), a digest of a DRF token; blank for a session or a call in
-    code, whose run re-checks only that the user is still active.
+    An OAuth grant (or token), a digest of a DRF token (each kind registered in
+    :mod:`guarded_tools.pipeline.credentials`); blank for a session or a call in code,
+    whose run re-checks only that the user is still active.
     """
-    auth = getattr(inv.request, "auth", None)
-    if auth is None:
-        return ""
-    if apps.is_installed("oauth2_provider"):
-        from guarded_tools.contrib import oauth
-
-        reference = oauth.credential_reference(auth)
-        if reference is not None:
-            return reference
-    if apps.is_installed("rest_framework.authtoken"):
-        from rest_framework.authtoken.models import Token
-
-        if isinstance(auth, Token):
-            return DRF_TOKEN + _digest(auth.key)
-    return ""
-
-
-def _digest(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()
-
-
-class CredentialRevoked(AuthorizationError):
-    """The requester's credential was revoked or deleted, or the user deactivated, while
-    the call waited: the approved run refuses it, and nothing runs."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            "The credential this call was requested with was revoked or deleted, or its user"
-            " deactivated, before the approved call ran; nothing ran.",
-            repair=Repair(action="ask_user", instruction="Ask the user to sign in again (or"
-                          " authorize this connection again), then make the call anew."),
-        )
+    return credentials.reference(getattr(inv.request, "auth", None))
 
 
 def live_credential(confirmation: Confirmation) -> Any:
@@ -218,21 +186,8 @@ def live_credential(confirmation: Confirmation) -> Any:
     user = confirmation.requested_by
     if user is not None and not getattr(user, "is_active", True):
         raise CredentialRevoked()
-    reference = confirmation.credential
-    if reference.startswith(DRF_TOKEN):
-        from rest_framework.authtoken.models import Token
-
-        keys = Token.objects.filter(user=user).values_list("key", flat=True)
-        if user is None or not any(_digest(k) == reference[len(DRF_TOKEN):] for k in keys):
-            raise CredentialRevoked()
-        return None
-    if reference:
-        from guarded_tools.contrib import oauth
-
-        token = oauth.live_token(reference) if apps.is_installed("oauth2_provider") else None
-        if token is None or token.user_id != getattr(user, "pk", None):
-            raise CredentialRevoked()
-        return token
+    if confirmation.credential:
+        return credentials.live(confirmation.credential, user)
     return None
 
 
@@ -325,7 +280,6 @@ def _where(confirmation: Confirmation, path: str) -> str:
     link = hosts.site_url(path)
     if link is not None:
         return f"Decide on its page: {link}"
-    from django.apps import apps
 
     place = (f"{apps.get_app_config('guarded_tools').verbose_name} >"
              f" {confirmation._meta.verbose_name_plural}".title())
@@ -338,8 +292,6 @@ def retry_after() -> int:
 
 
 def _owner_consent(confirmation: Confirmation) -> bool:
-    from guarded_tools.tools.registry import registry
-
     definition = registry.find(confirmation.tool)
     return definition is not None and definition.owner_consent
 
@@ -490,8 +442,6 @@ def runs_on_approval(tool_name: str) -> bool:
     here would use up the approval and the agent would be asked again for a call that
     already ran; its approval waits for the agent's own retry instead.
     """
-    from guarded_tools.tools.registry import registry
-
     if not gt_settings.EXECUTE_ON_APPROVAL:
         return False
     definition = registry.find(tool_name)
@@ -500,8 +450,6 @@ def runs_on_approval(tool_name: str) -> bool:
 
 def asks_in_the_pipeline(tool_name: str) -> bool:
     """Whether the tool's pipeline itself asks for (and consumes) a queued approval."""
-    from guarded_tools.tools.registry import registry
-
     definition = registry.find(tool_name)
     return definition is not None and definition.queued_confirmation
 
@@ -582,8 +530,6 @@ def execute(confirmation: Confirmation) -> Any:
     user be active (``CredentialRevoked`` otherwise), then the pipeline checks the
     permissions, the token's scopes and ``authorize`` before anything runs.
     """
-    from guarded_tools.tools.registry import registry
-
     definition = registry.get(confirmation.tool)
     token = live_credential(confirmation)  # then permissions, scopes, authorize: the pipeline's
     header_key = None if definition.key_field else confirmation.key

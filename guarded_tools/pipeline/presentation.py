@@ -20,13 +20,13 @@ import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from django.utils.http import url_has_allowed_host_and_scheme
 
-if TYPE_CHECKING:
-    from guarded_tools.tools.registry import Tool
+from guarded_tools.core.definition import Tool
+from guarded_tools.core.registry import registry
 
 logger = logging.getLogger("guarded_tools.presentation")
 
@@ -89,8 +89,6 @@ def plain(value: Any) -> str:
 
 
 def _tool(subject: Any) -> Tool | None:
-    from guarded_tools.tools.registry import Tool, registry
-
     if isinstance(subject, Tool):
         return subject
     name = subject if isinstance(subject, str) else getattr(subject, "tool", None)

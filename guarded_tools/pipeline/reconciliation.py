@@ -22,6 +22,7 @@ from django.utils import timezone
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.catalog import is_code
 from guarded_tools.core.errors import MalformedRequest
+from guarded_tools.core.registry import registry
 from guarded_tools.core.schema.validation import compile_schema, parse_json
 from guarded_tools.models import (
     AuditEntry,
@@ -34,7 +35,6 @@ from guarded_tools.models import (
 from guarded_tools.store import JSON_ENCODER, storable_json
 from guarded_tools.store.counting import RowCount, count_up_to
 from guarded_tools.store.history import Kind, record
-from guarded_tools.tools.registry import registry
 
 RECONCILE_PERMISSION = "guarded_tools.reconcile_operation"
 

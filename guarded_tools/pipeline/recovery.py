@@ -18,7 +18,9 @@ from django.db.models.functions import Now
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.call import Invocation
+from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError
+from guarded_tools.core.registry import registry
 from guarded_tools.models import (
     AuditEntry,
     Confirmation,
@@ -29,7 +31,6 @@ from guarded_tools.models import (
 from guarded_tools.store import Claim, OperationHandle, OperationStore
 from guarded_tools.store.history import Kind, actor_label, record
 from guarded_tools.store.replays import replays
-from guarded_tools.tools.registry import Tool, registry
 
 logger = logging.getLogger("guarded_tools.recovery")
 

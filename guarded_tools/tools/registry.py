@@ -1,14 +1,15 @@
 """Provides the registry of tool definitions, the ``@tool`` decorator and ``guard()``.
 
 The registry registers, unregisters, resets and finds definitions; autodiscovery fills
-it from every installed app's ``tools`` module. The definition itself (``Tool``) is
-``guarded_tools.core.definition``'s, re-exported here for existing imports.
+it from every installed app's ``tools`` module. The registry object lives in
+``guarded_tools.core.registry`` (so the pipeline finds definitions without importing this
+layer) and the definition itself (``Tool``) in ``guarded_tools.core.definition``; both
+are re-exported here for existing imports.
 """
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 from guarded_tools.core.definition import (
@@ -16,6 +17,12 @@ from guarded_tools.core.definition import (
     CONFIRM_MODES,
     Handler,
     Tool,
+)
+from guarded_tools.core.registry import (
+    AlreadyRegistered,
+    NotRegistered,
+    ToolRegistry,
+    registry,
 )
 from guarded_tools.tools.binding import bound_options
 
@@ -32,58 +39,6 @@ __all__ = [
     "registry",
     "tool",
 ]
-
-class AlreadyRegistered(Exception):
-    pass
-
-
-class NotRegistered(KeyError):
-    pass
-
-
-class ToolRegistry:
-    """Every tool registered in this process, by name."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._tools: dict[str, Tool] = {}
-
-    def register(self, definition: Tool) -> Tool:
-        with self._lock:
-            if definition.name in self._tools:
-                raise AlreadyRegistered(f"A tool named {definition.name!r} is already registered.")
-            self._tools[definition.name] = definition
-        return definition
-
-    def unregister(self, name: str) -> None:
-        with self._lock:
-            if self._tools.pop(name, None) is None:
-                raise NotRegistered(name)
-
-    def get(self, name: str) -> Tool:
-        try:
-            return self._tools[name]
-        except KeyError:
-            raise NotRegistered(name) from None
-
-    def find(self, name: str) -> Tool | None:
-        return self._tools.get(name)
-
-    def reset(self) -> None:
-        with self._lock:
-            self._tools.clear()
-
-    def __iter__(self) -> Iterator[Tool]:
-        return iter(sorted(self._tools.values(), key=lambda t: t.name))
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-
-registry = ToolRegistry()
 
 
 def tool(
