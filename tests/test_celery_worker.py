@@ -91,7 +91,7 @@ def worker(subprocess_env: dict[str, str], tmp_path: Path) -> Iterator[Worker]:
     reset_publisher()
     try:
         wait_until(lambda: " ready." in running.text() or process.poll() is not None,
-                   timeout=60, step=0.1)
+                   timeout=180, step=0.1)
         assert process.poll() is None, running.text()
         yield running
     finally:
