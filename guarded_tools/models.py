@@ -395,6 +395,32 @@ class Confirmation(models.Model):
         help_text=_("The opaque id of the MCP task that waits on this request (random; the"
                     " task is read from this row)."),
     )
+    policy_rule = models.CharField(
+        _("policy rule"), max_length=300, blank=True, default="", db_default="",
+        help_text=_("The rule of the tool's approval policy that asked for this request"
+                    " (blank for a tool with a confirmation mode)."),
+    )
+    policy_version = models.CharField(
+        _("policy version"), max_length=40, blank=True, default="", db_default="",
+        help_text=_("The version of the policy whose rule decided."),
+    )
+    approvals_required = models.PositiveSmallIntegerField(
+        _("approvals required"), default=1, db_default=1,
+        help_text=_("How many distinct people must approve (never the requester); a policy"
+                    " that grew stricter since the request raises it."),
+    )
+    approvers_group = models.CharField(
+        _("approvers' group"), max_length=150, blank=True, default="", db_default="",
+        help_text=_("The Django group each approver must belong to (the policy's rule)."),
+    )
+    approvers_permission = models.CharField(
+        _("approvers' permission"), max_length=200, blank=True, default="", db_default="",
+        help_text=_("The permission each approver must hold besides the approve permission."),
+    )
+    approvals = models.JSONField(
+        _("approvals given"), encoder=DjangoJSONEncoder, default=list, blank=True,
+        help_text=_("The approvals given so far while more are needed: who, and when."),
+    )
     created_at = models.DateTimeField(_("requested at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"), default=_default_expiry)
 

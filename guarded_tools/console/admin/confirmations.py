@@ -302,6 +302,8 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "can_decide": open_ and refusal is None,
                 "refusal": refusal if open_ else None,
                 "owner_decides": confirmations.owner_decides(confirmation),
+                "approvals_text": confirmations.approvals_text(confirmation),
+                "still_can": confirmations.who_still_can(confirmation) if open_ else (),
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
                                       args=[confirmation.pk]),
                 "audit": confirmation.audit.select_related("actor", "operation"),

@@ -1,0 +1,134 @@
+"""Approval policies (issue 27): rules decide per call, in words, recorded with the request."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from guarded_tools import confirmations
+from guarded_tools.models import Confirmation, ConfirmationStatus
+from guarded_tools.pipeline.policies import Approvers, Policy, Refuse, Rule, Run
+from tests.conftest import Effects, key
+
+pytestmark = pytest.mark.django_db
+URL = "/agent/tools/{}/"
+SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},
+                                           "amount": {"type": "number"}}}
+
+
+def payments(version: str = "1", two_above: float = 1000) -> Policy:
+    return Policy(version=version, rules=[
+        Rule(name="small", when=lambda input, **kw: input["amount"] <= 50, outcome=Run(),
+             description="Payments up to 50.00 run at once"),
+        Rule(name="large", when=lambda input, **kw: input["amount"] <= two_above,
+             outcome=Approvers(1), description="up to 1,000.00 need one approver"),
+        Rule(name="huge", when=lambda input, **kw: input["amount"] <= 100_000,
+             outcome=Approvers(2), description="more need two"),
+        Rule(name="absurd", outcome=Refuse(repair={"action": "ask_user",
+                                                   "instruction": "Ask for less."}),
+             description="above 100,000.00 are refused"),
+    ])
+
+
+@pytest.fixture
+def approver(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_superuser("boss", password="pw")
+
+
+@pytest.fixture(params=["token", "session"])
+def agent(request: pytest.FixtureRequest, alice: Any, client_for: Any,
+          session_client_for: Any) -> Any:
+    return (client_for if request.param == "token" else session_client_for)(alice)
+
+
+def call(client: Any, name: str, body: Any) -> Any:
+    return client.post(URL.format(name), body, format="json")
+
+
+def test_small_payment_runs_without_a_person(make_tool: Any, agent: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(), input_schema=SCHEMA)
+    answer = call(agent, definition.name, {"operationId": key(), "amount": 12.5})
+    assert answer.status_code == 200, answer.content
+    assert handler.count == 1 and not Confirmation.objects.exists()
+
+
+def test_large_payment_names_its_rule_and_stores_it(make_tool: Any, agent: Any,
+                                                    approver: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(version="7"), input_schema=SCHEMA)
+    body = {"operationId": key(), "amount": 500}
+    first = call(agent, definition.name, body)
+    assert first.status_code == 202, first.content
+    error = first.json()["error"]
+    assert error["confirmation"]["rule"] == "large"
+    assert error["confirmation"]["policy_version"] == "7"
+    assert error["confirmation"]["approvals"] == {"given": 0, "required": 1}
+    assert 'rule "large"' in error["message"] and "0 of 1 approvals given" in error["message"]
+    stored = Confirmation.objects.get()
+    assert (stored.policy_rule, stored.policy_version, stored.approvals_required) == (
+        "large", "7", 1)
+    confirmations.approve(stored, approver)
+    done = call(agent, definition.name, body)
+    assert done.status_code == 200 and handler.count == 1
+    assert call(agent, definition.name, body).headers["Idempotent-Replayed"] == "true"
+
+
+def test_refusal_names_its_rule_and_repair(make_tool: Any, agent: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(), input_schema=SCHEMA)
+    answer = call(agent, definition.name, {"operationId": key(), "amount": 200_000})
+    assert answer.status_code == 403, answer.content
+    error = answer.json()["error"]
+    assert error["code"] == "authorization_denied" and "absurd" in error["message"]
+    assert error["policy"] == {"rule": "absurd", "version": "1"}
+    assert error["repair"]["instruction"] == "Ask for less."
+    assert handler.count == 0 and not Confirmation.objects.exists()
+
+
+def test_listing_states_the_policy_in_words(make_tool: Any, client_for: Any, alice: Any) -> None:
+    definition = make_tool(confirm=payments(), input_schema=SCHEMA)
+    text = ("Payments up to 50.00 run at once; up to 1,000.00 need one approver; more need two;"
+            " above 100,000.00 are refused.")
+    listed = client_for(alice).get("/agent/tools/").json()
+    rows = listed["tools"] if isinstance(listed, dict) else listed
+    row = next(r for r in rows if r["name"] == definition.name)
+    assert row["policy"] == text and row["confirmation"] == "policy"
+    mcp = client_for(alice).post("/agent/mcp/", {"jsonrpc": "2.0", "id": 1,
+                                                 "method": "tools/list"}, format="json")
+    assert text in mcp.content.decode()
+
+
+def test_a_policy_grown_stricter_applies_to_the_pending_request(
+        make_tool: Any, agent: Any, approver: Any, settings: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(), input_schema=SCHEMA)
+    body = {"operationId": key(), "amount": 500}
+    assert call(agent, definition.name, body).status_code == 202
+    object.__setattr__(definition, "confirm", payments(version="2", two_above=100))
+    again = call(agent, definition.name, body)
+    assert again.status_code == 202
+    assert again.json()["error"]["confirmation"]["approvals"]["required"] == 2
+    assert Confirmation.objects.get().policy_version == "2"
+
+
+def test_a_policy_grown_laxer_keeps_the_request(make_tool: Any, agent: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(), input_schema=SCHEMA)
+    body = {"operationId": key(), "amount": 40}
+    object.__setattr__(definition, "confirm", Policy(rules=[
+        Rule(outcome=Approvers(1), description="everything needs one approver")]))
+    assert call(agent, definition.name, body).status_code == 202
+    object.__setattr__(definition, "confirm", payments(version="2"))  # 40 would now run
+    assert call(agent, definition.name, body).status_code == 202
+    assert handler.count == 0
+    assert Confirmation.objects.get().status == ConfirmationStatus.PENDING
+
+
+def test_openapi_states_the_policy(make_tool: Any, client_for: Any, alice: Any) -> None:
+    definition = make_tool(confirm=payments(), input_schema=SCHEMA)
+    document = client_for(alice).get("/agent/openapi.json").json()
+    text = "Approval policy: Payments up to 50.00 run at once"
+    assert any(text in (op.get("description") or "") for path in document["paths"].values()
+               for op in path.values() if op.get("operationId") == f"call_{definition.name}")
