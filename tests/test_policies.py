@@ -132,3 +132,124 @@ def test_openapi_states_the_policy(make_tool: Any, client_for: Any, alice: Any) 
     text = "Approval policy: Payments up to 50.00 run at once"
     assert any(text in (op.get("description") or "") for path in document["paths"].values()
                for op in path.values() if op.get("operationId") == f"call_{definition.name}")
+
+
+# -- N-of-M approval ------------------------------------------------------------------------
+CONF = "/admin/guarded_tools/confirmation/"
+
+
+@pytest.fixture
+def two_approvers(user_factory: Any) -> list[Any]:
+    from django.contrib.auth.models import Permission
+
+    perm = Permission.objects.get(codename="approve_confirmation")
+    people = []
+    for name in ("approver", "approver2"):
+        person = user_factory(name, is_staff=True)
+        person.user_permissions.add(perm, *Permission.objects.filter(
+            codename="view_confirmation"))
+        people.append(person)
+    return people
+
+
+def admin_client(person: Any) -> Any:
+    from django.test import Client
+
+    client = Client()
+    client.force_login(person)
+    return client
+
+
+def test_two_approvals_from_distinct_people_in_the_admin(
+        make_tool: Any, agent: Any, alice: Any, two_approvers: list[Any]) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(), input_schema=SCHEMA)
+    body = {"operationId": key(), "amount": 1500}
+    first = call(agent, definition.name, body)
+    assert first.status_code == 202
+    assert "0 of 2 approvals given" in first.json()["error"]["message"]
+    pending = Confirmation.objects.get()
+    one, two = (admin_client(p) for p in two_approvers)
+    page = one.get(f"{CONF}{pending.pk}/change/").content.decode()
+    assert 'data-testid="policy-rule">huge' in page and "approver2" in page
+    one.post(f"{CONF}{pending.pk}/decide/", {"decision": "approve"})
+    pending.refresh_from_db()
+    assert pending.status == ConfirmationStatus.PENDING and len(pending.approvals) == 1
+    again = call(agent, definition.name, body)
+    assert again.status_code == 202 and handler.count == 0
+    assert "1 of 2 approvals given" in again.json()["error"]["message"]
+    assert again.json()["error"]["confirmation"]["approvals"] == {"given": 1, "required": 2}
+    # The same person cannot give the second approval; the page says who still can.
+    page = one.get(f"{CONF}{pending.pk}/change/").content.decode()
+    assert "1 of 2 approvals given: approver" in page and "approved this request already" in page
+    one.post(f"{CONF}{pending.pk}/decide/", {"decision": "approve"})
+    pending.refresh_from_db()
+    assert pending.status == ConfirmationStatus.PENDING and len(pending.approvals) == 1
+    two.post(f"{CONF}{pending.pk}/decide/", {"decision": "approve"})
+    pending.refresh_from_db()
+    assert pending.status == ConfirmationStatus.APPROVED
+    assert [a["label"] for a in pending.approvals] == ["approver", "approver2"]
+    assert call(agent, definition.name, body).status_code == 200 and handler.count == 1
+    from guarded_tools.models import AuditEntry
+
+    rules = list(AuditEntry.objects.filter(confirmation_id=pending.pk).values_list(
+        "data__rule", flat=True))
+    assert rules == ["huge", "huge"]
+
+
+def test_the_requester_never_approves_a_two_approval_request(
+        make_tool: Any, user_factory: Any, client_for: Any, settings: Any) -> None:
+    from django.contrib.auth.models import Permission
+
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "CONFIRMATION_ALLOW_SELF_APPROVAL": True}
+    boss = user_factory("selfboss", is_staff=True)
+    boss.user_permissions.add(*Permission.objects.filter(
+        codename__in=["approve_confirmation", "view_confirmation"]))
+    definition = make_tool(Effects(), confirm=payments(), input_schema=SCHEMA)
+    assert call(client_for(boss), definition.name,
+                {"operationId": key(), "amount": 1500}).status_code == 202
+    pending = Confirmation.objects.get()
+    admin_client(boss).post(f"{CONF}{pending.pk}/decide/", {"decision": "approve"})
+    pending.refresh_from_db()
+    assert pending.approvals == [] and pending.status == ConfirmationStatus.PENDING
+
+
+def test_declining_once_declines(make_tool: Any, agent: Any, two_approvers: list[Any]) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(), input_schema=SCHEMA)
+    body = {"operationId": key(), "amount": 1500}
+    call(agent, definition.name, body)
+    pending = Confirmation.objects.get()
+    admin_client(two_approvers[0]).post(f"{CONF}{pending.pk}/decide/", {"decision": "approve"})
+    admin_client(two_approvers[1]).post(f"{CONF}{pending.pk}/decide/",
+                                        {"decision": "decline", "reason": "too much"})
+    pending.refresh_from_db()
+    assert pending.status == ConfirmationStatus.DECLINED
+    assert call(agent, definition.name, body).status_code == 409 and handler.count == 0
+
+
+def test_an_mcp_task_waiting_for_its_second_approval_stays_working(
+        make_tool: Any, alice: Any, client_for: Any, two_approvers: list[Any],
+        django_capture_on_commit_callbacks: Any) -> None:
+    from project.celery import app
+    from tests.test_mcp_tasks import call as mcp_call
+    from tests.test_mcp_tasks import get_task
+
+    handler = Effects()
+    schema = {**SCHEMA, "required": ["operationId", "amount"]}
+    definition = make_tool(handler, confirm=payments(), input_schema=schema)
+    agent = client_for(alice)
+    created = mcp_call(agent, definition.name, {"operationId": key(), "amount": 1500})
+    assert created["resultType"] == "task" and created["status"] == "working"
+    app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            confirmations.approve(Confirmation.objects.get(), two_approvers[0])
+        assert get_task(agent, created["taskId"])["status"] == "working"
+        assert handler.count == 0
+        with django_capture_on_commit_callbacks(execute=True):
+            confirmations.approve(Confirmation.objects.get(), two_approvers[1])
+    finally:
+        app.conf.task_always_eager = False
+    assert handler.count == 1
+    assert get_task(agent, created["taskId"])["status"] == "completed"

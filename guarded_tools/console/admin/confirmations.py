@@ -241,7 +241,10 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         try:
             if decision == "approve":
                 confirmations.approve(confirmation, request.user, request.POST.get("reason", ""))
-                if confirmations.runs_when_approved(confirmation):
+                if confirmation.status == ConfirmationStatus.PENDING:  # one of several
+                    done = _("Approval recorded: %(n)s; another person must approve.") % {
+                        "n": confirmations.approvals_text(confirmation)}
+                elif confirmations.runs_when_approved(confirmation):
                     done = _("Approved. It runs now; the agent's retry gets its result.")
                 else:
                     done = _("Approved. The agent's retry will run it once.")
