@@ -253,3 +253,72 @@ def test_an_mcp_task_waiting_for_its_second_approval_stays_working(
         app.conf.task_always_eager = False
     assert handler.count == 1
     assert get_task(agent, created["taskId"])["status"] == "completed"
+
+
+# -- budgets and rate limits ----------------------------------------------------------------
+def budgeted(*, count: int | None = None, limit: float | None = None,
+             escalate: Any = None) -> Policy:
+    from guarded_tools.pipeline.policies import Budget
+
+    return Policy(rules=[Rule(outcome=Run(), description="Everything runs at once")],
+                  budgets=[Budget(name="spend", count=count, sum_field="amount", limit=limit,
+                                  escalate=escalate)])
+
+
+def test_a_count_budget_answers_rate_limited_with_retry_after(make_tool: Any,
+                                                             agent: Any) -> None:
+    handler = Effects()
+    definition = make_tool(handler, confirm=budgeted(count=2), input_schema=SCHEMA)
+    bodies = [{"operationId": key(), "amount": 1} for _ in range(3)]
+    assert [call(agent, definition.name, b).status_code for b in bodies[:2]] == [200, 200]
+    refused = call(agent, definition.name, bodies[2])
+    assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+    assert refused.json()["error"]["code"] == "rate_limited"
+    # Replays do not count.
+    assert call(agent, definition.name, bodies[0]).headers["Idempotent-Replayed"] == "true"
+    assert handler.count == 2
+
+
+def test_a_sum_budget_says_what_remains_and_a_release_gives_back(make_tool: Any,
+                                                                 agent: Any) -> None:
+    definition = make_tool(Effects(), confirm=budgeted(limit=100), input_schema=SCHEMA)
+    assert call(agent, definition.name, {"operationId": key(), "amount": 60}).status_code == 200
+    refused = call(agent, definition.name, {"operationId": key(), "amount": 50})
+    assert refused.status_code == 429, refused.content
+    error = refused.json()["error"]
+    assert error["code"] == "budget_exceeded" and error["budget"]["remaining"] == "40.00"
+    assert "frees_at" in error["budget"] and "40.00" in error["repair"]["instruction"]
+    # The refused call reserved nothing: 40 still remains.
+    assert call(agent, definition.name, {"operationId": key(), "amount": 30}).status_code == 200
+    assert call(agent, definition.name, {"operationId": key(), "amount": 10}).status_code == 200
+
+
+def test_a_released_attempt_gives_its_reservation_back(make_tool: Any, agent: Any) -> None:
+    from guarded_tools.core.errors import ToolError
+    from guarded_tools.models import Reservation
+
+    def handler(input: Any, ctx: Any) -> Any:
+        raise ToolError("not now", repair={"action": "ask_user", "instruction": "x"})
+
+    definition = make_tool(handler, confirm=budgeted(limit=100), input_schema=SCHEMA)
+    assert call(agent, definition.name, {"operationId": key(), "amount": 90}).status_code != 200
+    assert not Reservation.objects.exists()
+
+
+def test_over_budget_escalates_to_two_approvers_and_a_decline_gives_back(
+        make_tool: Any, agent: Any, two_approvers: list[Any]) -> None:
+    from guarded_tools.models import Reservation
+
+    handler = Effects()
+    definition = make_tool(handler, confirm=budgeted(limit=100, escalate=Approvers(2)),
+                           input_schema=SCHEMA)
+    assert call(agent, definition.name, {"operationId": key(), "amount": 80}).status_code == 200
+    body = {"operationId": key(), "amount": 50}
+    asked = call(agent, definition.name, body)
+    assert asked.status_code == 202
+    assert asked.json()["error"]["confirmation"]["rule"] == "over budget spend"
+    assert asked.json()["error"]["confirmation"]["approvals"]["required"] == 2
+    assert Reservation.objects.count() == 1  # the waiting call holds nothing
+    confirmations.decline(Confirmation.objects.get(), two_approvers[0], "no")
+    assert call(agent, definition.name, body).status_code == 409
+    assert Reservation.objects.count() == 1 and handler.count == 1

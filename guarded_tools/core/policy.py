@@ -65,20 +65,44 @@ class Rule:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Budget:
+    """A limit per principal per window (on the database clock): a count of calls
+    (``count``) and/or a sum of an input field (``sum_field`` up to ``limit``).
+
+    ``name`` is shared by the tools that declare the same budget (a group of tools).
+    ``escalate`` is the rule that applies instead of a refusal (for example
+    ``Approvers(2)``): the call then waits for those people rather than being refused.
+    """
+
+    name: str
+    window_seconds: int = 86_400
+    count: int | None = None
+    sum_field: str | None = None
+    limit: float | None = None
+    escalate: Outcome | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
 class Policy:
     """Ordered rules; the first that holds decides. A call no rule matches is refused."""
 
     rules: tuple[Rule, ...] = field(default_factory=tuple)
+    #: Limits per principal, reserved atomically after the claim (the budget stage).
+    budgets: tuple[Budget, ...] = field(default_factory=tuple)
     version: str = "1"
     #: The policy in words for the listing; else the rules' descriptions joined.
     describe: str = ""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "budgets", tuple(self.budgets))
 
     @property
     def text(self) -> str:
-        return self.describe or "; ".join(rule.description.rstrip(".") for rule in self.rules) + "."
+        parts = [rule.description for rule in self.rules]
+        parts += [budget.description for budget in self.budgets if budget.description]
+        return self.describe or "; ".join(part.rstrip(".") for part in parts) + "."
 
     def decide(self, *, input: Mapping[str, Any], user: Any, history: Any) -> Rule:
         for rule in self.rules:
@@ -101,4 +125,4 @@ def stricter(a: Rule, b: Rule) -> Rule:
     return b if b.outcome.strictness > a.outcome.strictness else a
 
 
-__all__ = ["Approvers", "Policy", "Refuse", "Rule", "Run", "stricter"]
+__all__ = ["Approvers", "Budget", "Policy", "Refuse", "Rule", "Run", "stricter"]
