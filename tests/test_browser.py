@@ -151,7 +151,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
                                      {"requestId": str(uuid.uuid4()), "sourceId": source.pk})
     assert status == 200, prepared
     body = {"operationId": str(uuid.uuid4()), "sourceId": source.pk, "receiverId": receiver.pk,
-            "amount": "12.50", "authorizationId": prepared["output"]["authorizationId"]}
+            "amount": "500.00", "authorizationId": prepared["output"]["authorizationId"]}
     confirmation_id = request_confirmation(agent, "send_payment", body)
     assert not LedgerEntry.objects.exists()
 
@@ -168,7 +168,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     for title in ("From account", "To account", "Amount", "Authorization", "Operation id"):
         expect(detail.locator("th", has_text=title).last).to_be_visible()  # the raw input
     expect(detail.locator("tr", has_text="Amount").locator(".gt-str").last
-           ).to_have_text('"12.50"')
+           ).to_have_text('"500.00"')
     screenshot(page, "confirmation_detail.png")
 
     # A <form> nested in the admin's change form is dropped by the browser: the buttons must
@@ -183,7 +183,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
 
     status, headers, done = agent.call("send_payment", body)
     assert status == 200, done
-    assert done["output"]["amount"] == "12.50" and done["operation"]["replayed"] is False
+    assert done["output"]["amount"] == "500.00" and done["operation"]["replayed"] is False
     assert "Idempotent-Replayed" not in headers
     assert LedgerEntry.objects.filter(reference=body["operationId"]).count() == 1
     source.refresh_from_db()

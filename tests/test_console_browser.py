@@ -91,7 +91,7 @@ def shoot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=False)
 
 
-def request_payment(demo: dict[str, Any], amount: str = "12.50") -> Confirmation:
+def request_payment(demo: dict[str, Any], amount: str = "500.00") -> Confirmation:
     """What the agent's call leaves: a pending request (through the real pipeline)."""
     from guarded_tools.core.errors import ConfirmationRequired
     from guarded_tools.tools.registry import registry
@@ -119,7 +119,7 @@ def in_audit_trail(page: Any, text: str, status: str) -> None:
     expect(row.locator("td.field-subject a").first).to_be_visible()
 
 
-SENTENCE = "Pay 12.50 EUR from agent's Checking (balance 1,000.00 EUR) to agent's Savings"
+SENTENCE = "Pay 500.00 EUR from agent's Checking (balance 1,000.00 EUR) to agent's Savings"
 
 
 def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
@@ -139,7 +139,7 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     # Is it still valid? The precheck, run as the page opened, beside the summary.
     expect(page.get_by_test_id("validity")).to_have_text(
         "Checked now: it would pass the tool's precheck.")
-    expect(page.get_by_test_id("field-amount")).to_have_text("12.50 EUR")
+    expect(page.get_by_test_id("field-amount")).to_have_text("500.00 EUR")
     fits(page, "request")
     shoot(page, "console-request-1280.png")
     page.fill("#gt-reason", "Rent, as agreed.")
@@ -257,7 +257,7 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
     fits(page, "operations")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     fits(page, "operation")
-    expect(page.get_by_test_id("summary")).to_contain_text("Pay 12.50 EUR from agent's Checking")
+    expect(page.get_by_test_id("summary")).to_contain_text("Pay 500.00 EUR from agent's Checking")
     expect(page.get_by_test_id("failure")).to_have_text("ConnectionResetError")
     expect(page.get_by_test_id("effect-warning")).to_contain_text("transferred")
     expect(page.get_by_test_id("timeline")).to_contain_text("Journal: entry")
@@ -265,12 +265,12 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
         shoot(page, "console-operation-1280.png")
     page.get_by_test_id(action).click()
     # The form's page first (the click navigates; measuring before it loads reads no page).
-    expect(page.locator(".gt-form-evidence")).to_contain_text("Pay 12.50")
+    expect(page.locator(".gt-form-evidence")).to_contain_text("Pay 500.00")
     fits(page, "reconcile form")
     expect(page.get_by_test_id("effect-warning")).to_be_visible()
     page.fill("#id_note", f"Checked the ledger ({action}).")
     if action == "mark_succeeded":
-        page.fill("#id_output", json.dumps({"paymentId": 1, "amount": "12.50",
+        page.fill("#id_output", json.dumps({"paymentId": 1, "amount": "500.00",
                                             "receiverId": demo["receiver"].pk}))
         shoot(page, "console-reconcile-1280.png")
     if action == "mark_failed":

@@ -74,7 +74,7 @@ def _call(definition: Tool, inv: Invocation) -> Q:
 
 
 def describe(confirmation: Confirmation) -> dict[str, Any]:
-    data = {
+    data: dict[str, Any] = {
         "id": str(confirmation.pk),
         "status": confirmation.status,
         "expires_at": timestamp(confirmation.expires_at),

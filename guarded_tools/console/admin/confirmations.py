@@ -241,6 +241,7 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         try:
             if decision == "approve":
                 confirmations.approve(confirmation, request.user, request.POST.get("reason", ""))
+                done: Any
                 if confirmation.status == ConfirmationStatus.PENDING:  # one of several
                     done = _("Approval recorded: %(n)s; another person must approve.") % {
                         "n": confirmations.approvals_text(confirmation)}
