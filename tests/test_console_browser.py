@@ -123,8 +123,8 @@ SENTENCE = "Pay 500.00 EUR from agent's Checking (balance 1,000.00 EUR) to agent
 
 
 def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
-    first, second = request_payment(demo), request_payment(demo, "20.00")
-    third, fourth = request_payment(demo, "30.00"), request_payment(demo, "40.00")
+    first, second = request_payment(demo), request_payment(demo, "120.00")
+    third, fourth = request_payment(demo, "130.00"), request_payment(demo, "140.00")
     log_in(page, "approver", "approver")
 
     page.goto(CONF_LIST)
@@ -164,7 +164,7 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     page.click("button[name=index]")
     # The second look: each request's summary before anything is approved.
     expect(page.get_by_test_id("to-approve").locator("li")).to_have_count(2)
-    expect(page.get_by_test_id("to-approve")).to_contain_text("30.00")
+    expect(page.get_by_test_id("to-approve")).to_contain_text("130.00")
     fits(page, "bulk approval")
     shoot(page, "console-bulk-approve-1280.png")
     assert Confirmation.objects.filter(status="approved").count() == 1
@@ -364,7 +364,7 @@ def test_a_view_only_approver_sees_the_request_without_operations(
 ) -> None:
     """Issue 25, item 9: staff with only view_confirmation read the request, and a sentence
     where the requester's recent calls would be: no key, no state, no link to operations."""
-    earlier = request_payment(demo, "5.00")
+    earlier = request_payment(demo, "105.00")
     confirmation = request_payment(demo)
     user_factory("viewer", is_staff=True, perms=("guarded_tools.view_confirmation",))
     log_in(page, "viewer", "pw")
