@@ -144,7 +144,7 @@ def request_confirmation(agent: Agent, tool: str, body: dict[str, Any]) -> str:
 def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, user_factory: Any,
                                                       agent_for: Any) -> None:
     payer = user_factory("payer", perms=("demo.add_ledgerentry",))
-    source = Account.objects.create(owner=payer, name="Checking", balance="100.00")
+    source = Account.objects.create(owner=payer, name="Checking", balance="1000.00")
     receiver = Account.objects.create(owner=user_factory("payee"), name="Rent", balance="0")
     agent = agent_for(payer)
     status, _, prepared = agent.call("prepare_payment_authorization",
@@ -159,10 +159,10 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     page.goto(CONF_LIST)
     row = page.locator("#result_list tbody tr", has_text="payer")
     expect(row.locator(".gt-badge")).to_have_text(label("pending"))
-    row.get_by_role("link", name=re.compile(r"^Pay 12\.50 EUR from payer's Checking")).click()
+    row.get_by_role("link", name=re.compile(r"^Pay 500\.00 EUR from payer's Checking")).click()
     expect(page).to_have_url(re.compile(f"{CONF_LIST}{confirmation_id}/change/$"))
     detail = page.locator(".gt-detail")
-    expect(detail).to_contain_text("A person approves each payment before it runs.")
+    expect(detail).to_contain_text("Payments up to 50.00 run at once; larger ones wait for approval.")
     expect(page.get_by_test_id("requester")).to_have_text("payer")
     expect(page.get_by_test_id("status")).to_have_text(label("pending"))
     for title in ("From account", "To account", "Amount", "Authorization", "Operation id"):
@@ -187,7 +187,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     assert "Idempotent-Replayed" not in headers
     assert LedgerEntry.objects.filter(reference=body["operationId"]).count() == 1
     source.refresh_from_db()
-    assert str(source.balance) == "87.50"
+    assert str(source.balance) == "500.00"
     assert Confirmation.objects.get(pk=confirmation_id).status == "consumed"
 
     status, headers, replay = agent.call("send_payment", body)

@@ -11,7 +11,7 @@ hands ``history`` (the caller's recent operations of the tool) to ``when``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,9 +87,9 @@ class Budget:
 class Policy:
     """Ordered rules; the first that holds decides. A call no rule matches is refused."""
 
-    rules: tuple[Rule, ...] = field(default_factory=tuple)
+    rules: Sequence[Rule] = field(default_factory=tuple)
     #: Limits per principal, reserved atomically after the claim (the budget stage).
-    budgets: tuple[Budget, ...] = field(default_factory=tuple)
+    budgets: Sequence[Budget] = field(default_factory=tuple)
     version: str = "1"
     #: The policy in words for the listing; else the rules' descriptions joined.
     describe: str = ""

@@ -13,6 +13,7 @@ run) gives its reservation back (``on_release``); a replay never reaches this st
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -40,7 +41,7 @@ class BudgetStage(Stage):
     name = "budget"
 
     @property
-    def budgets(self) -> tuple[Budget, ...]:
+    def budgets(self) -> Sequence[Budget]:
         policy = self.tool.confirm
         return policy.budgets if isinstance(policy, Policy) else ()
 
