@@ -46,7 +46,7 @@ CHILD = (
 def payment(user_factory: Any, django_user_model: Any) -> dict[str, Any]:
     payer = user_factory("payer", perms=("demo.add_ledgerentry",))
     approver = django_user_model.objects.create_superuser("approver", password="pw")
-    source = Account.objects.create(owner=payer, name="checking", balance=Decimal("100"))
+    source = Account.objects.create(owner=payer, name="checking", balance=Decimal("1000"))
     receiver = Account.objects.create(owner=approver, name="savings", balance=Decimal("0"))
     auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
     body = {"operationId": key(), "sourceId": source.pk, "receiverId": receiver.pk,
@@ -157,7 +157,7 @@ def assert_end_state(payment: dict[str, Any], operation: Operation, point: str) 
     assert ledger(payment).count() == 1
     payment["source"].refresh_from_db()
     payment["receiver"].refresh_from_db()
-    assert payment["source"].balance == Decimal("87.50")
+    assert payment["source"].balance == Decimal("500.00")
     assert payment["receiver"].balance == Decimal("500.00")
 
 
