@@ -396,6 +396,32 @@ class Confirmation(models.Model):
         help_text=_("The opaque id of the MCP task that waits on this request (random; the"
                     " task is read from this row)."),
     )
+    policy_rule = models.CharField(
+        _("policy rule"), max_length=300, blank=True, default="", db_default="",
+        help_text=_("The rule of the tool's approval policy that asked for this request"
+                    " (blank for a tool with a confirmation mode)."),
+    )
+    policy_version = models.CharField(
+        _("policy version"), max_length=40, blank=True, default="", db_default="",
+        help_text=_("The version of the policy whose rule decided."),
+    )
+    approvals_required = models.PositiveSmallIntegerField(
+        _("approvals required"), default=1, db_default=1,
+        help_text=_("How many distinct people must approve (never the requester); a policy"
+                    " that grew stricter since the request raises it."),
+    )
+    approvers_group = models.CharField(
+        _("approvers' group"), max_length=150, blank=True, default="", db_default="",
+        help_text=_("The Django group each approver must belong to (the policy's rule)."),
+    )
+    approvers_permission = models.CharField(
+        _("approvers' permission"), max_length=200, blank=True, default="", db_default="",
+        help_text=_("The permission each approver must hold besides the approve permission."),
+    )
+    approvals = models.JSONField(
+        _("approvals given"), encoder=DjangoJSONEncoder, default=list, blank=True,
+        help_text=_("The approvals given so far while more are needed: who, and when."),
+    )
     created_at = models.DateTimeField(_("requested at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"), default=_default_expiry)
 
@@ -553,3 +579,37 @@ class OperationEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.get_kind_display()} #{self.pk}"
+
+
+class BudgetCounter(models.Model):
+    """One principal's use of one budget in one window: the row a reservation locks."""
+
+    budget = models.CharField(_("budget"), max_length=200)
+    scope = models.CharField(_("principal scope"), max_length=200)
+    window_start = models.DateTimeField(_("window start"))
+
+    class Meta:
+        verbose_name = _("budget counter")
+        verbose_name_plural = _("budget counters")
+        constraints = [models.UniqueConstraint(fields=["budget", "scope", "window_start"],
+                                               name="gt_budget_counter_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.budget} · {self.scope} · {self.window_start:%Y-%m-%d %H:%M}"
+
+
+class Reservation(models.Model):
+    """What one call reserved of a budget: given back when its claim is released."""
+
+    counter = models.ForeignKey(BudgetCounter, verbose_name=_("counter"),
+                                on_delete=models.CASCADE, related_name="reservations")
+    operation_id = models.UUIDField(_("operation"), null=True, blank=True, db_index=True)
+    amount = models.DecimalField(_("amount"), max_digits=20, decimal_places=4, default=0)
+    created_at = models.DateTimeField(_("reserved at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("budget reservation")
+        verbose_name_plural = _("budget reservations")
+
+    def __str__(self) -> str:
+        return f"{self.amount} of {self.counter_id} for {self.operation_id}"

@@ -144,14 +144,14 @@ def request_confirmation(agent: Agent, tool: str, body: dict[str, Any]) -> str:
 def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, user_factory: Any,
                                                       agent_for: Any) -> None:
     payer = user_factory("payer", perms=("demo.add_ledgerentry",))
-    source = Account.objects.create(owner=payer, name="Checking", balance="100.00")
+    source = Account.objects.create(owner=payer, name="Checking", balance="1000.00")
     receiver = Account.objects.create(owner=user_factory("payee"), name="Rent", balance="0")
     agent = agent_for(payer)
     status, _, prepared = agent.call("prepare_payment_authorization",
                                      {"requestId": str(uuid.uuid4()), "sourceId": source.pk})
     assert status == 200, prepared
     body = {"operationId": str(uuid.uuid4()), "sourceId": source.pk, "receiverId": receiver.pk,
-            "amount": "12.50", "authorizationId": prepared["output"]["authorizationId"]}
+            "amount": "500.00", "authorizationId": prepared["output"]["authorizationId"]}
     confirmation_id = request_confirmation(agent, "send_payment", body)
     assert not LedgerEntry.objects.exists()
 
@@ -159,16 +159,17 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     page.goto(CONF_LIST)
     row = page.locator("#result_list tbody tr", has_text="payer")
     expect(row.locator(".gt-badge")).to_have_text(label("pending"))
-    row.get_by_role("link", name=re.compile(r"^Pay 12\.50 EUR from payer's Checking")).click()
+    row.get_by_role("link", name=re.compile(r"^Pay 500\.00 EUR from payer's Checking")).click()
     expect(page).to_have_url(re.compile(f"{CONF_LIST}{confirmation_id}/change/$"))
     detail = page.locator(".gt-detail")
-    expect(detail).to_contain_text("A person approves each payment before it runs.")
+    expect(detail).to_contain_text(
+        "Payments up to 50.00 run at once; larger ones wait for approval.")
     expect(page.get_by_test_id("requester")).to_have_text("payer")
     expect(page.get_by_test_id("status")).to_have_text(label("pending"))
     for title in ("From account", "To account", "Amount", "Authorization", "Operation id"):
         expect(detail.locator("th", has_text=title).last).to_be_visible()  # the raw input
     expect(detail.locator("tr", has_text="Amount").locator(".gt-str").last
-           ).to_have_text('"12.50"')
+           ).to_have_text('"500.00"')
     screenshot(page, "confirmation_detail.png")
 
     # A <form> nested in the admin's change form is dropped by the browser: the buttons must
@@ -183,11 +184,11 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
 
     status, headers, done = agent.call("send_payment", body)
     assert status == 200, done
-    assert done["output"]["amount"] == "12.50" and done["operation"]["replayed"] is False
+    assert done["output"]["amount"] == "500.00" and done["operation"]["replayed"] is False
     assert "Idempotent-Replayed" not in headers
     assert LedgerEntry.objects.filter(reference=body["operationId"]).count() == 1
     source.refresh_from_db()
-    assert str(source.balance) == "87.50"
+    assert str(source.balance) == "500.00"
     assert Confirmation.objects.get(pk=confirmation_id).status == "consumed"
 
     status, headers, replay = agent.call("send_payment", body)

@@ -88,7 +88,7 @@ def accounts(payer: Any, user_factory: Any) -> tuple[Any, Any]:
             Account.objects.create(owner=user_factory("rita"), name="Savings"))
 
 
-def payment(source: Any, receiver_id: int, amount: str = "12.50") -> dict[str, Any]:
+def payment(source: Any, receiver_id: int, amount: str = "500.00") -> dict[str, Any]:
     from project.demo.models import PaymentAuthorization
 
     auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
@@ -101,7 +101,7 @@ def pay(client_for: Any, payer: Any, body: dict[str, Any]) -> Any:
 
 
 @pytest.mark.parametrize(("receiver", "amount", "code"), [
-    ("missing", "12.50", "receiver_not_found"), ("savings", "1000.01", "insufficient_funds")])
+    ("missing", "500.00", "receiver_not_found"), ("savings", "1000.01", "insufficient_funds")])
 def test_a_payment_that_cannot_succeed_is_refused_before_anyone_approves_it(
         client_for: Any, payer: Any, accounts: tuple[Any, Any], receiver: str, amount: str,
         code: str) -> None:
@@ -112,7 +112,7 @@ def test_a_payment_that_cannot_succeed_is_refused_before_anyone_approves_it(
     assert response.json()["error"]["code"] == code
     assert not Confirmation.objects.exists()  # nobody was asked
     # The key is fresh again: the repaired call asks for approval, as any payment does.
-    repaired = pay(client_for, payer, {**body, "receiverId": savings.pk, "amount": "12.50"})
+    repaired = pay(client_for, payer, {**body, "receiverId": savings.pk, "amount": "500.00"})
     assert repaired.status_code == 202
 
 
@@ -163,7 +163,7 @@ def test_an_approval_survives_a_repaired_retry_of_its_intent(
     # A retry that changes what was approved (the amount) is a new request to a person
     # (with an authorization of the source as the payment left it).
     source.refresh_from_db()
-    other = pay(client_for, payer, {**payment(source, savings.pk), "amount": "13.00"})
+    other = pay(client_for, payer, {**payment(source, savings.pk), "amount": "413.00"})
     assert other.status_code == 202 and Confirmation.objects.count() == 2
 
 
@@ -278,7 +278,7 @@ def test_the_approver_reads_the_payment_in_one_sentence_with_the_accounts(
     assert pay(client_for, payer, payment(source, savings.pk)).status_code == 202
     confirmation = Confirmation.objects.get()
     client = staff_client(user_factory, *APPROVER, "demo.view_account")
-    sentence = ("Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
+    sentence = ("Pay 500.00 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
                 " rita&#x27;s Savings")
     queue = client.get(CONF_LIST).content.decode()
     assert sentence in queue
@@ -311,7 +311,7 @@ def test_the_request_page_runs_the_precheck_again_and_says_whether_it_would_fail
     url = f"{CONF_LIST}{confirmation.pk}/change/"
     page = client.get(url).content.decode()
     assert 'data-testid="validity">Checked now: it would pass the tool&#x27;s precheck.<' in page
-    assert 'data-testid="field-amount">12.50 EUR<' in page
+    assert 'data-testid="field-amount">500.00 EUR<' in page
     Account.objects.filter(pk=source.pk).update(balance=Decimal("5"))  # spent meanwhile
     page = client.get(url).content.decode()
     assert ('data-testid="validity">Would fail now: The source account cannot cover this'
@@ -357,14 +357,14 @@ def test_the_queue_costs_the_same_queries_for_5_and_50_payments_and_reads_them_a
     assert Confirmation.objects.count() == 50
     assert queue_queries(client) == five
     Account.objects.filter(pk=source.pk).update(balance=Decimal("600"))
-    asked = ("Pay 12.50 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
+    asked = ("Pay 500.00 EUR from payer&#x27;s Checking (balance 1,000.00 EUR) to"
              " rita&#x27;s Savings")
     queue = client.get(CONF_LIST).content.decode()
     assert queue.count(asked) == 50 and "600.00" not in queue
     confirmation = Confirmation.objects.order_by("created_at").first()
     assert confirmation is not None
     page = client.get(f"{CONF_LIST}{confirmation.pk}/change/").content.decode()
-    assert ('data-testid="summary">Pay 12.50 EUR from payer&#x27;s Checking'
+    assert ('data-testid="summary">Pay 500.00 EUR from payer&#x27;s Checking'
             " (balance 600.00 EUR) to"
             " rita&#x27;s Savings<") in page  # the decision reads the balance now
     assert f'data-testid="requested-summary">{asked}<' in page
@@ -378,7 +378,7 @@ def test_a_request_stored_without_a_summary_reads_from_its_schema_without_its_ho
     Confirmation.objects.update(summary="")
     client = staff_client(user_factory, *APPROVER)
     queue = client.get(CONF_LIST).content.decode()
-    assert (f"Send payment: From account {source.pk}, To account {savings.pk}, Amount 12.50"
+    assert (f"Send payment: From account {source.pk}, To account {savings.pk}, Amount 500.00"
             in queue)
     assert "Checking (balance" not in queue
 
@@ -643,7 +643,7 @@ def test_demo_incidents_give_an_operator_something_to_reconcile_and_to_recover(
     assert f"{OPS_LIST}{unknown.pk}/change/" in out.getvalue()
     client = staff_client(user_factory, *RECONCILER)
     page = client.get(f"{OPS_LIST}{unknown.pk}/change/").content.decode()
-    assert "Pay 12.50 EUR from agent&#x27;s Checking" in page
+    assert "Pay 500.00 EUR from agent&#x27;s Checking" in page
     assert 'data-testid="effect-warning"' in page
     call_command("demo_incident", "abandoned", stdout=StringIO())
     assert sweep().released == 1  # no ledger row: proven not run, the key is fresh again
@@ -825,7 +825,7 @@ def test_lists_show_one_time_format_and_tool_names_break_only_between_words(
     assert " p.m." not in journal and " a.m." not in journal
     listing = client.get(OPS_LIST).content.decode()
     assert "send_<wbr>payment" in listing
-    assert "field-summary" in listing and "Amount 12.50" in listing
+    assert "field-summary" in listing and "Amount 500.00" in listing
     entry = operation.journal.first()
     detail = client.get(f"/admin/guarded_tools/journalentry/{entry.pk}/change/").content.decode()
     assert " p.m." not in detail and " a.m." not in detail and " UTC" in detail

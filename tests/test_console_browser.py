@@ -91,7 +91,7 @@ def shoot(page: Any, name: str) -> None:
         page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=False)
 
 
-def request_payment(demo: dict[str, Any], amount: str = "12.50") -> Confirmation:
+def request_payment(demo: dict[str, Any], amount: str = "500.00") -> Confirmation:
     """What the agent's call leaves: a pending request (through the real pipeline)."""
     from guarded_tools.core.errors import ConfirmationRequired
     from guarded_tools.tools.registry import registry
@@ -119,12 +119,12 @@ def in_audit_trail(page: Any, text: str, status: str) -> None:
     expect(row.locator("td.field-subject a").first).to_be_visible()
 
 
-SENTENCE = "Pay 12.50 EUR from agent's Checking (balance 1,000.00 EUR) to agent's Savings"
+SENTENCE = "Pay 500.00 EUR from agent's Checking (balance 1,000.00 EUR) to agent's Savings"
 
 
 def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
-    first, second = request_payment(demo), request_payment(demo, "20.00")
-    third, fourth = request_payment(demo, "30.00"), request_payment(demo, "40.00")
+    first, second = request_payment(demo), request_payment(demo, "120.00")
+    third, fourth = request_payment(demo, "130.00"), request_payment(demo, "140.00")
     log_in(page, "approver", "approver")
 
     page.goto(CONF_LIST)
@@ -139,7 +139,7 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     # Is it still valid? The precheck, run as the page opened, beside the summary.
     expect(page.get_by_test_id("validity")).to_have_text(
         "Checked now: it would pass the tool's precheck.")
-    expect(page.get_by_test_id("field-amount")).to_have_text("12.50 EUR")
+    expect(page.get_by_test_id("field-amount")).to_have_text("500.00 EUR")
     fits(page, "request")
     shoot(page, "console-request-1280.png")
     page.fill("#gt-reason", "Rent, as agreed.")
@@ -164,7 +164,7 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     page.click("button[name=index]")
     # The second look: each request's summary before anything is approved.
     expect(page.get_by_test_id("to-approve").locator("li")).to_have_count(2)
-    expect(page.get_by_test_id("to-approve")).to_contain_text("30.00")
+    expect(page.get_by_test_id("to-approve")).to_contain_text("130.00")
     fits(page, "bulk approval")
     shoot(page, "console-bulk-approve-1280.png")
     assert Confirmation.objects.filter(status="approved").count() == 1
@@ -257,7 +257,7 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
     fits(page, "operations")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     fits(page, "operation")
-    expect(page.get_by_test_id("summary")).to_contain_text("Pay 12.50 EUR from agent's Checking")
+    expect(page.get_by_test_id("summary")).to_contain_text("Pay 500.00 EUR from agent's Checking")
     expect(page.get_by_test_id("failure")).to_have_text("ConnectionResetError")
     expect(page.get_by_test_id("effect-warning")).to_contain_text("transferred")
     expect(page.get_by_test_id("timeline")).to_contain_text("Journal: entry")
@@ -265,12 +265,12 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
         shoot(page, "console-operation-1280.png")
     page.get_by_test_id(action).click()
     # The form's page first (the click navigates; measuring before it loads reads no page).
-    expect(page.locator(".gt-form-evidence")).to_contain_text("Pay 12.50")
+    expect(page.locator(".gt-form-evidence")).to_contain_text("Pay 500.00")
     fits(page, "reconcile form")
     expect(page.get_by_test_id("effect-warning")).to_be_visible()
     page.fill("#id_note", f"Checked the ledger ({action}).")
     if action == "mark_succeeded":
-        page.fill("#id_output", json.dumps({"paymentId": 1, "amount": "12.50",
+        page.fill("#id_output", json.dumps({"paymentId": 1, "amount": "500.00",
                                             "receiverId": demo["receiver"].pk}))
         shoot(page, "console-reconcile-1280.png")
     if action == "mark_failed":
@@ -364,7 +364,7 @@ def test_a_view_only_approver_sees_the_request_without_operations(
 ) -> None:
     """Issue 25, item 9: staff with only view_confirmation read the request, and a sentence
     where the requester's recent calls would be: no key, no state, no link to operations."""
-    earlier = request_payment(demo, "5.00")
+    earlier = request_payment(demo, "105.00")
     confirmation = request_payment(demo)
     user_factory("viewer", is_staff=True, perms=("guarded_tools.view_confirmation",))
     log_in(page, "viewer", "pw")

@@ -46,11 +46,11 @@ CHILD = (
 def payment(user_factory: Any, django_user_model: Any) -> dict[str, Any]:
     payer = user_factory("payer", perms=("demo.add_ledgerentry",))
     approver = django_user_model.objects.create_superuser("approver", password="pw")
-    source = Account.objects.create(owner=payer, name="checking", balance=Decimal("100"))
+    source = Account.objects.create(owner=payer, name="checking", balance=Decimal("1000"))
     receiver = Account.objects.create(owner=approver, name="savings", balance=Decimal("0"))
     auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
     body = {"operationId": key(), "sourceId": source.pk, "receiverId": receiver.pk,
-            "amount": "12.50", "authorizationId": auth.pk}
+            "amount": "500.00", "authorizationId": auth.pk}
     return {"payer": payer, "approver": approver, "body": body, "source": source,
             "receiver": receiver}
 
@@ -139,7 +139,7 @@ def assert_end_state(payment: dict[str, Any], operation: Operation, point: str) 
     if expected["end"] == OperationState.SUCCEEDED:
         entry = ledger(payment).get()
         assert operation.recovered
-        assert operation.output == {"paymentId": entry.pk, "amount": "12.50",
+        assert operation.output == {"paymentId": entry.pk, "amount": "500.00",
                                     "receiverId": payment["receiver"].pk}
         # The replay agrees: the recovered output, and still exactly one payment.
         replay = send(payment)
@@ -150,15 +150,15 @@ def assert_end_state(payment: dict[str, Any], operation: Operation, point: str) 
         # intent is unchanged: no second request to a person) and pays exactly once.
         result = send(payment)
         assert Confirmation.objects.filter(key=payment["body"]["operationId"]).count() == 1
-        assert not result.replayed and result.output["amount"] == "12.50"
+        assert not result.replayed and result.output["amount"] == "500.00"
         operation.refresh_from_db()
         assert operation.state == OperationState.SUCCEEDED
         assert send(payment).replayed
     assert ledger(payment).count() == 1
     payment["source"].refresh_from_db()
     payment["receiver"].refresh_from_db()
-    assert payment["source"].balance == Decimal("87.50")
-    assert payment["receiver"].balance == Decimal("12.50")
+    assert payment["source"].balance == Decimal("500.00")
+    assert payment["receiver"].balance == Decimal("500.00")
 
 
 @pytest.mark.parametrize("how", ["exit", "sigkill"], ids=["crash", "sigkill-while-stalled"])

@@ -80,13 +80,13 @@ def test_the_demo_approver_is_staff_with_exactly_the_approvers_permissions(agent
 
 
 def test_the_demo_approver_sees_the_queue_and_the_request_and_decides_it(agent: Any) -> None:
-    body, first = ask_payment(agent, "12.50")
-    _, second = ask_payment(agent, "20.00")
+    body, first = ask_payment(agent, "500.00")
+    _, second = ask_payment(agent, "700.00")
     client = log_in_as_approver()
 
     queue = client.get(CONF_LIST)
     assert queue.status_code == 200
-    assert "Pay 12.50 EUR from agent&#x27;s Checking" in queue.content.decode()
+    assert "Pay 500.00 EUR from agent&#x27;s Checking" in queue.content.decode()
     url = f"{CONF_LIST}{first.pk}/change/"
     page = client.get(url).content.decode()
     assert 'data-testid="summary"' in page and "Approve" in page and "Decline" in page
@@ -128,3 +128,38 @@ def test_the_demo_approver_cannot_reconcile_or_manage_users(agent: Any) -> None:
     assert client.get("/admin/auth/user/").status_code == 403
     index = client.get("/admin/").content.decode()
     assert "/admin/auth/user/" not in index
+
+
+def test_the_demo_policy_runs_small_payments_and_asks_two_for_large(
+        agent: APIClient) -> None:
+    """The demo's rules as the README walks them: 12.50 runs at once, 500.00 asks one
+    approver, above 1,000.00 asks two, and approver and approver2 give them."""
+    from django.contrib.auth import get_user_model
+
+    from guarded_tools import confirmations
+    from project.demo.models import Account
+
+    source, receiver = call(agent, "list_payment_accounts", {}).json()["output"]["accounts"]
+    Account.objects.filter(pk=source["id"]).update(balance="5000.00")
+
+    def pay(amount: str) -> Any:
+        authorization = call(agent, "prepare_payment_authorization", {
+            "requestId": str(uuid.uuid4()), "sourceId": source["id"]}).json()["output"]
+        body = {"operationId": str(uuid.uuid4()), "sourceId": source["id"],
+                "receiverId": receiver["id"], "amount": amount, **authorization}
+        return body, call(agent, "send_payment", body)
+
+    assert pay("12.50")[1].status_code == 200
+    _, one = pay("500.00")
+    assert one.status_code == 202
+    assert "0 of 1 approvals given" in one.json()["error"]["message"]
+    body, two = pay("1500.00")
+    assert two.status_code == 202
+    assert two.json()["error"]["confirmation"]["approvals"] == {"given": 0, "required": 2}
+    people = get_user_model().objects
+    pending = Confirmation.objects.get(key=body["operationId"])
+    confirmations.approve(pending, people.get(username="approver"))
+    assert "1 of 2 approvals given" in call(agent, "send_payment", body).json()["error"][
+        "message"]
+    confirmations.approve(pending, people.get(username="approver2"))
+    assert call(agent, "send_payment", body).status_code == 200

@@ -239,6 +239,16 @@ BUILTIN = GuardCatalog(
             "fix": "Wait the Retry-After seconds, then repeat the call.",
             "link": "#rate_limited",
         },
+        "budget_exceeded": {
+            "status": 429,
+            "retry": "after_repair",
+            "message": "This call would exceed the caller's budget.",
+            "why": "The tool's policy limits how much each caller may spend per window; the"
+            " check and the reservation are one step with the claim, and nothing ran.",
+            "fix": "Wait until `budget.frees_at`, lower the amount to at most"
+            " `budget.remaining`, or ask the user.",
+            "link": "#budget_exceeded",
+        },
         "internal_error": {
             "status": 500,
             "retry": "never",

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from guarded_tools.core.call import GuardResult, Invocation
+from guarded_tools.core.policy import Policy
 from guarded_tools.core.schema.validation import compile_schema, schema_names
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ Handler = Callable[..., Any]
 CONFIRM_MODES = ("always", "effect-only", "owner")
 #: Modes whose confirmation is asked after the claim, for fresh claims only: a replay
 #: answers what ran without asking again.
-AFTER_CLAIM_MODES = ("effect-only", "owner")
+AFTER_CLAIM_MODES = ("effect-only", "owner", "policy")
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -51,7 +52,7 @@ class Tool:
     module: str = ""
     authorize: Callable[..., Any] | None = None
     context: Callable[..., Any] | None = None
-    confirm: Callable[..., Any] | str | Mapping[str, Any] | None = None
+    confirm: Callable[..., Any] | str | Mapping[str, Any] | Policy | None = None
     idempotency_key: str | Callable[..., str] | None = None
     journal: bool = True
     recover: Callable[..., Any] | None = None
@@ -154,7 +155,11 @@ class Tool:
         confirm = self.confirm
         if confirm is None:
             return
-        if isinstance(confirm, Mapping):
+        if isinstance(confirm, Policy):
+            yield from ((f"confirm's policy: {problem}.", "Give every rule an outcome:"
+                         " Run(), Approvers(n) with n >= 1, or Refuse().")
+                        for problem in confirm.problems())
+        elif isinstance(confirm, Mapping):
             mode = confirm.get("mode", "always")
             if mode not in CONFIRM_MODES:
                 yield (f"confirm's mode is {mode!r}, which no stage runs, so the hook would"
@@ -189,6 +194,8 @@ class Tool:
             return None
         if isinstance(self.confirm, str):
             return self.confirm
+        if isinstance(self.confirm, Policy):
+            return "policy"
         if isinstance(self.confirm, Mapping):
             return str(self.confirm.get("mode", "always"))
         return "always"
@@ -206,7 +213,7 @@ class Tool:
     @property
     def queued_confirmation(self) -> bool:
         """True when a person approves calls in the admin (string modes)."""
-        return isinstance(self.confirm, str)
+        return isinstance(self.confirm, str | Policy)
 
     @property
     def annotations(self) -> dict[str, Any]:
@@ -253,6 +260,8 @@ class Tool:
                 else {"header": gt_settings.IDEMPOTENCY_HEADER}  # the one the view reads
             ),
         }
+        if isinstance(self.confirm, Policy):
+            data["policy"] = self.confirm.text
         if self.output_schema is not None:
             data["outputSchema"] = dict(self.output_schema)
         return data

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
@@ -76,15 +77,34 @@ def _call(definition: Tool, inv: Invocation) -> Q:
 
 
 def describe(confirmation: Confirmation) -> dict[str, Any]:
-    return {
+    data: dict[str, Any] = {
         "id": str(confirmation.pk),
         "status": confirmation.status,
         "expires_at": timestamp(confirmation.expires_at),
     }
+    if confirmation.policy_rule:
+        data["rule"] = confirmation.policy_rule
+        data["policy_version"] = confirmation.policy_version
+        data["approvals"] = {"given": len(confirmation.approvals),
+                             "required": confirmation.approvals_required}
+    return data
+
+
+def approvals_text(confirmation: Confirmation) -> str:
+    """``1 of 2 approvals given``: where a request that needs several approvals stands."""
+    return f"{len(confirmation.approvals)} of {confirmation.approvals_required} approvals given"
+
+
+def _pending_message(confirmation: Confirmation) -> str:
+    if not confirmation.policy_rule:
+        return "A person must approve this call before it runs; nothing has run yet."
+    return (f"The approval policy's rule \"{confirmation.policy_rule}\" applies:"
+            f" {approvals_text(confirmation)}; nothing has run yet.")
 
 
 def require_approval(definition: Tool, inv: Invocation,
-                     operation_id: Any = None) -> Confirmation:
+                     operation_id: Any = None, *,
+                     policy: Mapping[str, Any] | None = None) -> Confirmation:
     """Consume an approval for exactly this call, or raise what the agent must do.
 
     Pending → ``ConfirmationRequired`` (202; waits up to ``inv.wait`` seconds for a
@@ -93,11 +113,13 @@ def require_approval(definition: Tool, inv: Invocation,
     → consumed atomically and returned. ``operation_id`` is the operation a fresh claim
     took (``effect-only``): an approval an earlier attempt of that same operation
     consumed, and which has not expired, is used again, because an attempt is fresh only
-    when the earlier one was released without its effect (a repaired retry).
+    when the earlier one was released without its effect (a repaired retry). ``policy``
+    is what an approval policy's rule asks (``policy_rule``, ``policy_version``,
+    ``approvals_required``): a pending request asks at least that many approvals.
     """
     deadline = time.monotonic() + max(inv.wait, 0)
     while True:
-        confirmation = _consume_or_request(definition, inv, operation_id)
+        confirmation = _consume_or_request(definition, inv, operation_id, policy)
         if confirmation.status == ConfirmationStatus.CONSUMED:
             return confirmation
         if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
@@ -108,12 +130,31 @@ def require_approval(definition: Tool, inv: Invocation,
 _USED = (ConfirmationStatus.APPROVED, ConfirmationStatus.CONSUMED)
 
 
-def _consume_or_request(definition: Tool, inv: Invocation,
-                        operation_id: Any = None) -> Confirmation:
+def open_request(definition: Tool, inv: Invocation) -> bool:
+    """Whether this exact call has a request pending or approved and unused."""
+    return Confirmation.objects.using(router.db_for_write(Confirmation)).filter(
+        _call(definition, inv), expires_at__gt=Now(),
+        status__in=[ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED]).exists()
+
+
+def _stricter(confirmations: Any, call: Q, policy: Mapping[str, Any] | None) -> None:
+    """A policy stricter now than when the call was asked: its pending request needs the
+    approvals the policy needs now (a policy grown laxer keeps the request's)."""
+    if policy is not None:
+        confirmations.filter(
+            call, status=ConfirmationStatus.PENDING,
+            approvals_required__lt=policy["approvals_required"],
+        ).update(approvals_required=policy["approvals_required"],
+                 policy_rule=policy["policy_rule"], policy_version=policy["policy_version"])
+
+
+def _consume_or_request(definition: Tool, inv: Invocation, operation_id: Any = None,
+                        policy: Mapping[str, Any] | None = None) -> Confirmation:
     call = _call(definition, inv)
     # From the primary: a replica behind it could miss the approval, or the request.
     confirmations = Confirmation.objects.using(router.db_for_write(Confirmation))
     confirmations.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
+    _stricter(confirmations, call, policy)
     latest = confirmations.filter(call).order_by("-created_at").first()
     if (
         latest is not None and operation_id is not None
@@ -131,7 +172,7 @@ def _consume_or_request(definition: Tool, inv: Invocation,
         latest.refresh_from_db(using=router.db_for_write(Confirmation))
     if latest is None or latest.status in (*_USED, ConfirmationStatus.WITHDRAWN):
         # None yet, its approval used by another call, or withdrawn (its key released).
-        return _request(definition, inv)
+        return _request(definition, inv, policy)
     if latest.status == ConfirmationStatus.PENDING or latest.key:
         return latest  # with a key, the agent asks again with a new one
     if latest.reported_at is None:  # declined or expired, not yet told
@@ -139,7 +180,7 @@ def _consume_or_request(definition: Tool, inv: Invocation,
         return latest
     # A tool without keys, its agent told already: it cannot choose a new key to ask
     # again, so this call asks anew.
-    return _request(definition, inv)
+    return _request(definition, inv, policy)
 
 
 #: The longest requester label kept (``Confirmation.requested_by_label``).
@@ -191,7 +232,8 @@ def live_credential(confirmation: Confirmation) -> Any:
     return None
 
 
-def _request(definition: Tool, inv: Invocation) -> Confirmation:
+def _request(definition: Tool, inv: Invocation,
+             policy: Mapping[str, Any] | None = None) -> Confirmation:
     ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
     asked = requested(definition, inv)  # the hook's reads, before the transaction
     using = router.db_for_write(Confirmation)
@@ -204,7 +246,7 @@ def _request(definition: Tool, inv: Invocation) -> Confirmation:
                 fingerprint=approved_fingerprint(definition, inv),
                 input=dict(inv.input),
                 expires_at=db_now_plus(ttl),
-                **asked,
+                **asked, **(policy or {}),
             )
     except IntegrityError:
         # Another identical call asked at the same moment: share its request.
@@ -235,15 +277,29 @@ def enqueue(setting: str, confirmation_id: str) -> None:
     import_string(getattr(gt_settings, setting))(confirmation_id)
 
 
-def approvers(confirmation: Confirmation) -> list[Any]:
-    """The active users who may decide ``confirmation`` and have an email address."""
+def _eligible(confirmation: Confirmation) -> Any:
+    """The active users holding the approve permission (and the rule's, in its group)."""
     from django.contrib.auth import get_user_model
 
     manager = get_user_model()._default_manager
     if not hasattr(manager, "with_perm"):  # a custom user model without ModelBackend's
-        return []
-    users = manager.with_perm(APPROVE_PERMISSION, is_active=True).exclude(email="")
+        return manager.none()
+    users = manager.with_perm(APPROVE_PERMISSION, is_active=True)
+    if confirmation.approvers_group:
+        users = users.filter(groups__name=confirmation.approvers_group)
+    return users
+
+
+def approvers(confirmation: Confirmation) -> list[Any]:
+    """The active users who may decide ``confirmation`` and have an email address."""
+    users = _eligible(confirmation).exclude(email="")
     return [user for user in users[:100] if can_decide(user, confirmation) is None]
+
+
+def who_still_can(confirmation: Confirmation) -> list[str]:
+    """The names of the people who may still approve ``confirmation`` (up to 20)."""
+    return [str(user.get_username()) for user in _eligible(confirmation)[:100]
+            if can_decide(user, confirmation) is None][:20]
 
 
 def notify_approvers(confirmation: Confirmation) -> int:
@@ -313,8 +369,7 @@ def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
         headers = {"Retry-After": str(retry_after())}
         if not _owner_consent(confirmation):
             return ConfirmationRequired(
-                "A person must approve this call before it runs; nothing has run yet.",
-                extra=summary, headers=headers,
+                _pending_message(confirmation), extra=summary, headers=headers,
             )
         url = consent_url(request, confirmation)
         summary["confirmation"]["url"] = url
@@ -375,12 +430,26 @@ def can_decide(user: Any, confirmation: Confirmation) -> str | None:
         return None
     if not getattr(user, "is_authenticated", False) or not user.has_perm(APPROVE_PERMISSION):
         return "You do not have permission to approve or decline confirmations."
-    if (
-        not gt_settings.CONFIRMATION_ALLOW_SELF_APPROVAL
-        and confirmation.requested_by_id is not None
-        and confirmation.requested_by_id == user.pk
-    ):
+    requester = confirmation.requested_by_id is not None and (
+        confirmation.requested_by_id == user.pk)
+    if requester and (confirmation.approvals_required > 1
+                      or not gt_settings.CONFIRMATION_ALLOW_SELF_APPROVAL):
         return "You cannot decide a confirmation you requested yourself (four-eyes rule)."
+    return _rule_refusal(user, confirmation)
+
+
+def _rule_refusal(user: Any, confirmation: Confirmation) -> str | None:
+    """Why the policy's rule keeps ``user`` from approving (already approved, not in the
+    rule's group, without its permission), or None."""
+    if any(given.get("id") == user.pk for given in confirmation.approvals):
+        return ("You approved this request already; another person must give the next"
+                " approval.")
+    if confirmation.approvers_group and not user.groups.filter(
+            name=confirmation.approvers_group).exists():
+        return f"Only members of {confirmation.approvers_group} may approve this request."
+    if confirmation.approvers_permission and not user.has_perm(
+            confirmation.approvers_permission):
+        return "You do not hold the permission this request's policy rule asks of approvers."
     return None
 
 
@@ -390,9 +459,14 @@ def _decide(
     refusal = can_decide(user, confirmation)
     if refusal:
         raise DecisionRefused(refusal)
+    given = _one_of_several(confirmation, user, reason) if approved else []
+    if given is None:
+        return confirmation  # one approval of several given: the request stays pending
     status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
     changes: dict[str, Any] = {"status": status, "decided_by": user, "decided_at": Now(),
                                "reason": reason}
+    if given:
+        changes["approvals"] = given
     if approved:  # an approval lasts its own time, from now
         changes["expires_at"] = db_now_plus(gt_settings.CONFIRMATION_APPROVAL_TTL_SECONDS)
     using = router.db_for_write(Confirmation)
@@ -413,6 +487,8 @@ def _decide(
             status=status,
             data={"tool": confirmation.tool, "key": confirmation.key,
                   "summary": requested_summary(confirmation),
+                  **({"rule": confirmation.policy_rule, "policy_version":
+                      confirmation.policy_version} if confirmation.policy_rule else {}),
                   **({"verified_by": verified_by} if verified_by else {})},
         )
         if confirmation.operation_id is not None:
@@ -434,6 +510,42 @@ def _decide(
     return confirmation
 
 
+def _approval_by(user: Any) -> dict[str, Any]:
+    return {"id": user.pk, "label": str(user.get_username()), "at": timestamp(timezone.now())}
+
+
+def _one_of_several(confirmation: Confirmation, user: Any, note: str) -> list[Any] | None:
+    """Give one approval of a request that needs several, under the request's row lock.
+
+    None when more are still needed (recorded, audited; the request stays pending); else
+    the approvals with this last one (empty for a request that needs one).
+    """
+    if confirmation.approvals_required <= 1:
+        return []
+    using = router.db_for_write(Confirmation)
+    with transaction.atomic(using=using):
+        row = Confirmation.objects.using(using).select_for_update().filter(
+            pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()).first()
+        if row is None:
+            raise DecisionRefused("This confirmation is no longer pending.")
+        refusal = _rule_refusal(user, row)
+        if refusal:
+            raise DecisionRefused(refusal)
+        approvals = [*row.approvals, _approval_by(user)]
+        if len(approvals) >= row.approvals_required:
+            return approvals
+        row.approvals = approvals
+        row.save(update_fields=["approvals"])
+        AuditEntry.objects.using(using).create(
+            actor=user, action=AuditEntry.Action.APPROVE, confirmation_id=row.pk,
+            operation_id=row.operation_id, note=note, status=ConfirmationStatus.PENDING,
+            data={"tool": row.tool, "key": row.key, "rule": row.policy_rule,
+                  "policy_version": row.policy_version, "approvals": approvals_text(row)})
+        record_in_admin_history(user, row, f"Approved ({approvals_text(row)})")
+    confirmation.refresh_from_db(using=using)
+    return None
+
+
 def runs_on_approval(tool_name: str) -> bool:
     """Whether an approval of this tool's call runs it at once (``EXECUTE_ON_APPROVAL``).
 
@@ -445,7 +557,7 @@ def runs_on_approval(tool_name: str) -> bool:
     if not gt_settings.EXECUTE_ON_APPROVAL:
         return False
     definition = registry.find(tool_name)
-    return definition is not None and definition.confirm_mode == "effect-only"
+    return definition is not None and definition.confirm_mode in ("effect-only", "policy")
 
 
 def asks_in_the_pipeline(tool_name: str) -> bool:

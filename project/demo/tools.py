@@ -11,6 +11,7 @@ from pydantic import Field
 
 from guarded_tools import GuardedTool, ToolError, tool
 from guarded_tools.catalog import ErrorCatalog
+from guarded_tools.pipeline.policies import Approvers, Budget, Policy, Rule, Run
 from guarded_tools.viewsets import guarded_viewset
 from project.demo import effects
 from project.demo.api import OrderNoteInput, OrderNoteSerializer, OrderViewSet
@@ -427,13 +428,36 @@ def precheck_payment(*, input: dict[str, Any], **_: Any) -> None:
     precheck_balance(input=input)
 
 
+def _amount(input: dict[str, Any]) -> Decimal:
+    return Decimal(str(input["amount"]))
+
+
+#: The demo's rules (README, *Approval policies and budgets*): small payments run at once,
+#: large ones need one approver, very large ones two, each user at most 2,000.00 a day
+#: (above it, two approvers) and 10 payments a minute.
+PAYMENT_POLICY = Policy(version="1", rules=[
+    Rule(name="up to 50.00", when=lambda input, **kw: _amount(input) <= 50, outcome=Run(),
+         description="Payments up to 50.00 run at once"),
+    Rule(name="up to 1,000.00", when=lambda input, **kw: _amount(input) <= 1000,
+         outcome=Approvers(1), description="up to 1,000.00 need one approver"),
+    Rule(name="above 1,000.00", outcome=Approvers(2),
+         description="more need two approvers"),
+], budgets=[
+    Budget(name="send_payment per day", window_seconds=86_400, sum_field="amount",
+           limit=2000, escalate=Approvers(2),
+           description="above 2,000.00 a day per user, two approvers"),
+    Budget(name="send_payment per minute", window_seconds=60, count=10,
+           description="at most 10 payments a minute"),
+])
+
+
 class SendPayment(GuardedTool):
     """The class form of a tool (``@tool`` builds the same definition): options as class
     attributes, the handler as ``run`` and every hook as a method."""
 
     name = "send_payment"
-    description = ("Send money from one of your accounts to another account. A person"
-                   " approves each payment before it runs.")
+    description = ("Send money from one of your accounts to another account. Payments up to"
+                   " 50.00 run at once; larger ones wait for approval.")
     input = {
         "type": "object",
         "properties": {
@@ -446,7 +470,7 @@ class SendPayment(GuardedTool):
     output = PAYMENT_OUTPUT
     permissions = ("demo.add_ledgerentry",)
     idempotency_key = "operationId"
-    confirm = "effect-only"
+    confirm = PAYMENT_POLICY
     intent = ("operationId", "sourceId", "receiverId", "amount")
     journal = True
     verify_timeout = None

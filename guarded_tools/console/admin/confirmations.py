@@ -241,7 +241,11 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         try:
             if decision == "approve":
                 confirmations.approve(confirmation, request.user, request.POST.get("reason", ""))
-                if confirmations.runs_when_approved(confirmation):
+                done: Any
+                if confirmation.status == ConfirmationStatus.PENDING:  # one of several
+                    done = _("Approval recorded: %(n)s; another person must approve.") % {
+                        "n": confirmations.approvals_text(confirmation)}
+                elif confirmations.runs_when_approved(confirmation):
                     done = _("Approved. It runs now; the agent's retry gets its result.")
                 else:
                     done = _("Approved. The agent's retry will run it once.")
@@ -302,6 +306,8 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "can_decide": open_ and refusal is None,
                 "refusal": refusal if open_ else None,
                 "owner_decides": confirmations.owner_decides(confirmation),
+                "approvals_text": confirmations.approvals_text(confirmation),
+                "still_can": confirmations.who_still_can(confirmation) if open_ else (),
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
                                       args=[confirmation.pk]),
                 "audit": confirmation.audit.select_related("actor", "operation"),

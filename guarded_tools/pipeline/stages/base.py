@@ -65,6 +65,8 @@ class Call:
     remembered: Remembered | None = None
     #: Set on the one-transaction path, once the key is locked (``after_claim`` runs in it).
     in_transaction: bool = False
+    #: The rule of the tool's approval policy that decided the call (the policy stage).
+    rule: Any = None
 
 
 class Stage:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guarded_tools.core.errors import ConfirmationError
+from guarded_tools.core.policy import Approvers, Policy, Rule, Run
 from guarded_tools.pipeline.stages.base import Call, Stage, decision
 from guarded_tools.store import Claim
 
@@ -51,6 +52,9 @@ class ConfirmationStage(Stage):
             tool.precheck(input=inv.input, context=inv.context, user=inv.user)
 
     def confirm(self, call: Call, claim: Claim | None = None) -> None:
+        if isinstance(call.rule, Rule) and isinstance(call.rule.outcome, Run) and not (
+                self.earlier_request(call)):
+            return  # the policy runs it without a person (its rule is in the events)
         call.events.emit("confirmation_requested")
         if self.tool.queued_confirmation:
             self.queued(call, claim)
@@ -64,13 +68,32 @@ class ConfirmationStage(Stage):
 
         try:
             confirmation = require_approval(
-                self.tool, call.inv, claim.operation.pk if claim is not None else None)
+                self.tool, call.inv, claim.operation.pk if claim is not None else None,
+                policy=self.policy_fields(call))
         except ConfirmationError:
             call.events.emit("declined")
             raise
         if claim is not None:
             type(confirmation).objects.filter(pk=confirmation.pk).update(
                 operation_id=claim.operation.pk)
+
+    def policy_fields(self, call: Call) -> dict[str, Any] | None:
+        """What a policy's rule asks of the request: its name, version, approvals."""
+        if not isinstance(self.tool.confirm, Policy) or not isinstance(call.rule, Rule):
+            return None
+        outcome = call.rule.outcome
+        if not isinstance(outcome, Approvers):
+            outcome = Approvers(1)  # a request kept from a stricter policy (see confirm)
+        return {"policy_rule": call.rule.label, "policy_version": self.tool.confirm.version,
+                "approvals_required": outcome.n, "approvers_group": outcome.group or "",
+                "approvers_permission": outcome.permission or ""}
+
+    def earlier_request(self, call: Call) -> bool:
+        """Whether this call was asked of people already: a policy that runs it now
+        without a person changed since, and the stricter outcome (the request's) applies."""
+        from guarded_tools.pipeline.confirmations import open_request
+
+        return open_request(self.tool, call.inv)
 
     def asked(self, call: Call) -> None:
         """The tool's ``confirm`` hook decides, now."""

@@ -38,6 +38,9 @@ def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
         f"{META_PREFIX}/confirmation": info["confirmation"],
         f"{META_PREFIX}/idempotencyKey": info["idempotencyKey"],
     }
+    if "policy" in info:  # in words, where every client shows it: the description
+        entry["_meta"][f"{META_PREFIX}/policy"] = info["policy"]
+        entry["description"] = f"{info['description']}\n\nApproval policy: {info['policy']}"
     if modern and answers_with_task(definition):
         # The extension declares nothing per tool (the server decides per call); this
         # says which calls may come back as a task, for clients that plan for it.

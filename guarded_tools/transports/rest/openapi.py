@@ -163,6 +163,9 @@ def tool_operation(definition: Tool) -> dict[str, Any]:
             "application/json": {"schema": copy.deepcopy(dict(definition.input_schema))}}},
         "responses": responses,
     }
+    policy = definition.describe().get("policy")
+    if policy:
+        operation["description"] = f"{definition.description}\n\nApproval policy: {policy}"
     if definition.idempotent and not definition.key_field:
         operation["parameters"] = [{
             "name": gt_settings.IDEMPOTENCY_HEADER, "in": "header", "required": True,

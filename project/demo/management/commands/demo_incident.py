@@ -33,7 +33,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("kind", choices=["unknown", "abandoned"])
-        parser.add_argument("--amount", default="12.50")
+        parser.add_argument("--amount", default="500.00")
 
     def handle(self, *args: Any, **options: Any) -> None:
         agent = get_user_model()._default_manager.filter(username="agent").first()

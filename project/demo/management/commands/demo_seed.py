@@ -48,12 +48,14 @@ class Command(BaseCommand):
         Token.objects.get_or_create(user=agent, key=AGENT_TOKEN)
         self._person("staff", superuser=True)  # the operator: everything, reconciling too
         # A person who only decides requests: the permissions the README recommends.
-        approver = self._person("approver", superuser=False)
         wanted = Q()
         for permission in APPROVER_PERMISSIONS:
             app_label, codename = permission.split(".")
             wanted |= Q(content_type__app_label=app_label, codename=codename)
-        approver.user_permissions.set(Permission.objects.filter(wanted))
+        # Two of them: a payment above 1,000.00 needs two distinct approvers.
+        for name in ("approver", "approver2"):
+            self._person(name, superuser=False).user_permissions.set(
+                Permission.objects.filter(wanted))
         for number, status in (("A-1001", "open"), ("A-1002", "shipped"), ("A-1003", "open")):
             Order.objects.get_or_create(
                 number=number,
@@ -67,7 +69,8 @@ class Command(BaseCommand):
             Account.objects.create(owner=agent, name="Checking", balance=Decimal("1000.00"))
             Account.objects.create(owner=agent, name="Savings", balance=Decimal("250.00"))
         self.stdout.write(self.style.SUCCESS(
-            f"Demo data ready. Agent token: {AGENT_TOKEN}  Admin: staff/staff, approver/approver"
+            f"Demo data ready. Agent token: {AGENT_TOKEN}  Admin: staff/staff, approver/approver,"
+            " approver2/approver2"
         ))
 
     def _person(self, name: str, *, superuser: bool) -> Any:

@@ -1,0 +1,128 @@
+"""Provides approval policies: a tool's ordered rules, each with an outcome stated in words.
+
+A policy is the declarative form of ``confirm=``: the first rule whose ``when`` holds for
+the call decides it (``when=None`` always holds). Its outcome is ``Run()`` (no person),
+``Approvers(n, group=, permission=)`` (n distinct people, none the requester) or
+``Refuse(code, repair)``. The rules carry their own ``description``, so the tool listing
+states the policy in words an agent can plan with; the rule that decided and the
+policy's ``version`` are stored with the confirmation. No database here: the pipeline
+hands ``history`` (the caller's recent operations of the tool) to ``when``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Run:
+    """No person is asked: the call runs (the rule is recorded in its events)."""
+
+    strictness = 0
+
+
+@dataclass(frozen=True)
+class Approvers:
+    """``n`` distinct approvers (never the requester), optionally from a group or holding
+    a permission besides the approve permission."""
+
+    n: int = 1
+    group: str | None = None
+    permission: str | None = None
+
+    @property
+    def strictness(self) -> int:
+        return self.n
+
+
+@dataclass(frozen=True)
+class Refuse:
+    """The call is refused with an error of the guard's catalog and a repair."""
+
+    code: str = "authorization_denied"
+    repair: Mapping[str, Any] | None = None
+    strictness = 1_000_000
+
+
+Outcome = Run | Approvers | Refuse
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """One rule: when ``when(input=, user=, history=)`` holds, ``outcome`` applies."""
+
+    outcome: Outcome
+    description: str
+    when: Callable[..., Any] | None = None
+    #: How the rule is named in 202s, refusals, the admin and the audit trail.
+    name: str = ""
+
+    @property
+    def label(self) -> str:
+        return self.name or self.description
+
+
+@dataclass(frozen=True, kw_only=True)
+class Budget:
+    """A limit per principal per window (on the database clock): a count of calls
+    (``count``) and/or a sum of an input field (``sum_field`` up to ``limit``).
+
+    ``name`` is shared by the tools that declare the same budget (a group of tools).
+    ``escalate`` is the rule that applies instead of a refusal (for example
+    ``Approvers(2)``): the call then waits for those people rather than being refused.
+    """
+
+    name: str
+    window_seconds: int = 86_400
+    count: int | None = None
+    sum_field: str | None = None
+    limit: float | None = None
+    escalate: Outcome | None = None
+    description: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Policy:
+    """Ordered rules; the first that holds decides. A call no rule matches is refused."""
+
+    rules: Sequence[Rule] = field(default_factory=tuple)
+    #: Limits per principal, reserved atomically after the claim (the budget stage).
+    budgets: Sequence[Budget] = field(default_factory=tuple)
+    version: str = "1"
+    #: The policy in words for the listing; else the rules' descriptions joined.
+    describe: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rules", tuple(self.rules))
+        object.__setattr__(self, "budgets", tuple(self.budgets))
+
+    @property
+    def text(self) -> str:
+        parts = [rule.description for rule in self.rules]
+        parts += [budget.description for budget in self.budgets if budget.description]
+        return self.describe or "; ".join(part.rstrip(".") for part in parts) + "."
+
+    def decide(self, *, input: Mapping[str, Any], user: Any, history: Any) -> Rule:
+        for rule in self.rules:
+            if rule.when is None or rule.when(input=input, user=user, history=history):
+                return rule
+        return Rule(outcome=Refuse(), description="No rule of the policy allows this call.",
+                    name="no rule matched")
+
+    def problems(self) -> list[str]:
+        """What is wrong with the policy as declared (for the tool's system check)."""
+        found = [f"rule {rule.label!r} has no outcome Run(), Approvers(n) or Refuse()"
+                 for rule in self.rules if not isinstance(rule.outcome, Run | Approvers | Refuse)]
+        found += [f"rule {rule.label!r} asks for {rule.outcome.n} approvers" for rule in self.rules
+                  if isinstance(rule.outcome, Approvers) and rule.outcome.n < 1]
+        return found
+
+
+def stricter(a: Rule, b: Rule) -> Rule:
+    """The stricter of two decisions (a refusal, then more approvers, then running)."""
+    return b if b.outcome.strictness > a.outcome.strictness else a
+
+
+__all__ = ["Approvers", "Budget", "Policy", "Refuse", "Rule", "Run", "stricter"]

@@ -1,0 +1,115 @@
+"""Provides the budget stage: per-principal counts and sums per window, never exceeded.
+
+After a fresh claim and before any person is asked (so no approval is doomed), one
+transaction locks the principal's counter row for the window (``select_for_update``; on
+SQLite the write transaction serialises), sums what is reserved and inserts this call's
+``Reservation``. The claim has committed in its own short transaction by then: the
+reservation takes its own right after it, before the handler, so no effect ever runs
+unreserved, and two calls reserving at once are serialised by the counter's lock. A
+claim released without its effect (refused, declined, asked of a person, proven not
+run) gives its reservation back (``on_release``); a replay never reaches this stage.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.db import router, transaction
+from django.db.models import Count, Sum
+from django.db.models.functions import Now
+from django.utils import timezone
+
+from guarded_tools.core.errors import GuardError, RateLimited
+from guarded_tools.core.policy import Budget, Policy, Rule, Run, stricter
+from guarded_tools.core.times import timestamp
+from guarded_tools.models import BudgetCounter, Operation, Reservation
+from guarded_tools.pipeline.stages.base import Call, Stage
+from guarded_tools.store import Claim
+
+
+def window_start(now: datetime, budget: Budget) -> datetime:
+    seconds = budget.window_seconds
+    return datetime.fromtimestamp(now.timestamp() // seconds * seconds, tz=UTC)
+
+
+class BudgetStage(Stage):
+    """The budgets of the tool's policy (``Policy(budgets=[Budget(...)])``)."""
+
+    name = "budget"
+
+    @property
+    def budgets(self) -> Sequence[Budget]:
+        policy = self.tool.confirm
+        return policy.budgets if isinstance(policy, Policy) else ()
+
+    def after_claim(self, call: Call, claim: Claim | None) -> None:
+        if not self.budgets:
+            return
+        using = router.db_for_write(Reservation)
+        with transaction.atomic(using=using):
+            now = self.db_now(claim, using)
+            for budget in self.budgets:
+                self.reserve(call, claim, budget, now, using)
+
+    def on_release(self, call: Call, claim: Claim) -> None:
+        if self.budgets:
+            Reservation.objects.using(router.db_for_write(Reservation)).filter(
+                operation_id=claim.operation.pk).delete()
+
+    def db_now(self, claim: Claim | None, using: str) -> datetime:
+        """The database's clock (read beside the claim's row), else this process's."""
+        if claim is not None:
+            now = Operation.objects.using(using).filter(pk=claim.operation.pk).annotate(
+                db_now=Now()).values_list("db_now", flat=True).first()
+            if now is not None:
+                return now
+        return timezone.now()
+
+    def reserve(self, call: Call, claim: Claim | None, budget: Budget, now: datetime,
+                using: str) -> None:
+        start = window_start(now, budget)
+        counters = BudgetCounter.objects.using(using)
+        counter, _ = counters.get_or_create(budget=budget.name, scope=call.inv.scope,
+                                            window_start=start)
+        counters.select_for_update().filter(pk=counter.pk).first()  # the lock
+        used = Reservation.objects.using(using).filter(counter=counter).aggregate(
+            n=Count("pk"), total=Sum("amount"))
+        amount = (Decimal(str(call.inv.input.get(budget.sum_field, 0)))
+                  if budget.sum_field else Decimal(0))
+        total = used["total"] or Decimal(0)
+        over_count = budget.count is not None and used["n"] + 1 > budget.count
+        over_sum = budget.limit is not None and total + amount > Decimal(str(budget.limit))
+        if over_count or over_sum:
+            frees = start + timedelta(seconds=budget.window_seconds)
+            if budget.escalate is None:
+                raise self.refusal(budget, over_count, total, frees, now)
+            escalation = Rule(outcome=budget.escalate, name=f"over budget {budget.name}",
+                              description=budget.description or f"over budget {budget.name}")
+            call.rule = stricter(call.rule or Rule(outcome=Run(), description=""), escalation)
+        Reservation.objects.using(using).create(
+            counter=counter, amount=amount,
+            operation_id=claim.operation.pk if claim is not None else None)
+
+    def refusal(self, budget: Budget, over_count: bool, total: Decimal, frees: datetime,
+                now: datetime) -> GuardError:
+        wait = max(1, math.ceil((frees - now).total_seconds()))
+        if over_count:
+            return RateLimited(
+                f"At most {budget.count} calls per {budget.window_seconds} seconds"
+                f" (budget {budget.name}); nothing ran. Retry after {wait} seconds.",
+                headers={"Retry-After": str(wait)},
+                extra={"budget": {"name": budget.name, "frees_at": timestamp(frees)}},
+            )
+        remaining = max(Decimal(str(budget.limit)) - total, Decimal(0))
+        return GuardError(
+            f"This call would exceed the budget {budget.name}: {remaining:.2f} remains until"
+            f" {timestamp(frees)}; nothing ran.",
+            code="budget_exceeded", headers={"Retry-After": str(wait)},
+            extra={"budget": {"name": budget.name, "remaining": f"{remaining:.2f}",
+                              "frees_at": timestamp(frees)}},
+            repair={"action": "ask_user", "instruction": f"Lower the amount to at most"
+                    f" {remaining:.2f}, wait until {timestamp(frees)}, or ask the user."},
+        )
