@@ -436,6 +436,20 @@ class RateLimited(GuardError):
     arises = "request"
 
 
+class BudgetExceeded(GuardError):
+    """The call would take a budget past its limit in this window (issue 27): what remains,
+    when the window frees it, and a repair (lower the amount, wait, or ask the user)."""
+
+    code = "budget_exceeded"
+    error_type = "request_error"
+    arises = "call"
+    default_repair = Repair(
+        action="ask_user",
+        instruction="Lower the amount to what the budget has left, wait until its window"
+        " frees it, or ask the user to raise the limit.",
+    )
+
+
 class VerificationError(GuardError):
     """The verifier did not confirm the intended result (or timed out)."""
 

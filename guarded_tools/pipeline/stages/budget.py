@@ -22,7 +22,7 @@ from django.db.models import Count, Sum
 from django.db.models.functions import Now
 from django.utils import timezone
 
-from guarded_tools.core.errors import GuardError, RateLimited
+from guarded_tools.core.errors import BudgetExceeded, GuardError, RateLimited
 from guarded_tools.core.policy import Budget, Policy, Rule, Run, stricter
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import BudgetCounter, Operation, Reservation
@@ -104,10 +104,10 @@ class BudgetStage(Stage):
                 extra={"budget": {"name": budget.name, "frees_at": timestamp(frees)}},
             )
         remaining = max(Decimal(str(budget.limit)) - total, Decimal(0))
-        return GuardError(
+        return BudgetExceeded(
             f"This call would exceed the budget {budget.name}: {remaining:.2f} remains until"
             f" {timestamp(frees)}; nothing ran.",
-            code="budget_exceeded", headers={"Retry-After": str(wait)},
+            headers={"Retry-After": str(wait)},
             extra={"budget": {"name": budget.name, "remaining": f"{remaining:.2f}",
                               "frees_at": timestamp(frees)}},
             repair={"action": "ask_user", "instruction": f"Lower the amount to at most"
