@@ -54,6 +54,20 @@ def test_small_payment_runs_without_a_person(make_tool: Any, agent: Any) -> None
     assert handler.count == 1 and not Confirmation.objects.exists()
 
 
+def test_an_observer_sees_the_rule_that_decided(make_tool: Any, agent: Any) -> None:
+    """With an observer (the demo's OpenTelemetry one, a site's own), the policy's decision
+    is an event carrying the rule and the version, and the call still runs."""
+    seen: list[Any] = []
+    handler = Effects()
+    definition = make_tool(handler, confirm=payments(version="3"), input_schema=SCHEMA,
+                           observe=seen.append)
+    answer = call(agent, definition.name, {"operationId": key(), "amount": 12.5})
+    assert answer.status_code == 200, answer.content
+    decided = [event for event in seen if event.stage == "policy_decided"]
+    assert len(decided) == 1 and decided[0].extra == {"rule": "small", "version": "3"}
+    assert handler.count == 1
+
+
 def test_large_payment_names_its_rule_and_stores_it(make_tool: Any, agent: Any,
                                                     approver: Any) -> None:
     handler = Effects()

@@ -28,7 +28,7 @@ class PolicyStage(Stage):
         history = Operation.objects.filter(tool=self.tool.name, scope=inv.scope)
         rule = policy.decide(input=inv.input, user=inv.user, history=history)
         call.rule = rule
-        call.events.emit("policy_decided", rule=rule.label, version=policy.version)
+        call.events.emit("policy_decided", extra={"rule": rule.label, "version": policy.version})
         if isinstance(rule.outcome, Refuse):
             raise GuardError(
                 f"The tool's approval policy refuses this call (rule: {rule.label}); nothing"
