@@ -451,7 +451,20 @@ PAYMENT_POLICY = Policy(version="1", rules=[
 ])
 
 
-class SendPayment(GuardedTool):
+class LedgerHooks:
+    """What both money tools ask the ledger: recover a payment, link its entry, verify it."""
+
+    def recover(self, **kwargs: Any) -> dict[str, Any]:
+        return recover_payment(**kwargs)
+
+    def evidence(self, **kwargs: Any) -> tuple[str, str]:
+        return payment_evidence(**kwargs)
+
+    def verify(self, **kwargs: Any) -> bool:
+        return verify_payment(**kwargs)
+
+
+class SendPayment(LedgerHooks, GuardedTool):
     """The class form of a tool (``@tool`` builds the same definition): options as class
     attributes, the handler as ``run`` and every hook as a method."""
 
@@ -491,14 +504,6 @@ class SendPayment(GuardedTool):
     def present(self, **kwargs: Any) -> dict[str, Any]:
         return present_payment(**kwargs)
 
-    def recover(self, **kwargs: Any) -> dict[str, Any]:
-        return recover_payment(**kwargs)
-
-    def evidence(self, **kwargs: Any) -> tuple[str, str]:
-        return payment_evidence(**kwargs)
-
-    def verify(self, **kwargs: Any) -> bool:
-        return verify_payment(**kwargs)
 
 
 def _transfer(input: dict[str, Any], ctx: Any, source: Account) -> dict[str, Any]:
@@ -556,7 +561,7 @@ def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any
     }
 
 
-class MoveBetweenMyAccounts(GuardedTool):
+class MoveBetweenMyAccounts(LedgerHooks, GuardedTool):
     """Consent by the account's owner (``confirm="owner"``), as a class-based tool."""
 
     name = "move_between_my_accounts"
@@ -588,14 +593,6 @@ class MoveBetweenMyAccounts(GuardedTool):
     def present(self, **kwargs: Any) -> dict[str, Any]:
         return present_move(**kwargs)
 
-    def recover(self, **kwargs: Any) -> dict[str, Any]:
-        return recover_payment(**kwargs)
-
-    def evidence(self, **kwargs: Any) -> tuple[str, str]:
-        return payment_evidence(**kwargs)
-
-    def verify(self, **kwargs: Any) -> bool:
-        return verify_payment(**kwargs)
 
 
 # -- the site's own building blocks as tools ---------------------------------------------
