@@ -430,9 +430,20 @@ def test_gauges_read_in_the_exporters_thread_close_its_connection(
 
 
 def test_a_gauge_that_cannot_reach_the_database_reports_nothing(
-    telemetry: Telemetry, make_tool: Any, caplog: Any
+    telemetry: Telemetry, make_tool: Any, caplog: Any, monkeypatch: Any
 ) -> None:
-    """No database access here (pytest-django blocks it): the collection still succeeds."""
+    """The database is down while the gauges are read: the collection still succeeds, the
+    counters are there, the gauges are not, and the log says which one it could not read.
+    (The outage is made explicit: pytest-django's blocker alone depended on what the
+    worker's earlier tests had left open.)"""
+    from django.db import OperationalError
+
+    from guarded_tools.contrib import otel
+
+    def unreachable(*args: Any, **kwargs: Any) -> Any:
+        raise OperationalError("could not connect to server")
+
+    monkeypatch.setattr(otel, "count_by_tool", unreachable)
     definition = make_tool(allow_anonymous=True, read_only=True)
     definition({})  # a read needs no database: its counter is there, the gauges are not
     with caplog.at_level(logging.WARNING, logger="guarded_tools"):
