@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
 from io import StringIO
 
 import pytest
@@ -16,6 +17,15 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 BEFORE = [("guarded_tools", "0009_state_index_carries_created_at")]
 AFTER = [("guarded_tools", "0010_stored_summary_requester_label_reconciled")]
+
+
+@pytest.fixture(autouse=True)
+def back_to_the_latest() -> Iterator[None]:
+    """Each test leaves the app's tables as every later test expects them: all migrations
+    applied. (Left at 0010, a later test in the same xdist worker met a schema without
+    0011-0013's tables and columns.)"""
+    yield
+    call_command("migrate", "guarded_tools", verbosity=0, stdout=StringIO())
 
 
 def migrate(targets: list[tuple[str, str]]) -> MigrationExecutor:

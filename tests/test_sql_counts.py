@@ -22,6 +22,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+import django
 import pytest
 from django.contrib.auth.models import Group
 from django.db import connection
@@ -117,7 +118,11 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
     # timeline reads.
     if not definition.atomic:  # claim (autocommit), effect, completion, history
         assert len(counted.writes_beyond_effect) == 3 and len(counted.data) == 4, counted
-        assert counted.control == [], counted
+        # Django 5.2's bulk_create wraps its INSERT (the history's) in a transaction of its
+        # own in autocommit; Django 6.0's sends a single INSERT without one.
+        assert counted.control == [] or (
+            django.VERSION < (6,) and len(counted.control) == 2
+            and counted.control[-1] == "COMMIT"), counted
     elif not in_one_transaction(definition):  # claim, then effect + completion together
         assert len(counted.writes_beyond_effect) == 3 and len(counted.data) == 4, counted
         assert len(counted.control) == 2, counted  # BEGIN, COMMIT
