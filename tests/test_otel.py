@@ -446,9 +446,17 @@ def test_a_gauge_that_cannot_reach_the_database_reports_nothing(
     monkeypatch.setattr(otel, "count_by_tool", unreachable)
     definition = make_tool(allow_anonymous=True, read_only=True)
     definition({})  # a read needs no database: its counter is there, the gauges are not
-    with caplog.at_level(logging.WARNING, logger="guarded_tools"):
-        assert telemetry.series("guarded_tools.calls", tool=definition.name)
-        assert telemetry.points("guarded_tools.operations.outcome_unknown") == []
+    # The warning is read on the app's logger itself: in a whole run, an earlier test of the
+    # worker may have left logging configured so that nothing reaches the root's handler.
+    target = logging.getLogger("guarded_tools")
+    monkeypatch.setattr(target, "disabled", False)
+    target.addHandler(caplog.handler)
+    try:
+        with caplog.at_level(logging.WARNING, logger="guarded_tools"):
+            assert telemetry.series("guarded_tools.calls", tool=definition.name)
+            assert telemetry.points("guarded_tools.operations.outcome_unknown") == []
+    finally:
+        target.removeHandler(caplog.handler)
     assert "could not read guarded_tools.operations.outcome_unknown" in caplog.text
 
 
