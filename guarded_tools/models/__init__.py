@@ -1,0 +1,44 @@
+"""Provides the app's models: the operation journal, the confirmation queue, the audit
+trail with each operation's events, and the budgets' counters.
+
+One module per subject; every model is importable from ``guarded_tools.models`` as before.
+"""
+
+from guarded_tools.models.audit import AuditEntry, OperationEvent, record_in_admin_history
+from guarded_tools.models.budgets import BudgetCounter, Reservation
+from guarded_tools.models.confirmations import (
+    LAPSING,
+    Confirmation,
+    ConfirmationQuerySet,
+    ConfirmationStatus,
+    _default_expiry,
+)
+from guarded_tools.models.operations import (
+    CoveringIndex,
+    JournalEntry,
+    JournalEntryQuerySet,
+    Operation,
+    OperationQuerySet,
+    OperationState,
+    unknown_first,
+)
+
+__all__ = [
+    "LAPSING",
+    "AuditEntry",
+    "BudgetCounter",
+    "Confirmation",
+    "ConfirmationQuerySet",
+    "ConfirmationStatus",
+    "CoveringIndex",
+    "JournalEntry",
+    "JournalEntryQuerySet",
+    "Operation",
+    "OperationEvent",
+    "OperationQuerySet",
+    "OperationState",
+    "Reservation",
+    "_default_expiry",
+    "record_in_admin_history",
+    "unknown_first",
+]
