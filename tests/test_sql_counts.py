@@ -132,9 +132,9 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
         assert len(counted.data) == reads + 3, counted
         if connection.vendor == "postgresql":
             # psycopg's BEGIN; the lock and the read in one round trip; the effect; the
-            # INSERT; the history's INSERT; Django's COMMIT (issue 26: the store sends no
-            # transaction statement).
-            assert len(counted.round_trips) == 6, counted
+            # operation's INSERT and its history's, in one round trip; Django's COMMIT
+            # (issue 26: the store sends no transaction statement).
+            assert len(counted.round_trips) == 5, counted
             assert counted.round_trips[0] == "BEGIN", counted
             assert counted.round_trips[-1] == "COMMIT", counted
 
@@ -159,15 +159,15 @@ def test_a_fresh_call_is_four_round_trips_on_the_wire(make_tool: Any, client: An
                            format="json").status_code == 200
 
     sent = on_the_wire(run)
-    # psycopg's own BEGIN; the lock with the read; the effect; the INSERT; the history's
-    # INSERT (issue 28); Django's COMMIT (issue 26: the store never ends the transaction
-    # Django opened).
-    assert len(sent) == 6, sent
+    # psycopg's own BEGIN; the lock with the read; the effect; the INSERT with the
+    # history's INSERT (issue 28) in one round trip; Django's COMMIT (issue 26: the store
+    # never ends the transaction Django opened).
+    assert len(sent) == 5, sent
     assert sent[0] == "BEGIN", sent
     assert sent[1].startswith("SELECT pg_try_advisory_xact_lock"), sent
     assert "auth_group" in sent[2] and sent[3].startswith("INSERT"), sent
-    assert "guarded_tools_operationevent" in sent[4], sent
-    assert sent[5] == "COMMIT", sent
+    assert "; INSERT INTO \"guarded_tools_operationevent\"" in sent[3], sent
+    assert sent[4] == "COMMIT", sent
     # The transaction ended; the driver is back to Django's autocommit.
     assert connection.connection.info.transaction_status.name == "IDLE"
     assert connection.connection.autocommit and connection.get_autocommit()
@@ -326,10 +326,10 @@ def test_a_journal_write_is_one_statement_on_postgresql(path: str, make_tool: An
     if path == "atomic-one-transaction":
         # Kept in memory, inserted with the operation: no statement of its own.
         assert len(counted.data) == (6 if connection.vendor == "postgresql" else 5), counted
-        # PostgreSQL: the lock with the read, the operation with its journal (Django
-        # sends its own COMMIT since issue 26: one round trip more than before).
+        # PostgreSQL: the lock with the read, the operation with its journal and its
+        # history (Django sends its own COMMIT since issue 26).
         assert len(counted.round_trips) == (
-            len(counted.sql) - 2 if connection.vendor == "postgresql" else len(counted.sql))
+            len(counted.sql) - 3 if connection.vendor == "postgresql" else len(counted.sql))
     elif connection.vendor == "postgresql":
         assert counted.control == ["BEGIN", "COMMIT"], counted
         assert len(counted.data) == 6, counted

@@ -270,11 +270,15 @@ class OperationStore:
 
     def history_of_completed(self, claim: Claim, entries: list[Any]) -> None:
         """An atomic call's events, in one INSERT: claimed, each journal write, succeeded."""
+        record_all(self.events_of_completed(claim, entries))
+
+    def events_of_completed(self, claim: Claim, entries: list[Any]) -> list[Any]:
+        """An atomic call's events, unsaved and in order (the claim's, taken from it)."""
         pending, claim.unrecorded = claim.unrecorded, []
         writes = [event(claim.operation, Kind.JOURNAL, claim.actor, fence=claim.fence,
                         data=data, removed=removed or None) for data, removed in entries]
-        record_all([*pending, *writes,
-                    event(claim.operation, Kind.SUCCEEDED, claim.actor, fence=claim.fence)])
+        return [*pending, *writes,
+                event(claim.operation, Kind.SUCCEEDED, claim.actor, fence=claim.fence)]
 
     # -- compare-and-set transitions ---------------------------------------------------
     def owned(self, claim: Claim) -> Any:

@@ -21,7 +21,7 @@ from typing import Any
 
 from django.db import connections, router
 
-from guarded_tools.models import JournalEntry, Operation, OperationState
+from guarded_tools.models import JournalEntry, Operation, OperationEvent, OperationState
 from guarded_tools.store.base import Claim, Found, Locked, OperationStore
 from guarded_tools.store.history import Kind
 from guarded_tools.store.values import LOCK_CLASS, key_hash, new_token
@@ -81,6 +81,17 @@ class Statements:
             f" AND {j['kind']} = %s AND {j['removed']} = %s LIMIT 1"
         )
         self.lock = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+        self.event_fields = [f for f in OperationEvent._meta.concrete_fields if not f.primary_key]
+        events = ", ".join(qn(f.column) for f in self.event_fields)
+        self.event_rows = f"INSERT INTO {qn(OperationEvent._meta.db_table)} ({events}) VALUES "
+        self.event_row = f"({', '.join(['%s'] * len(self.event_fields))})"
+
+    def events(self, rows: list[Any], connection: Any) -> Part:
+        """One INSERT of ``rows`` (unsaved events, in order: their ids keep it), each value
+        prepared by its field."""
+        params = [f.get_db_prep_save(f.pre_save(row, add=True), connection)
+                  for row in rows for f in self.event_fields]
+        return self.event_rows + ", ".join([self.event_row] * len(rows)), params
 
     def values(self, *, claim: bool) -> str:
         """An INSERT's VALUES: the clock, the lease, NULL, or a parameter per field."""
@@ -208,8 +219,8 @@ class PostgreSQLOperationStore(OperationStore):
         return Locked("locked" if results[-2][0][0] else "busy", None, also_rows)
 
     def insert_completed(self, claim: Claim, output: Any, entries: list[Any]) -> None:
-        """The operation's INSERT and its journal's, together (one round trip where
-        ``multi``); ``transaction.atomic()`` commits them."""
+        """The operation's INSERT, its journal's and its events', together (one round
+        trip where ``multi``); ``transaction.atomic()`` commits them."""
         operation = claim.operation
         values = {name: getattr(operation, name, None) for name in self.statements.names}
         values.update(state=OperationState.SUCCEEDED.value, owner="", output=output)
@@ -217,9 +228,10 @@ class PostgreSQLOperationStore(OperationStore):
                   self.statements.params(values, self.connection, claim=False))]
         if entries:
             parts.append(self.journal_rows(claim, entries))
+        parts.append(self.statements.events(self.events_of_completed(claim, entries),
+                                            self.connection))
         self.send(parts)
         operation.state, operation.owner = OperationState.SUCCEEDED, ""
-        self.history_of_completed(claim, entries)
 
     def journal_rows(self, claim: Claim, entries: list[Any]) -> Part:
         """One INSERT of every entry an atomic tool's handler wrote (in order)."""
