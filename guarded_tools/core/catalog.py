@@ -225,7 +225,7 @@ class ErrorCatalog:
             raise ValueError(f"Error {code!r}: {status_problem(status)}.")
         if entry.repair is not None:
             # Refuse a bad repair where it is written, not when the error is raised.
-            object.__setattr__(entry, "repair", coerce_repair(entry.repair))
+            entry = replace(entry, repair=coerce_repair(entry.repair))
         self.entries[code] = entry
         return entry
 
