@@ -159,5 +159,5 @@ class GuardedAPIView(APIView):
 
     def request_body(self, request: Request) -> Any:
         """The strictly parsed JSON body, chunked bodies without Content-Length included."""
-        unframed = read_unframed_body(request._request)
+        unframed = read_unframed_body(request)  # it reads request.META, which DRF passes through
         return request.data if unframed is None else unframed
