@@ -15,7 +15,15 @@ class GuardedToolsConfig(AppConfig):
         from guarded_tools.tools.registry import autodiscover
 
         autodiscover()
+        import logging
+
         from django.apps import apps
+
+        from guarded_tools.transports.rest.exception_handler import LoggedOnce
+
+        logger = logging.getLogger("django.request")  # the guard's 5xx answers, logged once
+        if not any(isinstance(f, LoggedOnce) for f in logger.filters):
+            logger.addFilter(LoggedOnce())
 
         if apps.is_installed("oauth2_provider"):  # its tokens' scopes, on every call
             from guarded_tools.pipeline import credentials, stages

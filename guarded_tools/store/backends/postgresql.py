@@ -83,7 +83,7 @@ class Statements:
         self.lock = "SELECT pg_try_advisory_xact_lock(%s, %s)"
         self.event_fields = [f for f in OperationEvent._meta.concrete_fields if not f.primary_key]
         events = ", ".join(qn(f.column) for f in self.event_fields)
-        self.event_rows = f"INSERT INTO {qn(OperationEvent._meta.db_table)} ({events}) VALUES "
+        self.event_rows = f"INSERT INTO {qn(OperationEvent._meta.db_table)} ({events}) VALUES "  # noqa: S608
         self.event_row = f"({', '.join(['%s'] * len(self.event_fields))})"
 
     def events(self, rows: list[Any], connection: Any) -> Part:

@@ -221,7 +221,7 @@ def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
         view, request = context.get("view"), context.get("request")
         header = view.get_authenticate_header(request) if view and request else None
         response["WWW-Authenticate"] = header or 'Token realm="api"'
-    log_once(error, response)
+    log_once(error, response, context.get("request"))
     return response
 
 

@@ -53,15 +53,29 @@ def status_url(request: Any, name: str, pk: str) -> str | None:
     return hosts.absolute_url(request, path)
 
 
-def log_once(error: GuardError, response: HttpResponseBase) -> None:
+#: Set in the request's META once the guard has logged its answer (see :class:`LoggedOnce`).
+LOGGED = "guarded_tools.logged"
+
+
+class LoggedOnce(logging.Filter):
+    """Drops ``django.request``'s record of an answer the guard has logged already
+    (installed on that logger by the app's ``ready()``): the request's ``META`` says so."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        request = getattr(record, "request", None)
+        return not getattr(request, "META", {}).get(LOGGED)
+
+
+def log_once(error: GuardError, response: HttpResponseBase, request: Any = None) -> None:
     """Log the guard's own 5xx answers once, at their level, and keep Django from
     logging them again as an "Internal Server Error".
 
     ``outcome_unknown`` and ``verification_failed`` are states the design answers (a
     replay answers them again): one WARNING with the operation id. ``internal_error``
     was logged at ERROR, with its traceback and correlation id, when it was made
-    (:func:`to_guard_error`). Django's ``log_response`` skips a response marked
-    ``_has_been_logged``. An application's own 5xx (a ``ToolError``) is Django's to log.
+    (:func:`to_guard_error`). The request is then marked, and :class:`LoggedOnce` keeps
+    Django's ``django.request`` logger from logging it again. An application's own 5xx
+    (a ``ToolError``) is Django's to log.
     """
     if error.status_code < 500:
         return
@@ -72,7 +86,9 @@ def log_once(error: GuardError, response: HttpResponseBase) -> None:
                        operation_id or "-")
     elif not isinstance(error, InternalError):
         return
-    response._has_been_logged = True  # type: ignore[attr-defined]
+    meta = getattr(request, "META", None)  # a DRF Request passes its HttpRequest's through
+    if isinstance(meta, dict):
+        meta[LOGGED] = True
 
 
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
@@ -90,5 +106,5 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
             response["Location"] = location
     if error.status_code == 401:
         response["WWW-Authenticate"] = 'Token realm="api"'
-    log_once(error, response)
+    log_once(error, response, request)
     return response
