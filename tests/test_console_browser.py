@@ -119,7 +119,7 @@ def in_audit_trail(page: Any, text: str, status: str) -> None:
     expect(row.locator("td.field-subject a").first).to_be_visible()
 
 
-SENTENCE = "Pay 500.00 EUR from agent's Checking (balance 1,000.00 EUR) to agent's Savings"
+SENTENCE = "Pay 500.00 EUR from agent's Checking (balance 5,000.00 EUR) to agent's Savings"
 
 
 def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
@@ -211,7 +211,7 @@ def test_the_request_page_reads_it_now_beside_the_request_as_asked(
         expect(page.locator("#result_list tbody tr").first).to_contain_text(SENTENCE)
         page.locator("#result_list a", has_text=SENTENCE).click()
         expect(page.get_by_test_id("summary")).to_have_text(
-            SENTENCE.replace("1,000.00", "600.00"))
+            SENTENCE.replace("5,000.00", "600.00"))
         expect(page.get_by_test_id("requested-summary")).to_contain_text(SENTENCE)
         fits(page, f"request read now, {scheme}")
         if SCREENSHOTS:

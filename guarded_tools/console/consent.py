@@ -194,7 +194,7 @@ class ConsentView(View):
         if (
             confirmation is None
             or definition is None
-            or not definition.owner_consent
+            or not confirmations.owner_decides(confirmation)
             or confirmation.requested_by_id != request.user.pk
         ):
             raise Http404("No such request.")

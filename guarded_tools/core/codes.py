@@ -235,7 +235,8 @@ BUILTIN = GuardCatalog(
             "status": 429,
             "retry": "as_is",
             "message": "Too many calls.",
-            "why": "The site's throttle refused this call before it ran.",
+            "why": "The site's throttle, or the tool's rate limit (so many calls per window"
+            " for each caller), refused this call before it ran.",
             "fix": "Wait the Retry-After seconds, then repeat the call.",
             "link": "#rate_limited",
         },

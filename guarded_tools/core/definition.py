@@ -157,7 +157,8 @@ class Tool:
             return
         if isinstance(confirm, Policy):
             yield from ((f"confirm's policy: {problem}.", "Give every rule an outcome:"
-                         " Run(), Approvers(n) with n >= 1, or Refuse().")
+                         " Run(), Owner(), Approvers(n) with n >= 1, or Refuse(); a budget"
+                         " escalates to Owner() or Approvers(n).")
                         for problem in confirm.problems())
         elif isinstance(confirm, Mapping):
             mode = confirm.get("mode", "always")

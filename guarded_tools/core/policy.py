@@ -2,6 +2,7 @@
 
 A policy is the declarative form of ``confirm=``: the first rule whose ``when`` holds for
 the call decides it (``when=None`` always holds). Its outcome is ``Run()`` (no person),
+``Owner()`` (the user the call acts for decides, as ``confirm="owner"``),
 ``Approvers(n, group=, permission=)`` (n distinct people, none the requester) or
 ``Refuse(code, repair)``. The rules carry their own ``description``, so the tool listing
 states the policy in words an agent can plan with; the rule that decided and the
@@ -13,14 +14,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 
 @dataclass(frozen=True)
 class Run:
     """No person is asked: the call runs (the rule is recorded in its events)."""
 
-    strictness = 0
+    strictness: ClassVar[float] = 0
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The user the call acts for decides, on the site's consent page (as
+    ``confirm="owner"``): no staff member can decide it.
+
+    Stricter than ``Run`` and laxer than ``Approvers``: a request asked of the owner
+    that the policy now gives to approvers needs the approvers; one asked of approvers
+    stays with them when the policy now asks the owner.
+    """
+
+    strictness: ClassVar[float] = 0.5
 
 
 @dataclass(frozen=True)
@@ -33,7 +47,7 @@ class Approvers:
     permission: str | None = None
 
     @property
-    def strictness(self) -> int:
+    def strictness(self) -> float:
         return self.n
 
 
@@ -43,10 +57,12 @@ class Refuse:
 
     code: str = "authorization_denied"
     repair: Mapping[str, Any] | None = None
-    strictness = 1_000_000
+    strictness: ClassVar[float] = 1_000_000
 
 
-Outcome = Run | Approvers | Refuse
+Outcome = Run | Owner | Approvers | Refuse
+#: A budget's ``escalate``: the people an over-budget call waits for.
+ESCALATIONS = (Owner, Approvers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,7 +118,11 @@ class Policy:
     def text(self) -> str:
         parts = [rule.description for rule in self.rules]
         parts += [budget.description for budget in self.budgets if budget.description]
-        return self.describe or "; ".join(part.rstrip(".") for part in parts) + "."
+        text = self.describe or "; ".join(part.rstrip(".") for part in parts) + "."
+        if any(isinstance(rule.outcome, Owner) for rule in self.rules) and not self.describe:
+            text += (" Where the user's own approval is needed, nobody else can give it: the"
+                     " 202 carries confirmation.url, the page where the user approves.")
+        return text
 
     def decide(self, *, input: Mapping[str, Any], user: Any, history: Any) -> Rule:
         for rule in self.rules:
@@ -113,16 +133,21 @@ class Policy:
 
     def problems(self) -> list[str]:
         """What is wrong with the policy as declared (for the tool's system check)."""
-        found = [f"rule {rule.label!r} has no outcome Run(), Approvers(n) or Refuse()"
-                 for rule in self.rules if not isinstance(rule.outcome, Run | Approvers | Refuse)]
+        found = [f"rule {rule.label!r} has no outcome Run(), Owner(), Approvers(n) or Refuse()"
+                 for rule in self.rules
+                 if not isinstance(rule.outcome, Run | Owner | Approvers | Refuse)]
         found += [f"rule {rule.label!r} asks for {rule.outcome.n} approvers" for rule in self.rules
                   if isinstance(rule.outcome, Approvers) and rule.outcome.n < 1]
+        found += [f"budget {budget.name!r} escalates to {budget.escalate!r}, not to people"
+                  f" (Owner() or Approvers(n))" for budget in self.budgets
+                  if budget.escalate is not None and not isinstance(budget.escalate, ESCALATIONS)]
         return found
 
 
 def stricter(a: Rule, b: Rule) -> Rule:
-    """The stricter of two decisions (a refusal, then more approvers, then running)."""
+    """The stricter of two decisions (a refusal, then more approvers, then the owner,
+    then running)."""
     return b if b.outcome.strictness > a.outcome.strictness else a
 
 
-__all__ = ["Approvers", "Budget", "Policy", "Refuse", "Rule", "Run", "stricter"]
+__all__ = ["Approvers", "Budget", "Owner", "Policy", "Refuse", "Rule", "Run", "stricter"]

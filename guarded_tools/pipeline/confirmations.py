@@ -49,6 +49,7 @@ from guarded_tools.pipeline.requests import (
     _pending_message,
     approvals_text,
     approved_fingerprint,
+    asks_the_owner,
     describe,
     live_credential,
     requested,
@@ -216,7 +217,10 @@ def approvers(confirmation: Confirmation) -> list[Any]:
 
 
 def who_still_can(confirmation: Confirmation) -> list[str]:
-    """The names of the people who may still approve ``confirmation`` (up to 20)."""
+    """The names of the people who may still approve ``confirmation`` (up to 20): none
+    for a request its owner decides (its page says so)."""
+    if _owner_consent(confirmation):
+        return []
     return [str(user.get_username()) for user in _eligible(confirmation)[:100]
             if can_decide(user, confirmation) is None][:20]
 
@@ -267,13 +271,16 @@ def retry_after() -> int:
 
 
 def _owner_consent(confirmation: Confirmation) -> bool:
+    if asks_the_owner(confirmation):  # a policy's Owner() rule
+        return True
     definition = registry.find(confirmation.tool)
     return definition is not None and definition.owner_consent
 
 
 def owner_decides(confirmation: Confirmation) -> bool:
     """Whether only the user the call acts for decides ``confirmation`` (on its consent
-    page): no staff member can."""
+    page): no staff member can. A ``confirm="owner"`` tool's request, or one a policy's
+    ``Owner()`` rule asked."""
     return _owner_consent(confirmation)
 
 
@@ -292,8 +299,10 @@ def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
             )
         url = consent_url(request, confirmation)
         summary["confirmation"]["url"] = url
+        rule = (f"The approval policy's rule \"{confirmation.policy_rule}\" applies: "
+                if confirmation.policy_rule else "")
         return ConfirmationRequired(
-            f"The user must approve this call themself, signed in to the site at {url} ;"
+            f"{rule}The user must approve this call themself, signed in to the site at {url} ;"
             " nothing has run yet.",
             why="This tool asks the user it acts for to approve each call themself, on a"
             " page of the site where they are signed in; nobody else can approve it for"
@@ -492,7 +501,10 @@ def runs_when_approved(confirmation: Confirmation) -> bool:
     MCP task waits on: its client polls ``tasks/get`` instead of calling again, so
     nothing else would run it.
     """
-    return confirmation.task or runs_on_approval(confirmation.tool)
+    if confirmation.task:
+        return True
+    # A request its owner decides runs on the agent's retry, as a confirm="owner" tool's.
+    return runs_on_approval(confirmation.tool) and not asks_the_owner(confirmation)
 
 
 def hold_for_task(confirmation_id: Any) -> Confirmation | None:

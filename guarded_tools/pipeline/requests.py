@@ -48,13 +48,24 @@ def describe(confirmation: Confirmation) -> dict[str, Any]:
     if confirmation.policy_rule:
         data["rule"] = confirmation.policy_rule
         data["policy_version"] = confirmation.policy_version
-        data["approvals"] = {"given": len(confirmation.approvals),
-                             "required": confirmation.approvals_required}
+        if asks_the_owner(confirmation):
+            data["decides"] = "owner"
+        else:
+            data["approvals"] = {"given": len(confirmation.approvals),
+                                 "required": confirmation.approvals_required}
     return data
+
+
+def asks_the_owner(confirmation: Confirmation) -> bool:
+    """Whether a policy's ``Owner()`` rule asked this request: the user the call acts for
+    decides it, as a ``confirm="owner"`` tool's (stored as no staff approvals required)."""
+    return bool(confirmation.policy_rule) and confirmation.approvals_required == 0
 
 
 def approvals_text(confirmation: Confirmation) -> str:
     """``1 of 2 approvals given``: where a request that needs several approvals stands."""
+    if asks_the_owner(confirmation):
+        return "the user this call acts for decides it"
     return f"{len(confirmation.approvals)} of {confirmation.approvals_required} approvals given"
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from guarded_tools.core.errors import ConfirmationError
-from guarded_tools.core.policy import Approvers, Policy, Rule, Run
+from guarded_tools.core.policy import Approvers, Owner, Policy, Rule, Run
 from guarded_tools.pipeline.stages.base import Call, Stage, decision
 from guarded_tools.store import Claim
 
@@ -82,10 +82,14 @@ class ConfirmationStage(Stage):
         if not isinstance(self.tool.confirm, Policy) or not isinstance(call.rule, Rule):
             return None
         outcome = call.rule.outcome
+        fields = {"policy_rule": call.rule.label, "policy_version": self.tool.confirm.version}
+        if isinstance(outcome, Owner):
+            # No staff approval: the user the call acts for decides (as confirm="owner").
+            return {**fields, "approvals_required": 0}
         if not isinstance(outcome, Approvers):
             outcome = Approvers(1)  # a request kept from a stricter policy (see confirm)
-        return {"policy_rule": call.rule.label, "policy_version": self.tool.confirm.version,
-                "approvals_required": outcome.n, "approvers_group": outcome.group or "",
+        return {**fields, "approvals_required": outcome.n,
+                "approvers_group": outcome.group or "",
                 "approvers_permission": outcome.permission or ""}
 
     def earlier_request(self, call: Call) -> bool:

@@ -2,15 +2,22 @@
 
 Before the claim, on every call: the first rule that holds for the input, the caller and
 the caller's recent history decides. ``Refuse`` answers its catalog error now, naming the
-rule; ``Run`` and ``Approvers`` are kept on the call for the confirmation stage, which asks
-the people after a fresh claim (a replay asks nobody).
+rule; ``Run``, ``Owner`` and ``Approvers`` are kept on the call for the confirmation stage,
+which asks the people after a fresh claim (a replay asks nobody).
+
+Replays do not re-decide: a call whose key already names an operation that was not released
+(completed, in flight, waiting for recovery) is not refused here, even by a rule that would
+refuse it now; the claim answers it (its stored result, in flight, recovery, or key reuse),
+and nothing new runs.
 """
 
 from __future__ import annotations
 
+from django.db import router
+
 from guarded_tools.core.errors import GuardError
 from guarded_tools.core.policy import Policy, Refuse
-from guarded_tools.models import Operation
+from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline.stages.base import Call, Stage
 
 
@@ -29,7 +36,7 @@ class PolicyStage(Stage):
         rule = policy.decide(input=inv.input, user=inv.user, history=history)
         call.rule = rule
         call.events.emit("policy_decided", extra={"rule": rule.label, "version": policy.version})
-        if isinstance(rule.outcome, Refuse):
+        if isinstance(rule.outcome, Refuse) and not self.claimed_before(call):
             raise GuardError(
                 f"The tool's approval policy refuses this call (rule: {rule.label}); nothing"
                 " ran.",
@@ -38,3 +45,15 @@ class PolicyStage(Stage):
                     f" refuses this call ({rule.label}) and ask what they want instead."},
                 extra={"policy": {"rule": rule.label, "version": policy.version}},
             )
+
+    def claimed_before(self, call: Call) -> bool:
+        """Whether the call's key names an earlier operation the claim answers without
+        running anything new (a replay, from this process's cache or the database)."""
+        inv = call.inv
+        if call.remembered is not None:
+            return True
+        if not self.tool.idempotent or not inv.key:
+            return False
+        return Operation.objects.using(router.db_for_write(Operation)).filter(
+            tool=self.tool.name, scope=inv.scope, key=inv.key,
+        ).exclude(state=OperationState.RELEASED).exists()

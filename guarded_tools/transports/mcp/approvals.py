@@ -34,13 +34,14 @@ def _awaiting(ex: Exchange, params: dict[str, Any], definition: Tool, inv: Any,
               error: ConfirmationRequired) -> dict[str, Any] | None:
     """A pending confirmation the MCP way, when the client supports it; else None.
 
-    ``confirm="owner"``: an ``input_required`` result whose URL elicitation opens the
-    consent page; the client's retry of the same call runs it once the user approved
-    (or withdraws it when the user declined in the client). A staff approval, for a
-    client with the Tasks extension: a task bound to the call.
+    ``confirm="owner"`` (or a policy's ``Owner()`` rule): an ``input_required`` result
+    whose URL elicitation opens the consent page; the client's retry of the same call runs
+    it once the user approved (or withdraws it when the user declined in the client). A
+    staff approval, for a client with the Tasks extension: a task bound to the call.
     """
     pending = error.extra.get("confirmation") or {}
-    if definition.owner_consent:
+    # The tool's mode, or the policy's Owner() rule for this call ("decides": "owner").
+    if definition.owner_consent or pending.get("decides") == "owner":
         responses = params.get("inputResponses")
         answer = responses.get(CONSENT_REQUEST) if isinstance(responses, dict) else None
         if isinstance(answer, dict) and answer.get("action") in ("decline", "cancel"):

@@ -66,7 +66,7 @@ class Command(BaseCommand):
             for i in range(4):
                 Slot.objects.create(starts_at=start + timedelta(hours=i), resource="Room A")
         if not Account.objects.filter(owner=agent).exists():
-            Account.objects.create(owner=agent, name="Checking", balance=Decimal("1000.00"))
+            Account.objects.create(owner=agent, name="Checking", balance=Decimal("5000.00"))
             Account.objects.create(owner=agent, name="Savings", balance=Decimal("250.00"))
         self.stdout.write(self.style.SUCCESS(
             f"Demo data ready. Agent token: {AGENT_TOKEN}  Admin: staff/staff, approver/approver,"
