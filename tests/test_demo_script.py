@@ -83,14 +83,14 @@ def test_sigterm_stops_the_demo_leaving_no_process_and_the_port_free(
         demo = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: answers(port), 180, "the site to answer", log)
-        wait_for(lambda: any("celery" in c for c in marked(marker).values()), 60,
+        wait_for(lambda: answers(port), 300, "the site to answer", log)
+        wait_for(lambda: any("celery" in c for c in marked(marker).values()), 180,
                  "the worker", log)
         assert any("runserver" in c for c in marked(marker).values())
         demo.send_signal(signal.SIGTERM)  # to the script (or make) only, as a manager does
-        wait_for(lambda: demo.poll() is not None, 30, "the demo to exit", log)
-        wait_for(lambda: not marked(marker), 30, "every demo process to exit", log)
-        wait_for(lambda: port_free(port), 30, "the port to be free", log)
+        wait_for(lambda: demo.poll() is not None, 120, "the demo to exit", log)
+        wait_for(lambda: not marked(marker), 120, "every demo process to exit", log)
+        wait_for(lambda: port_free(port), 120, "the port to be free", log)
         # demo.sh exits 143 (SIGTERM's status); make re-raises the signal it got.
         assert demo.returncode == (143 if command[0] == "bash" else -signal.SIGTERM)
         assert "SIGTERM received" in log.read_text()  # honcho's: it stopped its processes
