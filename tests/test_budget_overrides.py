@@ -114,7 +114,10 @@ def test_a_group_override_leaves_the_part_it_does_not_give(make_tool: Any, agent
 def test_one_query_reads_the_overrides_and_only_for_a_tool_with_budgets(
         make_tool: Any, client_for: Any, alice: Any) -> None:
     agent = client_for(alice)
-    budgeted_tool = make_tool(Effects(), confirm=budgeted(count=50), input_schema=SCHEMA)
+    budgeted_tool = make_tool(Effects(), input_schema=SCHEMA, confirm=Policy(
+        rules=[Rule(outcome=Run(), description="runs")],
+        budgets=[Budget(name="spend", count=50), Budget(name="per-minute", count=50,
+                                                       window_seconds=60)]))
     plain = make_tool(Effects(), input_schema=SCHEMA)
 
     def overrides_read(name: str) -> tuple[int, int]:
