@@ -5,7 +5,7 @@ One module per subject; every model is importable from ``guarded_tools.models`` 
 """
 
 from guarded_tools.models.audit import AuditEntry, OperationEvent, record_in_admin_history
-from guarded_tools.models.budgets import BudgetCounter, Reservation
+from guarded_tools.models.budgets import BudgetCounter, BudgetOverride, Reservation
 from guarded_tools.models.confirmations import (
     LAPSING,
     Confirmation,
@@ -27,6 +27,7 @@ __all__ = [
     "LAPSING",
     "AuditEntry",
     "BudgetCounter",
+    "BudgetOverride",
     "Confirmation",
     "ConfirmationQuerySet",
     "ConfirmationStatus",

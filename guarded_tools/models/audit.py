@@ -26,6 +26,8 @@ class AuditEntry(models.Model):
         MARK_NOT_EXECUTED = "mark_not_executed", _("marked operation not executed")
         MARK_FAILED = "mark_failed", _("marked operation failed")
         RECOVER = "recover", _("recovered operation")
+        BUDGET_OVERRIDE_SET = "budget_override_set", _("set budget override")
+        BUDGET_OVERRIDE_REMOVED = "budget_override_removed", _("removed budget override")
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,

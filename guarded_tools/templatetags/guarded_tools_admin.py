@@ -37,4 +37,22 @@ def guarded_tools_panel(
         confirmations = confirmation_queue.stats()
     if operations is None and user.has_perm("guarded_tools.view_operation"):
         operations = reconciliation.dashboard()
-    return {"confirmations": confirmations or None, "operations": operations or None}
+    return {"confirmations": confirmations or None, "operations": operations or None,
+            "budgets": budget_use(user)}
+
+
+def budget_use(user: Any) -> dict[str, Any] | None:
+    """The budget use page's link, with how many budget windows are in use now: for a
+    user who may see it, where a registered tool declares a budget."""
+    from django.db.models import Exists, OuterRef
+    from django.utils import timezone
+
+    from guarded_tools.models import BudgetCounter, Reservation
+    from guarded_tools.pipeline.budget_overrides import current_windows, declared_budgets
+
+    if not (user.has_perm("guarded_tools.view_budgetcounter")
+            or user.has_perm("guarded_tools.manage_budgets")) or not declared_budgets():
+        return None
+    in_use = BudgetCounter.objects.filter(current_windows(timezone.now())).filter(
+        Exists(Reservation.objects.filter(counter=OuterRef("pk")))).count()
+    return {"in_use": in_use}

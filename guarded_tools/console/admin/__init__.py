@@ -7,9 +7,11 @@ audit row through :mod:`guarded_tools.pipeline.confirmations` and
 that a crafted POST cannot skip it.
 
 One module per group of views: :mod:`.confirmations`, :mod:`.operations`,
-:mod:`.records`; what they share in :mod:`.common` and :mod:`.rendering`.
+:mod:`.records`, :mod:`.budgets` (overrides, with ``manage_budgets``, and budget use);
+what they share in :mod:`.common` and :mod:`.rendering`.
 """
 
+from guarded_tools.console.admin.budgets import BudgetOverrideAdmin, BudgetUseAdmin
 from guarded_tools.console.admin.common import (
     MAX_LOOKUP_CHARS,
     ReadOnlyMixin,
@@ -39,7 +41,8 @@ from guarded_tools.console.admin.rendering import (
 
 __all__ = [
     "FENCE_FIELD", "JSON_SHOWN_CHARS", "MAX_LOOKUP_CHARS", "RECONCILIATIONS",
-    "AuditEntryAdmin", "ConfirmationAdmin", "JournalEntryAdmin", "OperationAdmin",
+    "AuditEntryAdmin", "BudgetOverrideAdmin", "BudgetUseAdmin", "ConfirmationAdmin",
+    "JournalEntryAdmin", "OperationAdmin",
     "ReadOnlyMixin", "SafeChangeList", "SafeLookupsMixin", "ToolFilter", "evidence",
     "highlight_json", "input_rows", "json_download", "posted_fences", "pretty_json",
     "stacked_time", "unmatchable", "unmatchable_lookup",

@@ -86,6 +86,10 @@ class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         links = [_link(name, row) for name, row in (("operation", obj.operation),
                                                    ("confirmation", obj.confirmation))
                  if row is not None]
+        data = obj.data if isinstance(obj.data, dict) else {}
+        if "budget_override" in data:  # the override may be gone: its words, not a link
+            links.append(format_html("budget {} for {}", data.get("budget"),
+                                     data.get("principal")))
         return format_html_join(mark_safe("<br>"), "{}", ((link,) for link in links)) \
             if links else "—"
     list_filter = ["action"]

@@ -8,6 +8,10 @@ reservation takes its own right after it, before the handler, so no effect ever 
 unreserved, and two calls reserving at once are serialised by the counter's lock. A
 claim released without its effect (refused, declined, asked of a person, proven not
 run) gives its reservation back (``on_release``); a replay never reaches this stage.
+
+Staff's overrides for the call's user (``BudgetOverride``, see
+:mod:`guarded_tools.pipeline.budget_overrides`) replace a budget's count and/or limit:
+read in one query before the lock, and only for a tool with budgets.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from guarded_tools.core.errors import BudgetExceeded, GuardError, RateLimited
 from guarded_tools.core.policy import Budget, Policy, Rule, Run, stricter
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import BudgetCounter, Operation, Reservation
+from guarded_tools.pipeline import budget_overrides
 from guarded_tools.pipeline.stages.base import Call, Stage
 from guarded_tools.store import Claim
 
@@ -49,10 +54,13 @@ class BudgetStage(Stage):
         if not self.budgets:
             return
         using = router.db_for_write(Reservation)
+        overrides = budget_overrides.overrides_for(
+            call.inv.user, (budget.name for budget in self.budgets), using)
         with transaction.atomic(using=using):
             now = self.db_now(claim, using)
             for budget in self.budgets:
-                self.reserve(call, claim, budget, now, using)
+                applied, _chosen = budget_overrides.apply(budget, overrides)
+                self.reserve(call, claim, applied, now, using)
 
     def on_release(self, call: Call, claim: Claim) -> None:
         if self.budgets:
