@@ -381,8 +381,17 @@ def test_a_view_only_approver_sees_the_request_without_operations(
 
 
 def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) -> None:
-    """Issue 28 item 5: past its lease it reads abandoned; Recover now runs recovery."""
+    """Issue 28 item 5: past its lease it reads abandoned, with when the next sweep runs
+    (the last sweep's time plus the beat's interval); Recover now runs recovery."""
+    from datetime import timedelta
+
+    from guarded_tools.console.formatting import when
+    from guarded_tools.pipeline.recovery import last_sweep, sweep
+
+    sweep()  # nothing abandoned yet: it only writes when it ran
     operation = incident("abandoned")
+    swept = last_sweep()
+    assert swept is not None
     log_in(page, "staff", "staff")
     page.goto(OPS_LIST)
     expect(page.get_by_test_id("state-abandoned")).to_contain_text("1")
@@ -390,6 +399,10 @@ def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) ->
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     expect(page.get_by_test_id("state")).to_have_text("abandoned")
     expect(page.get_by_test_id("abandoned")).to_contain_text("lease expired at")
+    every = settings_sweep_every()
+    expect(page.get_by_test_id("next-sweep")).to_have_text(
+        f"The next sweep, at {when(swept['at'] + timedelta(seconds=every))}, takes it over"
+        f" and runs the tool's recover hook (never the handler). Sweeps run every {every} s.")
     expect(page.get_by_test_id("effect-warning")).to_have_count(0)
     fits(page, "abandoned operation")
     shoot(page, "console-recover-1280.png")
@@ -399,3 +412,10 @@ def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) ->
     expect(page.get_by_test_id("timeline")).to_contain_text("Recovery by the operator")
     in_audit_trail(page, "Recovery by the operator", Operation.objects.get(
         pk=operation.pk).state)
+
+
+def settings_sweep_every() -> int:
+    """The demo's beat interval for the sweep (GT_SWEEP_EVERY, 30 s unless told)."""
+    from django.conf import settings
+
+    return int(settings.CELERY_BEAT_SCHEDULE["guarded-tools-sweep"]["schedule"])
