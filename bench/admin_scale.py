@@ -66,8 +66,12 @@ def _series(vendor: str, start: int, stop: int) -> tuple[str, str, str, str]:
             " '+' || ({}) || ' days')")
 
 
-def seed(total: int) -> None:
-    """Add rows until both tables hold ``total`` (ids and timestamps spread out)."""
+def seed(total: int, final: int | None = None) -> None:
+    """Add rows until the tables hold ``total`` (ids and timestamps spread out).
+
+    Audit entries are written in time order, as the trail is (their ids grow with their
+    times, up to the newest of ``final`` rows, now); the others are spread newest first.
+    """
     from django.contrib.auth.models import User
     from django.db import connection, transaction
 
@@ -101,7 +105,7 @@ def seed(total: int) -> None:
                 sql = (
                     f"{prefix}INSERT INTO guarded_tools_auditentry (actor_id, action, note,"
                     f" status, data, created_at) SELECT %s, {AUDIT_ACTION}, '', 'succeeded',"
-                    f" NULL, {at} {source}"
+                    f" NULL, {ago.format(f'{int(final or total)} - n', 0)} {source}"
                 )
                 params = [admin.pk]
             else:
@@ -238,7 +242,7 @@ def main() -> None:
         add_audit_index()
 
     small = min(1000, args.rows)
-    seed(small)
+    seed(small, args.rows)
     at_small = measure(args.renders)
     started = time.perf_counter()
     seed(args.rows)
