@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Task, shared_task
@@ -90,6 +92,80 @@ def execute_approved(confirmation_id: str) -> None:
             _keep_for_the_task(confirmation, exc)
     finally:
         close_old_connections()
+
+
+SWEEP_TASK = "guarded_tools.tasks.sweep"
+
+
+def sweep_schedule() -> Any:
+    """The beat schedule of the sweep (a Celery ``schedule``, ``crontab``…), or ``None``.
+
+    Read from Django settings (``CELERY_BEAT_SCHEDULE``), else from the current Celery
+    app; a database scheduler (django-celery-beat) is not looked into.
+    """
+    from celery import current_app
+    from celery.schedules import maybe_schedule
+    from django.conf import settings
+
+    entries = getattr(settings, "CELERY_BEAT_SCHEDULE", None)
+    if entries is None:
+        entries = current_app.conf.get("beat_schedule", None)
+    for entry in (entries or {}).values() if isinstance(entries, dict) else ():
+        if isinstance(entry, dict) and entry.get("task") == SWEEP_TASK and entry.get("schedule"):
+            return maybe_schedule(entry["schedule"], app=current_app)
+    return None
+
+
+@dataclass(frozen=True)
+class NextSweep:
+    """What can be known of the next sweep: when, how often, when the last one ran."""
+
+    at: datetime | None
+    """When it runs; ``None`` when that cannot be known here (see ``every``)."""
+    every: float | None
+    """Seconds between sweeps, when they run at an interval; ``None`` if not scheduled."""
+    last: datetime | None
+    """When the last sweep this process's cache saw started."""
+    scheduled: bool
+    """Whether a beat entry or a sweep loop says sweeps run at all."""
+
+    @property
+    def overdue(self) -> bool:
+        """The last sweep's interval has run out and no later sweep wrote its time."""
+        from django.utils import timezone
+
+        return self.at is not None and self.at < timezone.now()
+
+
+def next_sweep() -> NextSweep:
+    """When the next sweep runs, as far as this process can tell.
+
+    A crontab (or solar) entry says it from the clock alone. An interval needs the last
+    sweep's time, which each sweep writes to Django's cache: with a cache every process
+    shares, the next is the last plus the interval; with a per-process cache only the
+    interval is known (``at`` is ``None``).
+    """
+    from celery.schedules import schedule as interval_schedule
+    from django.utils import timezone
+
+    from guarded_tools.pipeline.recovery import last_sweep
+
+    last = last_sweep()
+    last_at = last["at"] if last else None
+    loop_every = last.get("every") if last else None
+    entry = sweep_schedule()
+    if entry is not None and not isinstance(entry, interval_schedule):
+        now = timezone.now()
+        # The estimate counts from its own clock's reading, a little after ``now``: to
+        # the nearest second, a crontab's minute is exact again.
+        at = now + entry.remaining_estimate(now) + timedelta(milliseconds=500)
+        return NextSweep(at.replace(microsecond=0), None, last_at, True)
+    every = (float(entry.seconds) if entry is not None
+             else float(loop_every) if isinstance(loop_every, (int, float)) else None)
+    if every is None:
+        return NextSweep(None, None, last_at, False)
+    at = last_at + timedelta(seconds=every) if last_at is not None else None
+    return NextSweep(at, every, last_at, True)
 
 
 def enqueue_execute_approved(confirmation_id: str) -> bool:

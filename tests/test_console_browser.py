@@ -85,10 +85,11 @@ def fits(page: Any, where: str) -> None:
     assert all(scroll <= client for _, scroll, client in widths), (where, widths)
 
 
-def shoot(page: Any, name: str) -> None:
+def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
+    """Save one of the README's screenshots when GT_CONSOLE_SCREENSHOTS names a folder."""
     if SCREENSHOTS:
         Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=False)
+        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=full_page)
 
 
 def request_payment(demo: dict[str, Any], amount: str = "500.00") -> Confirmation:
@@ -173,6 +174,48 @@ def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> No
     expect(page.locator(".messagelist")).not_to_contain_text("skipped")
     in_history(page, f"{CONF_LIST}{fourth.pk}/", "Approved")
     assert Confirmation.objects.filter(status="approved").count() == 3
+
+
+def test_two_approvers_approve_a_large_payment(browser: Any, live_server: Any, page: Any,
+                                               demo: dict[str, Any]) -> None:
+    """The demo's policy: above 1,000.00 two distinct approvers; one is not enough."""
+    Account.objects.filter(pk=demo["source"].pk).update(balance="5000.00")
+    confirmation = request_payment(demo, "1500.00")
+    url = f"{CONF_LIST}{confirmation.pk}/change/"
+    log_in(page, "approver", "approver")
+    page.goto(url)
+    expect(page.get_by_test_id("summary")).to_contain_text("Pay 1,500.00 EUR from")
+    expect(page.get_by_test_id("policy-rule")).to_be_visible()
+    page.fill("#gt-reason", "Supplier invoice 88, checked.")
+    page.get_by_role("button", name="Approve").click()
+    expect(page.locator(".messagelist")).to_contain_text("1 of 2 approvals given")
+    expect(page.get_by_test_id("approvals")).to_have_text(re.compile(
+        r"1 of 2 approvals given: approver \(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\)"))
+    expect(page.get_by_test_id("field-amount")).to_have_text("1,500.00 EUR")
+    expect(page.get_by_test_id("still-can")).to_contain_text("approver2")
+    expect(page.get_by_test_id("status")).to_have_text(re.compile("pending", re.I))
+    expect(page.get_by_test_id("refusal")).to_have_text(
+        "You approved this request already; another person must give the next approval.")
+    fits(page, "one of two approvals")
+    shoot(page, "console-two-approvals-1280.png")
+    confirmation.refresh_from_db()
+    assert confirmation.status == "pending"
+    second = open_page(browser, live_server.url)
+    try:
+        log_in(second, "approver2", "approver2")
+        second.goto(url)
+        second.fill("#gt-reason", "Second look: invoice matches.")
+        second.get_by_role("button", name="Approve").click()
+        expect(second.locator(".messagelist")).to_contain_text("Approved")
+        expect(second.get_by_test_id("status")).to_have_text(re.compile("approved", re.I))
+        expect(second.get_by_test_id("approvals")).to_contain_text("approver2")
+        fits(second, "two of two approvals")
+        in_history(second, f"{CONF_LIST}{confirmation.pk}/", "Second look: invoice matches.")
+        in_audit_trail(second, "Second look: invoice matches.", "approved")
+    finally:
+        second.context.close()
+    confirmation.refresh_from_db()
+    assert confirmation.status == "approved"
 
 
 def test_the_demo_approver_sees_the_queue_and_the_request_as_an_approver(
@@ -381,8 +424,17 @@ def test_a_view_only_approver_sees_the_request_without_operations(
 
 
 def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) -> None:
-    """Issue 28 item 5: past its lease it reads abandoned; Recover now runs recovery."""
+    """Issue 28 item 5: past its lease it reads abandoned, with when the next sweep runs
+    (the last sweep's time plus the beat's interval); Recover now runs recovery."""
+    from datetime import timedelta
+
+    from guarded_tools.console.formatting import when
+    from guarded_tools.pipeline.recovery import last_sweep, sweep
+
+    sweep()  # nothing abandoned yet: it only writes when it ran
     operation = incident("abandoned")
+    swept = last_sweep()
+    assert swept is not None
     log_in(page, "staff", "staff")
     page.goto(OPS_LIST)
     expect(page.get_by_test_id("state-abandoned")).to_contain_text("1")
@@ -390,6 +442,10 @@ def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) ->
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     expect(page.get_by_test_id("state")).to_have_text("abandoned")
     expect(page.get_by_test_id("abandoned")).to_contain_text("lease expired at")
+    every = settings_sweep_every()
+    expect(page.get_by_test_id("next-sweep")).to_have_text(
+        f"The next sweep, at {when(swept['at'] + timedelta(seconds=every))}, takes it over"
+        f" and runs the tool's recover hook (never the handler). Sweeps run every {every} s.")
     expect(page.get_by_test_id("effect-warning")).to_have_count(0)
     fits(page, "abandoned operation")
     shoot(page, "console-recover-1280.png")
@@ -399,3 +455,10 @@ def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) ->
     expect(page.get_by_test_id("timeline")).to_contain_text("Recovery by the operator")
     in_audit_trail(page, "Recovery by the operator", Operation.objects.get(
         pk=operation.pk).state)
+
+
+def settings_sweep_every() -> int:
+    """The demo's beat interval for the sweep (GT_SWEEP_EVERY, 30 s unless told)."""
+    from django.conf import settings
+
+    return int(settings.CELERY_BEAT_SCHEDULE["guarded-tools-sweep"]["schedule"])

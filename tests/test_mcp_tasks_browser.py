@@ -161,7 +161,7 @@ def test_the_demos_owner_tool_signs_the_user_in_then_asks_them(
 
     from guarded_tools.models import AuditEntry
     from project.demo.models import Account, LedgerEntry
-    from tests.test_browser import screenshot
+    from tests.test_console_browser import shoot
 
     user = django_user_model.objects.create_user("agent", password="agent")
     checking = Account.objects.create(owner=user, name="Checking", balance=Decimal("1000.00"))
@@ -196,14 +196,14 @@ def test_the_demos_owner_tool_signs_the_user_in_then_asks_them(
     expect(page.locator("body")).not_to_contain_text("lapses in")
     page.get_by_test_id("step-up").fill("agent")  # the user types their password again
     dark = "-dark" if scheme == "dark" else ""
-    screenshot(page, f"consent-move-1280{dark}.png")
+    shoot(page, f"consent-move-1280{dark}.png", full_page=True)
     page.get_by_role("button", name="Approve").click()
     expect(page.get_by_test_id("status")).to_contain_text("You approved this request (agent, ")
     expect(page.get_by_test_id("subject")).to_have_text("You approved “Move between my accounts”")
     expect(page.get_by_test_id("next-step")).to_contain_text("when your agent asks again, it"
                                                              " runs once")
     expect(page.get_by_test_id("deadline")).to_have_count(0)
-    screenshot(page, f"consent-move-approved-1280{dark}.png")
+    shoot(page, f"consent-move-approved-1280{dark}.png", full_page=True)
 
     done = agent.send("tools/call", {"name": "move_between_my_accounts",
                                      "arguments": arguments})

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import dateformat, timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
@@ -24,10 +25,19 @@ TIME_FORMAT = "Y-m-d H:i:s T"
 PRECISE_TIME_FORMAT = r"Y-m-d H:i:s.\M\M\M T"  # MMM: the milliseconds
 
 
-def when(value: datetime | None) -> str:
-    """``value`` in the current time zone, to the second ("—" for none)."""
+def when(value: datetime | str | None) -> str:
+    """``value`` in the current time zone, to the second ("—" for none).
+
+    A string is an ISO time as JSON keeps it (a request's approvals): read, then shown
+    the same way; one that is no time is shown as it is.
+    """
     if value is None:
         return "—"
+    if isinstance(value, str):
+        parsed = parse_datetime(value)
+        if parsed is None:
+            return value
+        value = parsed
     if timezone.is_aware(value):
         value = timezone.localtime(value)
     return dateformat.format(value, TIME_FORMAT)

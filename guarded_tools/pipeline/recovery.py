@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from django.core.cache import cache
 from django.db import connections, router, transaction
 from django.db.models.functions import Now
+from django.utils import timezone
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.call import Invocation
@@ -236,10 +238,42 @@ def purge_completed(days: int | None = None) -> int:
     return len(ids) if deleted else 0
 
 
-def sweep(*, batch_size: int | None = None, store: OperationStore | None = None) -> SweepReport:
-    """Recover one bounded batch of abandoned operations; expire and purge old rows."""
+#: Where each sweep writes when it ran (Django's default cache), for the operation page's
+#: "next sweep at": ``{"at": datetime, "every": seconds or None}``.
+LAST_SWEEP_KEY = "guarded_tools:sweep:last"
+
+
+def last_sweep() -> dict[str, Any] | None:
+    """When the last sweep this cache saw started, and its loop's interval (if it said).
+
+    ``None`` when no sweep wrote here: none ran yet, or this process's cache is its own
+    (the local-memory default) and the sweeps run in another process.
+    """
+    try:
+        value = cache.get(LAST_SWEEP_KEY)
+    except Exception:  # a cache outage costs the page a sentence, nothing else
+        logger.warning("could not read the last sweep's time from the cache", exc_info=True)
+        return None
+    return value if isinstance(value, dict) and isinstance(value.get("at"), datetime) else None
+
+
+def _remember_sweep(every: float | None) -> None:
+    try:
+        cache.set(LAST_SWEEP_KEY, {"at": timezone.now(), "every": every}, timeout=None)
+    except Exception:  # never let the cache stop a sweep
+        logger.warning("could not write the sweep's time to the cache", exc_info=True)
+
+
+def sweep(*, batch_size: int | None = None, store: OperationStore | None = None,
+          every: float | None = None) -> SweepReport:
+    """Recover one bounded batch of abandoned operations; expire and purge old rows.
+
+    ``every``: the seconds until the caller sweeps again (``guarded_tools_sweep --loop``),
+    written with the sweep's time for the operation page; a beat schedule is read there.
+    """
     store = store or gt_settings.STORE_CLASS()
     report = SweepReport()
+    _remember_sweep(every)
     for claim in take_batch(store, batch_size or gt_settings.SWEEP_BATCH_SIZE):
         report.taken += 1
         try:
@@ -252,4 +286,5 @@ def sweep(*, batch_size: int | None = None, store: OperationStore | None = None)
     return report
 
 
-__all__ = ["SweepReport", "recover_now", "recover_operation", "sweep"]
+__all__ = ["LAST_SWEEP_KEY", "SweepReport", "last_sweep", "recover_now", "recover_operation",
+           "sweep"]

@@ -342,6 +342,18 @@ def _money(amount: Decimal) -> str:
     return f"{amount:,.2f} {CURRENCY}"
 
 
+def _grouped(value: Any) -> str:
+    """An input's amount as the balances read ("1,500.00"); as typed if it is no number."""
+    try:
+        return f"{Decimal(str(value)):,.2f}"
+    except (ArithmeticError, ValueError):
+        return str(value)
+
+
+def _amount_text(value: Any) -> str:
+    return f"{_grouped(value)} {CURRENCY}"
+
+
 def _account_text(account: Account | None, *, balance: bool = False) -> str:
     if account is None:
         return "an account that does not exist"
@@ -370,10 +382,10 @@ def present_payment(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, 
     source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
     amount = input.get("amount", "?")
     return {
-        "summary": f"Pay {amount} {CURRENCY} from {_account_text(source, balance=True)}"
+        "summary": f"Pay {_amount_text(amount)} from {_account_text(source, balance=True)}"
                    f" to {_account_text(receiver)}",
         "fields": {
-            "amount": {"unit": CURRENCY},
+            "amount": {"text": _grouped(input.get("amount", "?")), "unit": CURRENCY},
             "sourceId": (_account_text(source, balance=True), _account_url(source, user)),
             "receiverId": (_account_text(receiver), _account_url(receiver, user)),
         },
@@ -551,10 +563,10 @@ def present_move(*, input: dict[str, Any], user: Any, **_: Any) -> dict[str, Any
         [i for i in ids if isinstance(i, int)])
     source, receiver = accounts.get(ids[0]), accounts.get(ids[1])  # type: ignore[arg-type]
     return {
-        "summary": f"Move {input.get('amount', '?')} {CURRENCY} from"
+        "summary": f"Move {_amount_text(input.get('amount', '?'))} from"
                    f" {_own_account_text(source, user)} to {_own_account_text(receiver, user)}",
         "fields": {
-            "amount": {"unit": CURRENCY},
+            "amount": {"text": _grouped(input.get("amount", "?")), "unit": CURRENCY},
             "sourceId": (_own_account_text(source, user), _account_url(source, user)),
             "receiverId": (_own_account_text(receiver, user), _account_url(receiver, user)),
         },

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from django import forms
@@ -17,8 +18,8 @@ from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
 from django.views.decorators.clickjacking import xframe_options_deny
 
 from guarded_tools.console.admin.common import (
@@ -33,6 +34,7 @@ from guarded_tools.console.admin.rendering import (
     json_download,
     pretty_json,
 )
+from guarded_tools.console.formatting import age, when
 from guarded_tools.core.catalog import CODE
 from guarded_tools.models import (
     Operation,
@@ -41,6 +43,7 @@ from guarded_tools.models import (
 )
 from guarded_tools.pipeline import reconciliation, recovery
 from guarded_tools.pipeline.presentation import present_request, summarize
+from guarded_tools.tasks import NextSweep, next_sweep
 from guarded_tools.tools.registry import registry
 
 # -- operations ------------------------------------------------------------------------------
@@ -152,6 +155,28 @@ def abandoned(operation: Operation) -> bool:
             and operation.lease_expires_at < timezone.now())
 
 
+def next_sweep_sentence(sweep: NextSweep) -> str:
+    """When the sweep takes an abandoned operation over, as far as this process knows."""
+    hook = gettext("takes it over and runs the tool's recover hook (never the handler).")
+    every = age(timedelta(seconds=sweep.every)) if sweep.every else ""
+    if not sweep.scheduled:
+        return gettext("No periodic sweep is scheduled in these settings: it waits for the"
+                 " caller's retry, manage.py guarded_tools_sweep, or Recover now.")
+    if sweep.at is None:
+        return gettext("The sweep runs every %(every)s (when it last ran is not known here: its"
+                 " cache is not this process's) and %(hook)s") % {"every": every, "hook": hook}
+    if not sweep.overdue:
+        said = gettext("The next sweep, at %(at)s, %(hook)s") % {"at": when(sweep.at), "hook": hook}
+        return said if not every else f"{said} {gettext('Sweeps run every %s.') % every}"
+    late = timezone.now() - sweep.at
+    said = gettext("The next sweep is due now (the last one started at %(last)s; every %(every)s)"
+             " and %(hook)s") % {"last": when(sweep.last), "every": every, "hook": hook}
+    if sweep.every and late.total_seconds() > sweep.every:
+        said += " " + gettext("None has started for %(late)s past its time: is Celery beat"
+                        " running?") % {"late": age(late)}
+    return said
+
+
 class LeaseFilter(admin.SimpleListFilter):
     """Running (in flight, lease live) or abandoned (no live owner: the sweep's rows)."""
 
@@ -252,6 +277,8 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "timeline": ev["timeline"],
                 "reconciliations": RECONCILIATIONS if can else (),
                 "abandoned": abandoned(operation),
+                "next_sweep": next_sweep_sentence(next_sweep()) if abandoned(operation)
+                else "",
                 "can_recover": abandoned(operation) and self.has_reconcile_permission(request),
                 "recover_url": reverse("admin:guarded_tools_operation_recover",
                                        args=[operation.pk]),

@@ -31,7 +31,8 @@ class Command(BaseCommand):
         while True:
             close_old_connections()
             try:
-                report = sweep(batch_size=options["batch_size"])
+                report = sweep(batch_size=options["batch_size"],
+                               every=options["interval"] if options["loop"] else None)
             except DatabaseError as exc:  # keep looping through a database restart
                 self.stderr.write(f"sweep failed: {type(exc).__name__}")
                 if not options["loop"]:
