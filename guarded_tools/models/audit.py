@@ -8,6 +8,7 @@ from typing import Any
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
+from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
@@ -66,6 +67,11 @@ class AuditEntry(models.Model):
         verbose_name = _("audit entry")
         verbose_name_plural = _("audit trail")
         ordering = ["-created_at"]
+        indexes = [
+            # The dashboard's "recovered in the last day": the recoveries alone, by time.
+            models.Index(fields=["created_at"], condition=Q(action="recover"),
+                         name="gt_audit_recoveries"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_action_display()} by {self.actor}"
