@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -151,3 +152,21 @@ def test_the_vendors_store_reads_and_writes_operations_as_the_orm_does(alice: An
     assert list(row.journal.values_list("data", "removed")) == [({"step": 1}, False)]
     assert list(row.events.values_list("kind", flat=True)) == ["claimed", "journal",
                                                               "succeeded"]
+
+
+def test_without_insert_returning_the_claim_is_the_orms(monkeypatch: pytest.MonkeyPatch,
+                                                         alice: Any) -> None:
+    """SQLite before 3.35 has no ``INSERT … RETURNING``: the vendor's store claims as the
+    ORM's does there, and the claim means the same."""
+    from guarded_tools.store.backends import store_class
+
+    store = store_class(connection.vendor)()
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    with CaptureQueriesContext(connection) as sent:
+        claim = store.claim(tool="t", scope="s", key="old", fp="f", input={}, user=alice,
+                            lease_seconds=30)
+    assert not [q for q in sent.captured_queries if "RETURNING" in q["sql"]], sent
+    again = store.claim(tool="t", scope="s", key="old", fp="f", input={}, user=alice,
+                        lease_seconds=30)
+    assert (claim.kind, again.kind) == ("fresh", "in_flight")
+    assert Operation.objects.get(key="old").owner == claim.owner

@@ -68,7 +68,11 @@ class SQLOperationStore(OperationStore):
     ) -> tuple[Operation, datetime | None] | None:
         """One statement for a fresh claim (``INSERT … ON CONFLICT DO NOTHING RETURNING``),
         in autocommit (in a test case's block, in it); when the key exists, one ``SELECT``
-        says in which state (None when it vanished meanwhile)."""
+        says in which state (None when it vanished meanwhile). Where the database cannot
+        return columns from an INSERT (SQLite before 3.35), the ORM store's claim."""
+        if not self.connection.features.can_return_columns_from_insert:
+            return super().insert_or_load(tool=tool, scope=scope, key=key, fp=fp, input=input,
+                                          user=user, lease_seconds=lease_seconds)
         statements = self.statements
         values = dict.fromkeys(statements.names)
         values.update(fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=input,
