@@ -9,12 +9,14 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import Group
 from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.store import NestedTransaction, OperationStore
 from guarded_tools.store.backends.postgresql import PostgreSQLOperationStore
+from guarded_tools.store.backends.sqlite import SQLiteOperationStore
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,6 +44,17 @@ class Recording(PostgreSQLOperationStore):
         return super().claim(**kwargs)
 
 
+class RecordingSQLite(SQLiteOperationStore):
+    def claim(self, **kwargs: Any) -> Any:
+        used.append(type(self))
+        return super().claim(**kwargs)
+
+
+#: vendor: the store its calls get by default, and its recording subclass.
+VENDORS = {"postgresql": (PostgreSQLOperationStore, Recording),
+           "sqlite": (SQLiteOperationStore, RecordingSQLite)}
+
+
 def clients(alice: Any) -> dict[str, APIClient]:
     token, session = APIClient(), APIClient()
     token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
@@ -59,15 +72,17 @@ def test_the_default_store_is_the_vendors_and_a_site_overrides_it(
 
     definition = make_tool(effect, input_schema=SCHEMA, atomic=atomic)
     client = clients(alice)[auth]
-    # The default: PostgreSQL's backend there, the ORM's store elsewhere.
+    # The default: the vendor's backend (PostgreSQL's, SQLite's), the ORM's store elsewhere.
     backends.store_class.cache_clear()
     monkeypatch.setitem(backends.BACKENDS, "postgresql", f"{__name__}.Recording")
+    monkeypatch.setitem(backends.BACKENDS, "sqlite", f"{__name__}.RecordingSQLite")
     used.clear()
     body = {"operationId": uuid.uuid4().hex, "name": f"g-{uuid.uuid4().hex[:8]}"}
     response = client.post(f"/agent/tools/{definition.name}/", body, format="json")
     backends.store_class.cache_clear()
     assert response.status_code == 200, response.content
-    claimed = used == [Recording] if connection.vendor == "postgresql" else used == []
+    claimed = used == [VENDORS[connection.vendor][1]] if connection.vendor in VENDORS \
+        else used == []
     assert claimed or (atomic and used == []), used  # an atomic tool may lock, not claim
     assert Operation.objects.get(key=body["operationId"]).state == OperationState.SUCCEEDED
     # A site's STORE_CLASS wins over the vendor's.
@@ -85,11 +100,73 @@ def test_the_default_store_is_the_vendors_and_a_site_overrides_it(
     assert Group.objects.filter(name=body["name"]).count() == 1
 
 
-@pytest.mark.parametrize("store", [OperationStore, PostgreSQLOperationStore])
+@pytest.mark.parametrize("store", [OperationStore, PostgreSQLOperationStore,
+                                   SQLiteOperationStore])
 def test_each_store_refuses_to_claim_inside_a_callers_transaction(store: type) -> None:
-    if store is PostgreSQLOperationStore and connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's store")
+    if store is not OperationStore and store is not VENDORS[connection.vendor][0]:
+        pytest.skip(f"{store.__name__} is another database's")
     with pytest.raises(NestedTransaction), transaction.atomic():
         store().claim(tool="t", scope="s", key="k", fp="f", input={}, user=None,
                       lease_seconds=30)
     assert not Operation.objects.exists()
+
+
+def test_the_vendors_store_reads_and_writes_operations_as_the_orm_does(alice: Any) -> None:
+    """The backend's hand-written statements give the operations the ORM would: the same
+    values, of the same types (UUIDs, aware datetimes, booleans, decoded JSON), whether
+    claimed, read by its key or inserted completed by an atomic call."""
+    from guarded_tools.store.backends import store_class
+
+    store = store_class(connection.vendor)()
+    assert isinstance(store, VENDORS[connection.vendor][0])
+    names = [f.attname for f in Operation._meta.concrete_fields if f.name != "input"]
+
+    def same(operation: Operation, key: str) -> None:
+        orm = Operation.objects.defer("input").get(key=key)
+        for name in names:
+            mine, theirs = getattr(operation, name), getattr(orm, name)
+            assert (mine, type(mine)) == (theirs, type(theirs)), name
+
+    claim = store.claim(tool="t", scope="s", key="claimed", fp="f", input={"a": [1, "b"]},
+                        user=alice, lease_seconds=30)
+    assert claim.kind == "fresh" and claim.operation.user == alice
+    same(claim.operation, "claimed")
+    assert store.complete(claim, {"done": True, "at": "x"})
+    operation, db_now = store.load("t", "s", "claimed")  # type: ignore[misc]
+    same(operation, "claimed")
+    assert operation.output == {"done": True, "at": "x"} and operation.state == "succeeded"
+    assert db_now.tzinfo is not None
+    assert abs((db_now - Operation.objects.get(key="claimed").updated_at).total_seconds()) < 60
+    assert store.load("t", "s", "no such key") is None
+    # An atomic call's operation, inserted already succeeded, with its journal and history.
+    with transaction.atomic(durable=True):
+        assert store.lock_key(tool="t", scope="s", key="atomic").state == "locked"
+        pending = store.pending(tool="t", scope="s", key="atomic", fp="f", input={"n": 1},
+                                user=alice)
+        store.insert_completed(pending, {"id": 7}, [[{"step": 1}, False]])
+    operation, _ = store.load("t", "s", "atomic")  # type: ignore[misc]
+    same(operation, "atomic")
+    assert (operation.state, operation.output, operation.owner) == ("succeeded", {"id": 7}, "")
+    row = Operation.objects.get(key="atomic")
+    assert row.completed_at is not None
+    assert list(row.journal.values_list("data", "removed")) == [({"step": 1}, False)]
+    assert list(row.events.values_list("kind", flat=True)) == ["claimed", "journal",
+                                                              "succeeded"]
+
+
+def test_without_insert_returning_the_claim_is_the_orms(monkeypatch: pytest.MonkeyPatch,
+                                                         alice: Any) -> None:
+    """SQLite before 3.35 has no ``INSERT … RETURNING``: the vendor's store claims as the
+    ORM's does there, and the claim means the same."""
+    from guarded_tools.store.backends import store_class
+
+    store = store_class(connection.vendor)()
+    monkeypatch.setattr(connection.features, "can_return_columns_from_insert", False)
+    with CaptureQueriesContext(connection) as sent:
+        claim = store.claim(tool="t", scope="s", key="old", fp="f", input={}, user=alice,
+                            lease_seconds=30)
+    assert not [q for q in sent.captured_queries if "RETURNING" in q["sql"]], sent
+    again = store.claim(tool="t", scope="s", key="old", fp="f", input={}, user=alice,
+                        lease_seconds=30)
+    assert (claim.kind, again.kind) == ("fresh", "in_flight")
+    assert Operation.objects.get(key="old").owner == claim.owner

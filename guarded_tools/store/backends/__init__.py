@@ -19,6 +19,7 @@ from guarded_tools.models import Operation
 #: vendor: the dotted path of its store class.
 BACKENDS = {
     "postgresql": "guarded_tools.store.backends.postgresql.PostgreSQLOperationStore",
+    "sqlite": "guarded_tools.store.backends.sqlite.SQLiteOperationStore",
 }
 DEFAULT = "guarded_tools.store.base.OperationStore"
 
