@@ -5,11 +5,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from io import StringIO
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.db import connection
 from django.db.migrations.executor import MigrationExecutor
+from django.utils import timezone
 
 from guarded_tools.models import Confirmation, Operation
 
@@ -97,3 +99,37 @@ def test_check_and_migrate_warn_of_nothing_and_the_state_index_covers_where_it_c
         assert "(state, updated_at) INCLUDE (created_at)" in index, index
     else:
         assert index == "state updated_at"
+
+
+def test_0016_backfills_the_history_of_operations_made_before_it(admin_client: Any) -> None:
+    """An operation made before the history existed gets its timeline from its own rows,
+    in the order it happened, marked as recorded on upgrade; one with events gets none."""
+    before = [("guarded_tools", "0015_audit_recoveries_index")]
+    apps = migrate(before).loader.project_state(before).apps
+    old_operation = apps.get_model("guarded_tools", "Operation")
+    journal = apps.get_model("guarded_tools", "JournalEntry")
+    audit = apps.get_model("guarded_tools", "AuditEntry")
+    event = apps.get_model("guarded_tools", "OperationEvent")
+    user = apps.get_model("auth", "User").objects.create(username="old-agent")
+    now = timezone.now()
+    ran = old_operation.objects.create(
+        tool="t", scope="auth.user:1", key="ran", fingerprint="f", state="succeeded",
+        user=user, fence=2, completed_at=now, output={"ok": True})
+    journal.objects.create(operation_id=ran.pk, data={"reference": "r-1"}, fence=1)
+    audit.objects.create(action="recover", operation_id=ran.pk, status="succeeded")
+    recorded = old_operation.objects.create(tool="t", scope="auth.user:1", key="recorded",
+                                            fingerprint="f", state="succeeded")
+    event.objects.create(operation_id=recorded.pk, kind="claimed", at=now)
+
+    migrate([("guarded_tools", "0016_backfill_operation_events")])
+    from guarded_tools.models import OperationEvent
+
+    rows = list(OperationEvent.objects.filter(operation_id=ran.pk).order_by("id"))
+    assert [r.kind for r in rows] == ["claimed", "journal", "recovered", "succeeded"], rows
+    assert rows[0].actor == "agent old-agent" and rows[1].details["data"] == {"reference": "r-1"}
+    assert rows[2].actor == "sweep" and rows[2].details["outcome"] == "succeeded"
+    assert all(r.details["backfilled"] for r in rows)
+    assert OperationEvent.objects.filter(operation_id=recorded.pk).count() == 1
+    page = admin_client.get(f"/admin/guarded_tools/operation/{ran.pk}/change/")
+    assert page.status_code == 200
+    assert page.content.decode().count("recorded on upgrade") == 4

@@ -281,8 +281,14 @@ def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
         detail = ", ".join(f"{k}: {details[k]}" for k in ("failure", "recover", "reason")
                            if details.get(k))
         failure = _failure(details)
+    if details.get("backfilled"):  # written by migration 0016 from the rows kept before
+        detail = f"{detail} ({BACKFILLED})" if detail else BACKFILLED
     return Event(at=row.at, kind=row.kind, title=title, detail=detail, fence=row.fence,
                  actor=row.actor, data=data, failure=failure, evidence=evidence)
+
+
+#: How the timeline marks an event written after the fact from the operation's own rows.
+BACKFILLED = "recorded on upgrade, from the operation's rows"
 
 
 def _failure(details: dict[str, Any]) -> dict[str, Any] | None:
