@@ -154,6 +154,35 @@ def test_the_vendors_store_reads_and_writes_operations_as_the_orm_does(alice: An
                                                               "succeeded"]
 
 
+@pytest.mark.parametrize("recovered", [False, True])
+def test_a_completion_records_its_history_as_the_orm_store_does(alice: Any,
+                                                                recovered: bool) -> None:
+    """The vendor's completion (on PostgreSQL one statement with its events) leaves the
+    events the ORM store's leaves, in the same order and with the same values; and when
+    its compare-and-set fails (the claim was taken over) neither writes an event."""
+    from guarded_tools.store.backends import store_class
+
+    def completed(store: OperationStore, key: str) -> list[tuple[Any, ...]]:
+        claim = store.claim(tool="t", scope="s", key=key, fp="f", input={}, user=alice,
+                            lease_seconds=30)
+        assert store.complete(claim, {"n": 1}, recovered=recovered)
+        assert not claim.unrecorded
+        stale = store.claim(tool="t", scope="s", key=key + "-stale", fp="f", input={},
+                            user=alice, lease_seconds=30)
+        Operation.objects.filter(pk=stale.operation.pk).update(fence=stale.fence + 1)
+        assert not store.complete(stale, {"n": 2}, recovered=recovered)
+        assert not Operation.objects.get(pk=stale.operation.pk).events.exists()
+        row = Operation.objects.get(key=key)
+        assert row.state == "succeeded" and row.recovered is recovered
+        return list(row.events.order_by("id").values_list("kind", "actor", "fence",
+                                                          "details"))
+
+    mine = completed(store_class(connection.vendor)(), "vendor")
+    assert mine == completed(OperationStore(), "orm")
+    assert [kind for kind, *_ in mine] == ["claimed", "succeeded"]
+    assert mine[-1][3] == ({"recovered": True} if recovered else {})
+
+
 def test_without_insert_returning_the_claim_is_the_orms(monkeypatch: pytest.MonkeyPatch,
                                                          alice: Any) -> None:
     """SQLite before 3.35 has no ``INSERT … RETURNING``: the vendor's store claims as the

@@ -128,12 +128,15 @@ class SQLOperationStore(OperationStore):
         return [self.pk(claim.operation), claim.owner, claim.fence,
                 OperationState.IN_FLIGHT.value]
 
+    def complete_params(self, claim: Claim, output: Any, recovered: bool) -> list[Any]:
+        """The parameters of ``statements.complete``."""
+        return [OperationState.SUCCEEDED.value,
+                self.statements.output.get_db_prep_save(output, self.connection),
+                bool(recovered), "", *self.owned_params(claim)]
+
     def complete(self, claim: Claim, output: Any, *, recovered: bool = False) -> bool:
-        done = self.update(self.statements.complete, [
-            OperationState.SUCCEEDED.value,
-            self.statements.output.get_db_prep_save(output, self.connection),
-            bool(recovered), "", *self.owned_params(claim),
-        ])
+        done = self.update(self.statements.complete,
+                           self.complete_params(claim, output, recovered))
         return self.recorded(done, claim, Kind.SUCCEEDED, recovered=recovered or None)
 
     def touch(self, claim: Claim) -> bool:

@@ -94,6 +94,10 @@ class Statements:
         events = ", ".join(qn(f.column) for f in self.event_fields)
         self.event_rows = f"INSERT INTO {qn(OperationEvent._meta.db_table)} ({events}) VALUES "  # noqa: S608
         self.event_row = f"({', '.join(['%s'] * len(self.event_fields))})"
+        self.event_table = qn(OperationEvent._meta.db_table)
+        self.event_columns = events
+        self.event_operation = qn(OperationEvent._meta.get_field("operation").column)
+        self.id = c["id"]
         self.output = opts.get_field("output")
 
     def events(self, rows: list[Any], connection: Any) -> Part:
@@ -102,6 +106,28 @@ class Statements:
         params = [f.get_db_prep_save(f.pre_save(row, add=True), connection)
                   for row in rows for f in self.event_fields]
         return self.event_rows + ", ".join([self.event_row] * len(rows)), params
+
+    def recording(self, transition: str, rows: list[Any], connection: Any) -> Part:
+        """``transition`` (an UPDATE of one operation) and ``rows``, its unsaved events,
+        as one statement that writes the events only where the UPDATE changed the row,
+        and returns how many rows it changed: PostgreSQL's data-modifying ``WITH``. Each
+        event's INSERT reads the operation's id from the one before it, so they run, and
+        take their ids, in order. Its parameters are the events'; the transition's go
+        before them."""
+        columns = ", ".join(["%s"] * (len(self.event_fields) - 1))
+        sql, source, column = [f"WITH done AS ({transition} RETURNING {self.id})"], "done", self.id
+        params: list[Any] = []
+        for i, row in enumerate(rows):
+            sql.append(
+                f", e{i} AS (INSERT INTO {self.event_table} ({self.event_columns})"  # noqa: S608
+                f" SELECT {source}.{column}, {columns} FROM {source}"
+                f" RETURNING {self.event_operation})"
+            )
+            source, column = f"e{i}", self.event_operation
+            params += [f.get_db_prep_save(f.pre_save(row, add=True), connection)
+                       for f in self.event_fields if f.name != "operation"]
+        sql.append(" SELECT COUNT(*) FROM done")
+        return "".join(sql), params
 
     def layout(self, *, claim: bool) -> tuple[set[str], set[str]]:
         """The columns an INSERT takes from the database's clock, and those it leaves NULL."""
