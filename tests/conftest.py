@@ -18,6 +18,45 @@ from guarded_tools.tools.registry import tool as tool_decorator
 
 OBJECT = {"type": "object", "properties": {"operationId": {"type": "string"}}}
 
+# -- what each of `make test`'s runs takes (scripts/test.sh) ---------------------------------
+#: The fixtures through which a test reaches the run's database (pytest-django's).
+DATABASE_FIXTURES = frozenset({
+    "db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback",
+    "live_server", "django_db_setup",
+})
+
+
+def uses_database(item: pytest.Item) -> bool:
+    """Whether ``item`` reaches the run's database: a ``django_db`` or ``postgres`` mark,
+    or one of pytest-django's database fixtures among the fixtures it uses (directly or
+    through other fixtures). Without them pytest-django refuses every query, so such a test's
+    result cannot depend on which database the run has."""
+    if item.get_closest_marker("django_db") or item.get_closest_marker("postgres"):
+        return True  # a ``postgres`` test may reach it from its own processes
+    return not DATABASE_FIXTURES.isdisjoint(getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``make test`` runs the suite four times (Django 6 and 5.2, each on SQLite and on
+    PostgreSQL). ``GT_TEST_DATABASE_ONLY=1`` (its PostgreSQL runs) leaves out the tests
+    that reach no database, which the same Django's SQLite run has just run;
+    ``GT_TEST_ONCE_DONE=1`` (every run after the first) leaves out the tests marked
+    ``once``, whose result depends on neither the run's Django nor its database. Both are
+    reported as deselected; run pytest without them for everything."""
+    database_only = os.environ.get("GT_TEST_DATABASE_ONLY") == "1"
+    once_done = os.environ.get("GT_TEST_ONCE_DONE") == "1"
+    if not (database_only or once_done):
+        return
+    kept, left = [], []
+    for item in items:
+        leave = (once_done and item.get_closest_marker("once") is not None) or (
+            database_only and not uses_database(item))
+        (left if leave else kept).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = kept
+
+
 
 @pytest.fixture
 def user_factory(django_user_model: Any) -> Callable[..., Any]:

@@ -1,0 +1,48 @@
+"""What each of `make test`'s four runs takes (tests/conftest.py, scripts/test.sh).
+
+A PostgreSQL run leaves out only the tests that cannot reach a database; the runs after
+the first leave out only the tests marked ``once``; pytest run by hand takes everything.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.once  # what it checks is pytest's, whichever Django or database
+
+FILES = ["tests/test_layers.py", "tests/test_demo_script.py", "tests/test_multinode.py",
+         "tests/test_history.py"]
+
+
+def collected(**env: str) -> set[str]:
+    """The files of ``FILES`` whose tests pytest would run with ``env`` set."""
+    environ = {k: v for k, v in os.environ.items()
+               if k not in ("GT_TEST_DATABASE_ONLY", "GT_TEST_ONCE_DONE")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "-p", "no:xdist", *FILES],
+        cwd=REPO_ROOT, env={**environ, **env}, capture_output=True, text=True, timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+
+
+def test_by_hand_every_test_runs() -> None:
+    assert collected() == set(FILES)
+
+
+def test_a_postgresql_run_leaves_out_only_the_tests_that_reach_no_database() -> None:
+    kept = collected(GT_TEST_DATABASE_ONLY="1")
+    # test_layers imports modules and reads files; test_demo_script runs the demo on its
+    # own SQLite; test_multinode is marked postgres (its processes reach the database).
+    assert kept == {"tests/test_multinode.py", "tests/test_history.py"}
+
+
+def test_the_runs_after_the_first_leave_out_the_tests_marked_once() -> None:
+    assert collected(GT_TEST_ONCE_DONE="1") == set(FILES) - {"tests/test_demo_script.py"}
