@@ -119,7 +119,7 @@ results=(); failed=0; start=$SECONDS
 for row in "${rows[@]}"; do
   read -r label venv module db <<<"$row"
   selected "$label" || continue
-  env=(-u DATABASE_URL -u GT_MATRIX_PG_LOG -u GT_MATRIX_DRIVER
+  env=(-u DATABASE_URL -u GT_MATRIX_PG_LOG -u GT_MATRIX_DRIVER -u PYTHONDONTWRITEBYTECODE  # as test.sh says
        GT_VAR_DIR="$work/var-$label" DJANGO_SETTINGS_MODULE="tests.matrix.settings_$module")
   extra=()
   case "$db" in
@@ -132,7 +132,8 @@ for row in "${rows[@]}"; do
   [[ "$venv" == pg2 ]] && env+=(GT_MATRIX_DRIVER=psycopg2)
   printf '\n== matrix: %s ==\n' "$label"
   began=$SECONDS
-  env "${env[@]}" "${venvs[$venv]}/bin/python" -m pytest tests/matrix -q -p no:cacheprovider \
+  # (hypothesis's plugin left out too: no guarantee uses it, and it costs each row seconds to load)
+  env "${env[@]}" "${venvs[$venv]}/bin/python" -m pytest tests/matrix -q -p no:cacheprovider -p no:hypothesispytest \
     "${extra[@]}" "${pytest_args[@]}"
   rc=$?
   took="$((SECONDS - began)) s"

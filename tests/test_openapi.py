@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, given, settings
 from jsonschema import Draft202012Validator
 from rest_framework.authtoken.models import Token
@@ -144,6 +143,7 @@ def agent_token(transactional_db: Any, user_factory: Any) -> str:
 def test_schemathesis_finds_no_5xx_and_no_schema_violation(live_server: Any,
                                                            agent_token: str) -> None:
     """Fuzz every documented operation (bounded examples) against the live site."""
+    import schemathesis  # here: only the worker that runs this test pays for its import
     from rest_framework.test import APIClient
     from schemathesis.checks import not_a_server_error
     from schemathesis.specs.openapi.checks import (
