@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from datetime import timedelta
@@ -35,7 +36,8 @@ from tests.tools_for_processes import RECOVERABLE_TOOL, recover_rows
 # an in-memory SQLite test database is invisible to the worker, so that is skipped.
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-CELERY = Path(REPO_ROOT) / ".venv" / "bin" / "celery"
+#: The worker runs on this run's Python, hence its Django (5.2 in the Django 5.2 runs).
+CELERY = [sys.executable, "-m", "celery"]
 DONE = re.compile(r"Task guarded_tools\.tasks\.sweep\[[0-9a-f-]+\] succeeded")
 
 
@@ -76,7 +78,7 @@ def worker(subprocess_env: dict[str, str], tmp_path: Path) -> Iterator[Worker]:
     log = tmp_path / "worker.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [str(CELERY), "-A", "project", "worker", "--pool=solo", "--concurrency=1",
+            [*CELERY, "-A", "project", "worker", "--pool=solo", "--concurrency=1",
              "-Q", "celery", "--loglevel=INFO", "-I", "tests.tools_for_processes",
              "--without-gossip", "--without-mingle", "--without-heartbeat",
              "-n", f"gt-test-{uuid.uuid4().hex[:8]}@%h"],
