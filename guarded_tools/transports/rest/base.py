@@ -126,7 +126,7 @@ class GuardedAPIView(APIView):
         """A 401 challenges with the first authentication's scheme when it is OAuth's
         (``Bearer resource_metadata=…``), so that a host can start the OAuth flow."""
         response = super().handle_exception(exc)
-        if response.status_code == 401 and getattr(self.request, "_request", None) is not None:
+        if response.status_code == 401 and isinstance(getattr(self, "request", None), Request):
             header = self.get_authenticate_header(self.request)
             if header and header.startswith("Bearer"):
                 response["WWW-Authenticate"] = header
