@@ -189,7 +189,7 @@ def test_two_beats_and_a_worker_recover_each_operation_once(worker: Worker,  # n
     if connection.vendor == "sqlite":
         env["GT_SQLITE_PATH"] = str(connection.settings_dict["NAME"])
     beats = [
-        subprocess.Popen([str(CELERY), "-A", "project", "beat", "--loglevel=INFO",
+        subprocess.Popen([*CELERY, "-A", "project", "beat", "--loglevel=INFO",
                           "-s", str(tmp_path / f"beat{i}")], cwd=REPO_ROOT, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for i in range(2)
