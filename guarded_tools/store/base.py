@@ -175,9 +175,14 @@ class OperationStore:
 
     def history(self, claim: Claim, kind: str, **details: Any) -> None:
         """Record ``kind`` for ``claim``, after the claim's events not written yet."""
+        record_all(self.events_with(claim, kind, **details))
+
+    @staticmethod
+    def events_with(claim: Claim, kind: str, **details: Any) -> list[Any]:
+        """The claim's events not written yet (taken from it), then ``kind``'s, unsaved."""
         pending, claim.unrecorded = claim.unrecorded, []
-        record_all([*pending, event(claim.operation, kind, claim.actor, fence=claim.fence,
-                                    **details)])
+        return [*pending, event(claim.operation, kind, claim.actor, fence=claim.fence,
+                                **details)]
 
     def takeover(self, operation: Operation, lease_seconds: int) -> Claim | None:
         """Take an abandoned claim (fence + 1, new owner); None if someone else did."""

@@ -23,7 +23,7 @@ from guarded_tools.models import JournalEntry
 from guarded_tools.store.backends.sql import SQLOperationStore
 from guarded_tools.store.backends.statements import Dialect, Part, Statements
 from guarded_tools.store.base import Claim, Locked
-from guarded_tools.store.history import Kind, event
+from guarded_tools.store.history import Kind
 from guarded_tools.store.values import LOCK_CLASS, key_hash
 
 NOW = "STATEMENT_TIMESTAMP()"
@@ -81,14 +81,13 @@ class PostgreSQLOperationStore(SQLOperationStore):
         """The completion and its history (the claim's events not written yet, then
         "succeeded") in one statement, one round trip: the events are written only where
         the compare-and-set changed the row, as the ORM store's ``recorded`` does."""
-        events = [*claim.unrecorded, event(claim.operation, Kind.SUCCEEDED, claim.actor,
-                                           fence=claim.fence, recovered=recovered or None)]
+        events = self.events_with(claim, Kind.SUCCEEDED, recovered=recovered or None)
         sql, params = self.statements.recording(self.statements.complete, events,
                                                 self.connection)
         params = [*self.complete_params(claim, output, recovered), *params]
         done = bool(self.send([(sql, params)], rows=True)[0][0][0])
-        if done:
-            claim.unrecorded = []
+        if not done:
+            claim.unrecorded = events[:-1]  # not written: still the claim's
         return done
 
     def write_journal(self, claim: Claim, data: Any) -> bool:

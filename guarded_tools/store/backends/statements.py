@@ -94,18 +94,29 @@ class Statements:
         events = ", ".join(qn(f.column) for f in self.event_fields)
         self.event_rows = f"INSERT INTO {qn(OperationEvent._meta.db_table)} ({events}) VALUES "  # noqa: S608
         self.event_row = f"({', '.join(['%s'] * len(self.event_fields))})"
-        self.event_table = qn(OperationEvent._meta.db_table)
-        self.event_columns = events
         self.event_operation = qn(OperationEvent._meta.get_field("operation").column)
+        #: A recorded transition's events: the operation's id from the row, the rest given.
+        self.event_given = [f for f in self.event_fields if f.name != "operation"]
+        self.event_insert_from = (
+            f"INSERT INTO {qn(OperationEvent._meta.db_table)} ({self.event_operation},"
+            f" {', '.join(qn(f.column) for f in self.event_given)})"
+        )
+        self.event_others = ", ".join(["%s"] * len(self.event_given))
         self.id = c["id"]
+        self.recordings: dict[tuple[str, int], str] = {}
         self.output = opts.get_field("output")
 
     def events(self, rows: list[Any], connection: Any) -> Part:
         """One INSERT of ``rows`` (unsaved events, in order: their ids keep it), each value
         prepared by its field."""
-        params = [f.get_db_prep_save(f.pre_save(row, add=True), connection)
-                  for row in rows for f in self.event_fields]
+        params = self.event_params(rows, connection, self.event_fields)
         return self.event_rows + ", ".join([self.event_row] * len(rows)), params
+
+    @staticmethod
+    def event_params(rows: list[Any], connection: Any, fields: list[Any]) -> list[Any]:
+        """``rows``' values of ``fields``, in order, as an INSERT of them takes them."""
+        return [f.get_db_prep_save(f.pre_save(row, add=True), connection)
+                for row in rows for f in fields]
 
     def recording(self, transition: str, rows: list[Any], connection: Any) -> Part:
         """``transition`` (an UPDATE of one operation) and ``rows``, its unsaved events,
@@ -114,20 +125,19 @@ class Statements:
         event's INSERT reads the operation's id from the one before it, so they run, and
         take their ids, in order. Its parameters are the events'; the transition's go
         before them."""
-        columns = ", ".join(["%s"] * (len(self.event_fields) - 1))
-        sql, source, column = [f"WITH done AS ({transition} RETURNING {self.id})"], "done", self.id
-        params: list[Any] = []
-        for i, row in enumerate(rows):
-            sql.append(
-                f", e{i} AS (INSERT INTO {self.event_table} ({self.event_columns})"  # noqa: S608
-                f" SELECT {source}.{column}, {columns} FROM {source}"
-                f" RETURNING {self.event_operation})"
-            )
+        key = (transition, len(rows))
+        if key not in self.recordings:  # written once per transition and number of events
+            self.recordings[key] = self.recording_sql(transition, len(rows))
+        return self.recordings[key], self.event_params(rows, connection, self.event_given)
+
+    def recording_sql(self, transition: str, count: int) -> str:
+        """``recording``'s statement for ``count`` events."""
+        sql, source, column = f"WITH done AS ({transition} RETURNING {self.id})", "done", self.id
+        for i in range(count):
+            sql += (f", e{i} AS ({self.event_insert_from} SELECT {source}.{column},"  # noqa: S608
+                    f" {self.event_others} FROM {source} RETURNING {self.event_operation})")
             source, column = f"e{i}", self.event_operation
-            params += [f.get_db_prep_save(f.pre_save(row, add=True), connection)
-                       for f in self.event_fields if f.name != "operation"]
-        sql.append(" SELECT COUNT(*) FROM done")
-        return "".join(sql), params
+        return sql + " SELECT COUNT(*) FROM done"  # noqa: S608
 
     def layout(self, *, claim: bool) -> tuple[set[str], set[str]]:
         """The columns an INSERT takes from the database's clock, and those it leaves NULL."""
