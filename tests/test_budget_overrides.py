@@ -251,9 +251,38 @@ def test_the_form_offers_the_declared_budgets_with_their_limits(
     make_tool(confirm=Policy(rules=[Rule(outcome=Run(), description="r")], budgets=[
         Budget(name="per-minute", window_seconds=60, count=10)]), input_schema=SCHEMA)
     page = session_client_for(manager).get(ADD).content.decode()
-    assert "spend: at most 2,000.00 of amount per 1 d" in page
-    assert "per-minute: at most 10 calls per 1 min" in page
+    assert "spend: at most 2,000.00 of amount per day" in page
+    assert "per-minute: at most 10 calls per minute" in page
 
+
+
+@pytest.mark.parametrize(("seconds", "words"), [
+    (86_400, "day"), (172_800, "2 days"), (604_800, "week"), (3600, "hour"),
+    (7200, "2 hours"), (5400, "90 minutes"), (60, "minute"), (90, "90 seconds"),
+])
+def test_a_window_reads_as_a_person_says_it(seconds: int, words: str) -> None:
+    from guarded_tools.console.admin.budgets import window_words
+
+    assert window_words(seconds) == words
+
+
+def test_the_user_and_group_are_searched_where_the_manager_may_view_them(
+        make_tool: Any, session_client_for: Any, manager: Any, user_factory: Any) -> None:
+    """With ``auth.view_user`` and ``auth.view_group`` the form searches names (the
+    admin's autocomplete, which asks those permissions); without, the user is a raw id."""
+    make_tool(confirm=budgeted(limit=100), input_schema=SCHEMA)
+    page = session_client_for(manager).get(ADD).content.decode()
+    assert 'class="vForeignKeyRawIdAdminField"' in page and "admin-autocomplete" not in page
+    viewer = user_factory("viewer", is_staff=True, perms=(
+        "guarded_tools.manage_budgets", "auth.view_user", "auth.view_group"))
+    client = session_client_for(viewer)
+    page = client.get(ADD).content.decode()
+    assert page.count("admin-autocomplete") >= 2 and "vForeignKeyRawIdAdminField" not in page
+    found = client.get("/admin/autocomplete/", {
+        "app_label": "guarded_tools", "model_name": "budgetoverride", "field_name": "user",
+        "term": "mana"})
+    assert found.status_code == 200
+    assert [r["text"] for r in found.json()["results"]] == ["manager"]
 
 # -- the budget use page ---------------------------------------------------------------------
 def use_rows(n: int, user_factory: Any, window: timedelta = timedelta(0)) -> list[Any]:

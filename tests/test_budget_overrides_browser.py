@@ -28,12 +28,15 @@ def test_a_manager_adds_an_override_and_sees_the_budget_use(
         alice: Any, user_factory: Any, client_for: Any) -> None:
     definition = make_tool(Effects(), confirm=budgeted(limit=200), input_schema=SCHEMA)
     user_factory("manager", is_staff=True, perms=(
-        "guarded_tools.manage_budgets", "guarded_tools.view_budgetcounter"))
+        "guarded_tools.manage_budgets", "guarded_tools.view_budgetcounter", "auth.view_user"))
     log_in(page, "manager")
     page.get_by_role("link", name="Budget overrides").click()
     page.get_by_role("link", name="Add budget override").click()
     page.locator("#id_budget").select_option("spend")
-    page.locator("#id_user").fill(str(alice.pk))
+    page.locator(".field-user .select2-selection").click()  # the user is found by name
+    page.locator(".select2-search__field").fill("ali")
+    page.get_by_role("option", name="alice").click()
+    expect(page.locator("#select2-id_user-container")).to_have_attribute("title", "alice")
     page.get_by_label("Sum per window:").fill("350")
     page.get_by_label("Why:").fill("Quarter end: more payments this week")
     shoot(page, "budget-override-form-1280.png")

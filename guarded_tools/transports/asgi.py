@@ -244,7 +244,7 @@ def with_cancellation(app: ASGIApp) -> ASGIApp:
 
 def request_signal(request: Any) -> CancelSignal | None:
     """The signal the ASGI wrapper attached to this request, if any."""
-    request = getattr(request, "_request", request)
+    # A DRF Request hands ``META`` and ``scope`` on from the HttpRequest it wraps.
     signal = getattr(request, "META", {}).get(SCOPE_KEY)  # a tool endpoint's (one crossing)
     if signal is not None:
         return signal  # type: ignore[no-any-return]

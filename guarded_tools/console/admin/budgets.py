@@ -17,6 +17,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import CharField, Count, Q, QuerySet, Sum, Value
@@ -43,16 +44,24 @@ MANAGE = "guarded_tools.manage_budgets"
 
 
 def in_words(budget: Budget) -> str:
-    """"at most 10 calls, 2,000.00 of amount per 1 day" for the budget's choice."""
+    """"at most 10 calls, 2,000.00 of amount per day" for the budget's choice."""
     parts = []
     if budget.count is not None:
         parts.append(f"{budget.count} calls")
     if budget.sum_field and budget.limit is not None:
         parts.append(f"{budget.limit:,.2f} of {budget.sum_field}")
-    seconds = budget.window_seconds
-    window = next((f"{seconds // size} {unit}" for size, unit in (
-        (86_400, "d"), (3600, "h"), (60, "min")) if seconds % size == 0), f"{seconds} s")
+    window = window_words(budget.window_seconds)
     return f"{budget.name}: at most {', '.join(parts) or 'no limit'} per {window}"
+
+
+def window_words(seconds: int) -> str:
+    """"day", "2 hours", "90 seconds": a window as a person says it after "per"."""
+    for size, unit in ((604_800, "week"), (86_400, "day"), (3600, "hour"), (60, "minute"),
+                       (1, "second")):
+        if seconds % size == 0:
+            count = seconds // size
+            return unit if count == 1 else f"{count:,} {unit}s"
+    return f"{seconds} seconds"  # not reached: every whole number of seconds divides by 1
 
 
 class BudgetOverrideForm(forms.ModelForm):
@@ -91,12 +100,26 @@ class BudgetOverrideAdmin(SafeLookupsMixin, admin.ModelAdmin):
     list_filter = ["budget"]
     list_select_related = ["user", "group", "updated_by"]
     search_fields = ["budget", "user__" + get_user_model().USERNAME_FIELD, "group__name", "note"]
-    raw_id_fields = ["user"]
+    raw_id_fields = ["user"]  # where a search can't be offered (get_autocomplete_fields)
     readonly_fields = ["created_by", "created_at", "updated_by", "updated_at"]
     fieldsets = [
         (None, {"fields": ["budget", ("user", "group"), ("count", "limit"), "note"]}),
         (_("Record"), {"fields": [("created_by", "created_at"), ("updated_by", "updated_at")]}),
     ]
+
+    def get_autocomplete_fields(self, request: HttpRequest) -> list[str]:
+        """The user and the group are picked by a search of their names where the site's
+        admin can answer one for this person: the related model is registered with
+        ``search_fields`` and they may view it (the admin's autocomplete view asks that).
+        Otherwise the user is a raw id with its lookup link and the group a select."""
+        fields = []
+        for name, model in (("user", get_user_model()), ("group", Group)):
+            related = self.admin_site.get_model_admin(model) if self.admin_site.is_registered(
+                model) else None
+            if related is not None and related.get_search_fields(request) and \
+                    related.has_view_permission(request):
+                fields.append(name)
+        return fields
 
     def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.fieldsets[:1] if obj is None else self.fieldsets  # no record yet

@@ -13,7 +13,9 @@ with a silently looser schema.
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
@@ -34,6 +36,29 @@ def binding_for(spec: Any, direction: str) -> SerializerBinding | None:
     return SerializerBinding(spec, direction=direction) if is_serializer(spec) else None
 
 
+_DERIVING = threading.Lock()  # drf-spectacular's settings patch and stats are process-wide
+
+
+@contextlib.contextmanager
+def _reported(stats: Any, into: list[str]) -> Iterator[None]:
+    """Every message drf-spectacular emits meanwhile, appended to ``into`` and passed on.
+
+    ``stats.emit`` is shadowed on the instance for the block and the shadow removed after,
+    so the class's method (and whatever counts it keeps) is what runs either way.
+    """
+    emit = stats.emit
+
+    def listening(msg: str, severity: str) -> None:
+        into.append(f"{severity.capitalize()}: {msg}")
+        emit(msg, severity)
+
+    stats.emit = listening
+    try:
+        yield
+    finally:
+        del stats.emit
+
+
 def spectacular_components(
     serializer: type[serializers.BaseSerializer], direction: str
 ) -> tuple[str, dict[str, dict[str, Any]], list[str]]:
@@ -42,10 +67,13 @@ def spectacular_components(
     The one place drf-spectacular is called. ``resolve_serializer`` and its
     ``ComponentRegistry`` are the API drf-spectacular's own serializer extensions use
     (documented under "Extensions"); it needs a view to build the serializer context,
-    so an empty ``APIView`` stands in. Its warnings are read from ``GENERATOR_STATS``,
-    which is how ``spectacular --fail-on-warn`` counts them (no public accessor
-    exists): ``tests/test_serializers.py`` checks that an unmappable field is still
-    reported, so a change there fails a test instead of loosening a schema.
+    so an empty ``APIView`` stands in. Its warnings are what it hands to
+    ``GENERATOR_STATS.emit`` (the method its ``warn`` and ``error`` report through, and
+    which ``spectacular --fail-on-warn`` counts): :func:`_reported` listens there for the
+    one derivation and passes every message on, so drf-spectacular's own counts are
+    unchanged. The components are read with the registry's ``build`` and item lookup.
+    ``tests/test_serializers.py`` checks that an unmappable field is still reported, so
+    a change there fails a test instead of loosening a schema.
     """
     try:
         from drf_spectacular.drainage import GENERATOR_STATS
@@ -67,19 +95,17 @@ def spectacular_components(
     schema.method = "POST" if direction == "request" else "GET"
     schema.path = "/"
     schema.view = view
-    def counts() -> dict[str, int]:
-        return {**GENERATOR_STATS._warn_cache, **GENERATOR_STATS._error_cache}
-
-    before = counts()
-    with patched_settings({"OAS_VERSION": "3.1.0", "COMPONENT_SPLIT_REQUEST": True}), \
+    warnings: list[str] = []
+    with _DERIVING, _reported(GENERATOR_STATS, warnings), \
+            patched_settings({"OAS_VERSION": "3.1.0", "COMPONENT_SPLIT_REQUEST": True}), \
             GENERATOR_STATS.silence():
         root = schema.resolve_serializer(serializer, direction)  # type: ignore[arg-type]
-    warnings = sorted(m for m, n in counts().items() if n > before.get(m, 0))
+    built = schema.registry.build({}).get(ResolvedComponent.SCHEMA, {})
     components = {
-        c.name: _titled(c.schema, c.object)
-        for c in schema.registry._components.values()
-        if c.type == ResolvedComponent.SCHEMA and c.schema is not None
+        name: _titled(value, schema.registry[(name, ResolvedComponent.SCHEMA)].object)
+        for name, value in built.items() if value is not None
     }
+    warnings = sorted(set(warnings))
     if root.name is None:  # drf-spectacular discards a serializer with no fields
         return "", {}, warnings
     return str(root.name), components, warnings

@@ -43,6 +43,7 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.functional import SimpleLazyObject
 from rest_framework import permissions, viewsets
 from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
 from rest_framework.response import Response
 
 from guarded_tools.core.catalog import ErrorCatalog
@@ -96,7 +97,9 @@ KEY_FIELD = {"type": "string", "minLength": 1, "maxLength": 255, "title": "Opera
              "description": "A new UUID per intended operation; reuse it on every retry."}
 #: The original request's attributes the view's authentication reads (what middleware
 #: attached, and DRF's test client's forced credentials, as a direct call would carry).
+#: They are read with ``getattr``, which a DRF ``Request`` answers from the request it wraps.
 CARRIED = ("session", "_force_auth_user", "_force_auth_token", "_dont_enforce_csrf_checks")
+_ABSENT = object()
 
 
 def _lookup_schema(viewset: type[viewsets.GenericViewSet]) -> tuple[str, dict[str, Any]]:
@@ -191,11 +194,10 @@ def view_request(ctx: Any, method: str, body: Any, *, user: Any = None,
     ``authentication_classes`` decide again; a plain Django view, which has none, is
     given the guard's ``user``.
     """
-    original = getattr(ctx, "request", None)
-    original = getattr(original, "_request", original)  # a DRF Request wraps Django's
+    original = getattr(ctx, "request", None)  # Django's, or a DRF Request that wraps one
     payload = b"" if body is None else json.dumps(body).encode("utf-8")
     environ: dict[str, Any] = {}
-    if isinstance(original, HttpRequest):
+    if isinstance(original, (HttpRequest, Request)):  # a Request reads through to its own
         environ.update({k: v for k, v in original.META.items() if isinstance(k, str)
                         and not k.startswith("wsgi.") and k not in ("CONTENT_TYPE",
                                                                     "CONTENT_LENGTH")})
@@ -214,10 +216,11 @@ def view_request(ctx: Any, method: str, body: Any, *, user: Any = None,
         "wsgi.input": io.BytesIO(payload),
     })
     request = WSGIRequest(environ)
-    if isinstance(original, HttpRequest):
+    if isinstance(original, (HttpRequest, Request)):
         for name in CARRIED:
-            if name in original.__dict__:
-                setattr(request, name, original.__dict__[name])
+            value = getattr(original, name, _ABSENT)
+            if value is not _ABSENT:
+                setattr(request, name, value)
     if user is not None:
         request.user = user
     elif hasattr(request, "session"):
