@@ -23,26 +23,11 @@ from django.utils import timezone
 from guarded_tools.models import AuditEntry, BudgetCounter, BudgetOverride, Reservation
 from guarded_tools.pipeline.policies import Budget, Policy, Rule, Run
 from tests.conftest import Effects, key
+from tests.policy_support import SCHEMA, URL, alice_agent, budgeted  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
-URL = "/agent/tools/{}/"
-SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},
-                                           "amount": {"type": "number"}}}
 ADD = "/admin/guarded_tools/budgetoverride/add/"
 USE = "/admin/guarded_tools/budgetcounter/"
-
-
-def budgeted(name: str = "spend", *, count: int | None = None,
-             limit: float | None = None) -> Policy:
-    return Policy(rules=[Rule(outcome=Run(), description="Everything runs at once")],
-                  budgets=[Budget(name=name, count=count, sum_field="amount" if limit else None,
-                                  limit=limit)])
-
-
-@pytest.fixture(params=["token", "session"])
-def agent(request: pytest.FixtureRequest, alice: Any, client_for: Any,
-          session_client_for: Any) -> Any:
-    return (client_for if request.param == "token" else session_client_for)(alice)
 
 
 def pay(client: Any, name: str, amount: float = 100) -> Any:

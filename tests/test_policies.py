@@ -10,11 +10,9 @@ from guarded_tools import confirmations
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from guarded_tools.pipeline.policies import Approvers, Policy, Refuse, Rule, Run
 from tests.conftest import Effects, key
+from tests.policy_support import SCHEMA, URL, alice_agent, budgeted, call  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
-URL = "/agent/tools/{}/"
-SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},
-                                           "amount": {"type": "number"}}}
 
 
 def payments(version: str = "1", two_above: float = 1000) -> Policy:
@@ -34,16 +32,6 @@ def payments(version: str = "1", two_above: float = 1000) -> Policy:
 @pytest.fixture
 def approver(django_user_model: Any) -> Any:
     return django_user_model.objects.create_superuser("boss", password="pw")
-
-
-@pytest.fixture(params=["token", "session"])
-def agent(request: pytest.FixtureRequest, alice: Any, client_for: Any,
-          session_client_for: Any) -> Any:
-    return (client_for if request.param == "token" else session_client_for)(alice)
-
-
-def call(client: Any, name: str, body: Any) -> Any:
-    return client.post(URL.format(name), body, format="json")
 
 
 def test_small_payment_runs_without_a_person(make_tool: Any, agent: Any) -> None:
@@ -270,15 +258,6 @@ def test_an_mcp_task_waiting_for_its_second_approval_stays_working(
 
 
 # -- budgets and rate limits ----------------------------------------------------------------
-def budgeted(*, count: int | None = None, limit: float | None = None,
-             escalate: Any = None) -> Policy:
-    from guarded_tools.pipeline.policies import Budget
-
-    return Policy(rules=[Rule(outcome=Run(), description="Everything runs at once")],
-                  budgets=[Budget(name="spend", count=count, sum_field="amount", limit=limit,
-                                  escalate=escalate)])
-
-
 def test_a_count_budget_answers_rate_limited_with_retry_after(make_tool: Any,
                                                              agent: Any) -> None:
     handler = Effects()

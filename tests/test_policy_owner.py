@@ -20,14 +20,13 @@ from guarded_tools.pipeline.policies import Approvers, Budget, Owner, Policy, Re
 from guarded_tools.store.replays import replays
 from guarded_tools.transports.mcp import server as gt_mcp
 from tests.conftest import Effects, key
+from tests.policy_support import SCHEMA as PAYMENT
+from tests.policy_support import URL, alice_agent, call  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.django_db
-URL = "/agent/tools/{}/"
 CONF = "/admin/guarded_tools/confirmation/"
 CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
-SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},
-                                           "amount": {"type": "number"}},
-          "required": ["operationId", "amount"]}
+SCHEMA = {**PAYMENT, "required": ["operationId", "amount"]}
 
 
 def owner_policy(flags: dict[str, Any] | None = None) -> Policy:
@@ -45,16 +44,6 @@ def owner_policy(flags: dict[str, Any] | None = None) -> Policy:
 @pytest.fixture
 def staff(django_user_model: Any) -> Any:
     return django_user_model.objects.create_superuser("boss", password="pw")
-
-
-@pytest.fixture(params=["token", "session"])
-def agent(request: pytest.FixtureRequest, alice: Any, client_for: Any,
-          session_client_for: Any) -> Any:
-    return (client_for if request.param == "token" else session_client_for)(alice)
-
-
-def call(client: Any, name: str, body: Any) -> Any:
-    return client.post(URL.format(name), body, format="json")
 
 
 def browser_of(user: Any) -> DjangoClient:
