@@ -52,7 +52,9 @@ for name in main dj52 pg2; do
     marker="${dirs[$name]}/.requirements-matrix.sha256"
     want="$(sha256sum requirements-matrix.txt | cut -d' ' -f1)"
     if [[ "$(cat "$marker" 2>/dev/null)" != "$want" ]]; then
-      "${dirs[$name]}/bin/python" -m pip install -q --disable-pip-version-check -r requirements-matrix.txt \
+      installer=("${dirs[$name]}/bin/python" -m pip install --disable-pip-version-check)  # uv where venv.sh put it
+      [[ -x "${dirs[$name]}/bin/uv" ]] && installer=("${dirs[$name]}/bin/uv" pip install --python "${dirs[$name]}/bin/python")
+      "${installer[@]}" -q -r requirements-matrix.txt \
         || { echo "matrix.sh: could not install requirements-matrix.txt" >&2; exit 1; }
       echo "$want" >"$marker"
     fi

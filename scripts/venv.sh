@@ -50,9 +50,18 @@ if [[ "$1" == demo && "$(cat "$main_marker" 2>/dev/null)" == "$(digest "$main_re
 
 echo "venv.sh: installing $(basename "$req") into $(basename "$venv") ..." >&2
 trap 'echo "venv.sh: interrupted; the next run installs again" >&2; exit 130' INT
-# pip's own progress on the terminal: a first install downloads for a while.
-if ! "$venv/bin/python" -m pip install --disable-pip-version-check -r "$req"; then
-  echo "venv.sh: pip install -r $(basename "$req") failed (see pip's output above)" >&2
+# uv installs (the same resolution as pip's, from the same index; measured on a fresh venv of
+# requirements.txt: 13 s of CPU against pip's 84 s, most of pip's in compiling every module ahead,
+# which Python does here on first import instead); pip when uv cannot be had.
+if "$venv/bin/python" -m pip install -q --disable-pip-version-check uv >/dev/null 2>&1 \
+   && "$venv/bin/uv" --version >/dev/null 2>&1; then
+  installer=("$venv/bin/uv" pip install --python "$venv/bin/python")
+else
+  installer=("$venv/bin/python" -m pip install --disable-pip-version-check)
+fi
+# The installer's own progress on the terminal: a first install downloads for a while.
+if ! "${installer[@]}" -r "$req"; then
+  echo "venv.sh: installing -r $(basename "$req") failed (see the output above)" >&2
   exit 1
 fi
 echo "$want" >"$marker"

@@ -38,19 +38,27 @@ def uses_database(item: pytest.Item) -> bool:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``make test`` runs the suite four times (Django 6 and 5.2, each on SQLite and on
-    PostgreSQL). ``GT_TEST_DATABASE_ONLY=1`` (its PostgreSQL runs) leaves out the tests
-    that reach no database, which the same Django's SQLite run has just run;
+    PostgreSQL), and each test runs on every database it reaches under Django 6 and at least
+    once under Django 5.2. ``GT_TEST_DATABASE_ONLY=1`` (the PostgreSQL runs) leaves out the
+    tests that reach no database, which the same Django's SQLite run has just run;
+    ``GT_TEST_NO_DATABASE=1`` (Django 5.2's SQLite run) leaves out the tests that reach one,
+    which its PostgreSQL run runs, except those marked ``sqlite`` (they check SQLite itself);
     ``GT_TEST_ONCE_DONE=1`` (every run after the first) leaves out the tests marked
-    ``once``, whose result depends on neither the run's Django nor its database. Both are
+    ``once``, whose result depends on neither the run's Django nor its database. All are
     reported as deselected; run pytest without them for everything."""
     database_only = os.environ.get("GT_TEST_DATABASE_ONLY") == "1"
+    no_database = os.environ.get("GT_TEST_NO_DATABASE") == "1"
     once_done = os.environ.get("GT_TEST_ONCE_DONE") == "1"
-    if not (database_only or once_done):
+    if database_only and no_database:
+        raise pytest.UsageError("GT_TEST_DATABASE_ONLY and GT_TEST_NO_DATABASE leave out everything")
+    if not (database_only or no_database or once_done):
         return
     kept, left = [], []
     for item in items:
-        leave = (once_done and item.get_closest_marker("once") is not None) or (
-            database_only and not uses_database(item))
+        reaches = uses_database(item)
+        leave = ((once_done and item.get_closest_marker("once") is not None)
+                 or (database_only and not reaches)
+                 or (no_database and reaches and item.get_closest_marker("sqlite") is None))
         (left if leave else kept).append(item)
     if left:
         config.hook.pytest_deselected(items=left)

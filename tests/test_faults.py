@@ -35,6 +35,7 @@ def sqlite_only() -> None:
 
 
 # -- SQLite in WAL mode with IMMEDIATE transactions ------------------------------------------
+@pytest.mark.sqlite
 def test_sqlite_settings_are_the_documented_ones() -> None:
     sqlite_only()
     options = connection.settings_dict["OPTIONS"]
@@ -45,6 +46,7 @@ def test_sqlite_settings_are_the_documented_ones() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.sqlite
 @pytest.mark.parametrize("atomic", [False, True], ids=["claim-first", "atomic-one-transaction"])
 def test_sqlite_one_key_64_threads_executes_once(atomic: bool, make_tool: Any,
                                                  alice: Any) -> None:
@@ -53,6 +55,7 @@ def test_sqlite_one_key_64_threads_executes_once(atomic: bool, make_tool: Any,
 
 
 @pytest.mark.slow
+@pytest.mark.sqlite
 @pytest.mark.parametrize("tool_name", [EFFECT_TOOL, ATOMIC_TOOL])
 def test_sqlite_one_key_eight_processes_executes_once(tool_name: str,
                                                       subprocess_env: dict[str, str],

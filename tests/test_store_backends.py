@@ -101,7 +101,7 @@ def test_the_default_store_is_the_vendors_and_a_site_overrides_it(
 
 
 @pytest.mark.parametrize("store", [OperationStore, PostgreSQLOperationStore,
-                                   SQLiteOperationStore])
+                                   pytest.param(SQLiteOperationStore, marks=pytest.mark.sqlite)])
 def test_each_store_refuses_to_claim_inside_a_callers_transaction(store: type) -> None:
     if store is not OperationStore and store is not VENDORS[connection.vendor][0]:
         pytest.skip(f"{store.__name__} is another database's")

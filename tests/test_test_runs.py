@@ -1,7 +1,8 @@
 """What each of `make test`'s four runs takes (tests/conftest.py, scripts/test.sh).
 
-A PostgreSQL run leaves out only the tests that cannot reach a database; the runs after
-the first leave out only the tests marked ``once``; pytest run by hand takes everything.
+A PostgreSQL run leaves out only the tests that cannot reach a database; Django 5.2's SQLite
+run only those that reach one and are not marked ``sqlite``; the runs after the first leave
+out only the tests marked ``once``; pytest run by hand takes everything.
 """
 
 from __future__ import annotations
@@ -17,18 +18,22 @@ from tests.conftest import REPO_ROOT
 pytestmark = pytest.mark.once  # what it checks is pytest's, whichever Django or database
 
 FILES = ["tests/test_layers.py", "tests/test_demo_script.py", "tests/test_multinode.py",
-         "tests/test_history.py"]
+         "tests/test_history.py", "tests/test_sql_counts.py"]
+SELECTORS = ("GT_TEST_DATABASE_ONLY", "GT_TEST_NO_DATABASE", "GT_TEST_ONCE_DONE")
 
 
-def collected(**env: str) -> set[str]:
-    """The files of ``FILES`` whose tests pytest would run with ``env`` set."""
-    environ = {k: v for k, v in os.environ.items()
-               if k not in ("GT_TEST_DATABASE_ONLY", "GT_TEST_ONCE_DONE")}
-    done = subprocess.run(
+def collect(**env: str) -> subprocess.CompletedProcess[str]:
+    environ = {k: v for k, v in os.environ.items() if k not in SELECTORS}
+    return subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
          "-p", "no:xdist", *FILES],
         cwd=REPO_ROOT, env={**environ, **env}, capture_output=True, text=True, timeout=300,
     )
+
+
+def collected(**env: str) -> set[str]:
+    """The files of ``FILES`` whose tests pytest would run with ``env`` set."""
+    done = collect(**env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
 
@@ -41,7 +46,22 @@ def test_a_postgresql_run_leaves_out_only_the_tests_that_reach_no_database() -> 
     kept = collected(GT_TEST_DATABASE_ONLY="1")
     # test_layers imports modules and reads files; test_demo_script runs the demo on its
     # own SQLite; test_multinode is marked postgres (its processes reach the database).
-    assert kept == {"tests/test_multinode.py", "tests/test_history.py"}
+    assert kept == {"tests/test_multinode.py", "tests/test_history.py",
+                    "tests/test_sql_counts.py"}
+
+
+def test_django52s_sqlite_run_leaves_out_the_database_tests_but_sqlites_own() -> None:
+    kept = collected(GT_TEST_NO_DATABASE="1")
+    # test_sql_counts reaches the database and is marked sqlite (SQLite's counts are its own).
+    assert kept == {"tests/test_layers.py", "tests/test_demo_script.py",
+                    "tests/test_sql_counts.py"}
+    # Between them, the two runs of one Django leave out nothing.
+    assert kept | collected(GT_TEST_DATABASE_ONLY="1") == set(FILES)
+
+
+def test_both_halves_at_once_is_refused() -> None:
+    done = collect(GT_TEST_NO_DATABASE="1", GT_TEST_DATABASE_ONLY="1")
+    assert done.returncode != 0 and "leave out everything" in done.stdout + done.stderr
 
 
 def test_the_runs_after_the_first_leave_out_the_tests_marked_once() -> None:
