@@ -50,7 +50,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     no_database = os.environ.get("GT_TEST_NO_DATABASE") == "1"
     once_done = os.environ.get("GT_TEST_ONCE_DONE") == "1"
     if database_only and no_database:
-        raise pytest.UsageError("GT_TEST_DATABASE_ONLY and GT_TEST_NO_DATABASE leave out everything")
+        raise pytest.UsageError(
+            "GT_TEST_DATABASE_ONLY and GT_TEST_NO_DATABASE leave out everything")
     if not (database_only or no_database or once_done):
         return
     kept, left = [], []
