@@ -17,6 +17,7 @@ from django.db import connection
 from rest_framework.authtoken.models import Token
 
 from guarded_tools.models import Operation
+from tests import forkserver
 from tests.conftest import key
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -42,7 +43,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
     port = free_port()
     env = {**os.environ, "DATABASE_URL": database_url(), "GT_TEST_MARKERS": str(tmp_path),
            "GT_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "project.settings"}
-    process = subprocess.Popen(
+    process = forkserver.popen(
         [sys.executable, "-m", "uvicorn", "tests.asgi_app:application", "--host", "127.0.0.1",
          "--port", str(port), "--lifespan", "off", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

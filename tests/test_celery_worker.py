@@ -29,6 +29,7 @@ from guarded_tools import tasks
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.store import fingerprint
 from project.celery import app
+from tests import forkserver
 from tests.conftest import REPO_ROOT, reset_publisher, wait_until
 from tests.tools_for_processes import RECOVERABLE_TOOL, recover_rows
 
@@ -77,7 +78,7 @@ def worker(subprocess_env: dict[str, str], tmp_path: Path) -> Iterator[Worker]:
         env["GT_SQLITE_PATH"] = str(connection.settings_dict["NAME"])
     log = tmp_path / "worker.log"
     with log.open("wb") as sink:
-        process = subprocess.Popen(
+        process = forkserver.popen(
             [*CELERY, "-A", "project", "worker", "--pool=solo", "--concurrency=1",
              "-Q", "celery", "--loglevel=INFO", "-I", "tests.tools_for_processes",
              "--without-gossip", "--without-mingle", "--without-heartbeat",

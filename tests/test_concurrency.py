@@ -38,6 +38,7 @@ from guarded_tools.models import (
 )
 from guarded_tools.pipeline.recovery import sweep
 from guarded_tools.store import OperationStore, fingerprint
+from tests import forkserver
 from tests.conftest import REPO_ROOT, key, key_lock_free, one_transaction, wait_until
 from tests.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, effect_rows
 
@@ -201,7 +202,7 @@ def test_one_key_eight_processes_executes_once(tool_name: str, subprocess_env: d
         "print(json.dumps(out))\n"
     )
     processes = [
-        subprocess.Popen(
+        forkserver.popen(
             [sys.executable, "-c", script, str(tmp_path / f"ready{i}"), str(go), k, tool_name],
             cwd=REPO_ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             text=True,
@@ -248,7 +249,7 @@ CALL_ONCE = (
 
 
 def call_in_child(env: dict[str, str], body: dict[str, Any]) -> dict[str, Any]:
-    done = subprocess.run([sys.executable, "-c", CALL_ONCE, ATOMIC_TOOL, json.dumps(body)],
+    done = forkserver.run([sys.executable, "-c", CALL_ONCE, ATOMIC_TOOL, json.dumps(body)],
                           cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
                           check=True)
     return dict(json.loads(done.stdout.strip().splitlines()[-1]))
@@ -260,7 +261,7 @@ def test_atomic_call_killed_after_its_effect_leaves_nothing(subprocess_env: dict
     the effect back with the key's lock. While it runs, a duplicate is told it is in
     flight; after the kill there is no operation to recover, and the retry runs once."""
     k = key()
-    victim = subprocess.Popen(
+    victim = forkserver.popen(
         [sys.executable, "-c", CALL_ONCE, ATOMIC_TOOL,
          json.dumps({"operationId": k, "sleepAfter": 60})],
         cwd=REPO_ROOT, env=subprocess_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -26,6 +26,7 @@ from guarded_tools.models import Confirmation, JournalEntry, Operation, Operatio
 from guarded_tools.pipeline.recovery import sweep
 from guarded_tools.tools.registry import registry
 from project.demo.models import Account, LedgerEntry, PaymentAuthorization
+from tests import forkserver
 from tests.conftest import REPO_ROOT, key, wait_until
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -69,7 +70,7 @@ def approve_pending(payment: dict[str, Any]) -> None:
 
 def start_child(payment: dict[str, Any], env: dict[str, str], crash_at: str) -> Any:
     env = {**env, "GT_CRASH_AT": crash_at, "GT_LEASE_SECONDS": "1"}
-    return subprocess.Popen(
+    return forkserver.popen(
         [sys.executable, "-c", CHILD, str(payment["payer"].pk), json.dumps(payment["body"])],
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )

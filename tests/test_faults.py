@@ -15,6 +15,7 @@ from django.db.models.functions import Now
 
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.pipeline.recovery import sweep
+from tests import forkserver
 from tests import test_concurrency as concurrency
 from tests.conftest import REPO_ROOT, key, wait_until
 from tests.test_celery_worker import CELERY, Worker, abandoned, recovered, worker  # noqa: F401
@@ -163,7 +164,7 @@ def test_a_sweeper_killed_mid_sweep_leaves_nothing_half_done(subprocess_env: dic
                                                             tmp_path: Path) -> None:
     rows = abandoned(5)
     env = {**subprocess_env, "GT_RECOVER_SLEEP": "30", "GT_LEASE_SECONDS": "1"}
-    stalled = subprocess.Popen([sys.executable, "-c", SWEEP], cwd=REPO_ROOT, env=env,
+    stalled = forkserver.popen([sys.executable, "-c", SWEEP], cwd=REPO_ROOT, env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                start_new_session=True)
     try:
@@ -175,7 +176,7 @@ def test_a_sweeper_killed_mid_sweep_leaves_nothing_half_done(subprocess_env: dic
     assert not recovered(rows)
     wait_until(leases_expired)  # the dead sweeper's takeovers, on the database clock
     env["GT_RECOVER_SLEEP"] = "0"
-    done = subprocess.run([sys.executable, "-c", SWEEP], cwd=REPO_ROOT, env=env,
+    done = forkserver.run([sys.executable, "-c", SWEEP], cwd=REPO_ROOT, env=env,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert recovered(rows)
@@ -192,7 +193,7 @@ def test_two_beats_and_a_worker_recover_each_operation_once(worker: Worker,  # n
     if connection.vendor == "sqlite":
         env["GT_SQLITE_PATH"] = str(connection.settings_dict["NAME"])
     beats = [
-        subprocess.Popen([*CELERY, "-A", "project", "beat", "--loglevel=INFO",
+        forkserver.popen([*CELERY, "-A", "project", "beat", "--loglevel=INFO",
                           "-s", str(tmp_path / f"beat{i}")], cwd=REPO_ROOT, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for i in range(2)

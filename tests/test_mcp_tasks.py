@@ -18,6 +18,7 @@ from guarded_tools import confirmations
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from guarded_tools.transports.mcp import server as gt_mcp
 from guarded_tools.transports.mcp import tasks as tasks_ext
+from tests import forkserver
 from tests import mcp_tasks_schema as ext
 from tests.conftest import Effects, key
 
@@ -717,7 +718,7 @@ def _start_web(tmp_path: Any, test_database_url: str) -> tuple[Any, int]:
         port = int(s.getsockname()[1])
     env = {**os.environ, "DATABASE_URL": test_database_url, "GT_TEST_MARKERS": str(tmp_path),
            "GT_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "project.settings"}
-    process = subprocess.Popen(
+    process = forkserver.popen(
         [sys.executable, "-m", "uvicorn", "tests.asgi_app:application", "--host", "127.0.0.1",
          "--port", str(port), "--lifespan", "off", "--log-level", "warning"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

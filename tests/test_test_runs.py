@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tests import forkserver
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.once  # what it checks is pytest's, whichever Django or database
@@ -24,7 +25,7 @@ SELECTORS = ("GT_TEST_DATABASE_ONLY", "GT_TEST_NO_DATABASE", "GT_TEST_ONCE_DONE"
 
 def collect(**env: str) -> subprocess.CompletedProcess[str]:
     environ = {k: v for k, v in os.environ.items() if k not in SELECTORS}
-    return subprocess.run(
+    return forkserver.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
          "-p", "no:xdist", *FILES],
         cwd=REPO_ROOT, env={**environ, **env}, capture_output=True, text=True, timeout=300,
