@@ -9,12 +9,13 @@ child's own environment) and forks a child per request, which then runs as ``pyt
 ``-m`` would: its own environment, working directory, argv and standard streams, ``__main__``
 a fresh module, the interpreter's normal exit (atexit, threads joined, streams flushed).
 
-The child is made a child of the pytest process itself (the server forks twice and the
-pytest process is a child subreaper), so ``wait``, ``poll``, ``kill`` and a process group
-behave as with ``subprocess.Popen``: a SIGKILL reaches the very process that holds the
-connection, and its exit is seen only once it is dead. ``popen`` and ``run`` take
-``subprocess``'s arguments and fall back to it for anything else (another interpreter,
-``stdin=PIPE``, a platform without ``fork``), or with ``GT_TEST_FORKSERVER=0``.
+The child is made a child of the pytest process itself (the server forks twice, and the
+pytest process is a child subreaper while the middle process exits), so ``wait``, ``poll``,
+``kill`` and a process group behave as with ``subprocess.Popen``: a SIGKILL reaches the
+very process that holds the connection, and its exit is seen only once it is dead.
+``popen`` and ``run`` take ``subprocess``'s arguments and fall back to it for anything else
+(another interpreter, ``stdin=PIPE``, a platform without ``fork``), or with
+``GT_TEST_FORKSERVER=0``.
 """
 
 from __future__ import annotations
@@ -156,9 +157,8 @@ class _Server:
         if cls.sock is not None or cls.failed:
             return cls.sock
         try:
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-                raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+            cls.subreaper(True)
+            cls.subreaper(False)
             ours, theirs = socket.socketpair()
             env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
             env["PYTHONPATH"] = str(ROOT)
@@ -171,6 +171,13 @@ class _Server:
             cls.failed = True
         return cls.sock
 
+    @staticmethod
+    def subreaper(on: bool) -> None:
+        """Whether this process adopts its descendants' orphans (Linux's prctl)."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
     @classmethod
     def spawn(cls, request: dict[str, Any], fds: list[int]) -> int | None:
         with cls.lock:
@@ -178,15 +185,21 @@ class _Server:
             if sock is None:
                 return None
             body = json.dumps(request).encode()
-            socket.send_fds(sock, [HEADER.pack(len(body))], fds)
-            sock.sendall(body)
-            answer = b""
-            while not answer.endswith(b"\n"):
-                chunk = sock.recv(64)
-                if not chunk:
-                    cls.failed, cls.sock = True, None
-                    return None
-                answer += chunk
+            # A subreaper only while the child is orphaned (the server answers after its
+            # middle process is gone): no other orphan of the suite is adopted and left a zombie.
+            cls.subreaper(True)
+            try:
+                socket.send_fds(sock, [HEADER.pack(len(body))], fds)
+                sock.sendall(body)
+                answer = b""
+                while not answer.endswith(b"\n"):
+                    chunk = sock.recv(64)
+                    if not chunk:
+                        cls.failed, cls.sock = True, None
+                        return None
+                    answer += chunk
+            finally:
+                cls.subreaper(False)
             return int(answer)
 
 
