@@ -21,13 +21,14 @@ very process that holds the connection, and its exit is seen only once it is dea
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import io
 import json
 import os
 import select
+import signal
 import socket
-import struct
 import subprocess
 import sys
 import threading
@@ -51,24 +52,12 @@ PRELOAD = (
     "asgiref.sync",
 )
 PR_SET_CHILD_SUBREAPER = 36
-HEADER = struct.Struct("!I")
+#: A request (its argv and environment, as JSON) is one message of a SOCK_SEQPACKET pair,
+#: with its three descriptors attached; the answer, the child's pid, is another.
+MESSAGE = 1 << 20
 
 
 # -- the server (python tests/forkserver.py FD) ----------------------------------------------
-def _receive(sock: socket.socket) -> tuple[dict[str, Any], list[int]] | None:
-    raw, fds, _flags, _addr = socket.recv_fds(sock, HEADER.size, 3)
-    if not raw:
-        return None
-    (size,) = HEADER.unpack(raw)
-    body = b""
-    while len(body) < size:
-        chunk = sock.recv(size - len(body))
-        if not chunk:
-            return None
-        body += chunk
-    return json.loads(body), fds
-
-
 def serve(fd: int) -> None:
     """Fork a child for each request on ``fd`` until the pytest process closes it."""
     for name in PRELOAD:
@@ -80,10 +69,10 @@ def serve(fd: int) -> None:
                 del sys.modules[half]
     sock = socket.socket(fileno=fd)
     while True:
-        received = _receive(sock)
-        if received is None:
+        message, fds, _flags, _addr = socket.recv_fds(sock, MESSAGE, 3)
+        if not message:  # the pytest process is gone
             return
-        request, fds = received
+        request = json.loads(message)
         ready_r, ready_w = os.pipe()
         middle = os.fork()
         if middle == 0:  # the middle process: fork the child and go, leaving it an orphan
@@ -102,7 +91,7 @@ def serve(fd: int) -> None:
         with os.fdopen(ready_r) as ready:
             pid = ready.read()
         os.waitpid(middle, 0)
-        sock.sendall(pid.encode() + b"\n")
+        sock.send(pid.encode())
 
 
 def _become(request: dict[str, Any], fds: list[int]) -> None:
@@ -157,9 +146,8 @@ class _Server:
         if cls.sock is not None or cls.failed:
             return cls.sock
         try:
-            cls.subreaper(True)
-            cls.subreaper(False)
-            ours, theirs = socket.socketpair()
+            cls.subreaper(False)  # where prctl is missing, this fails before a server starts
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
             env["PYTHONPATH"] = str(ROOT)
             cls.process = subprocess.Popen(
@@ -174,8 +162,7 @@ class _Server:
     @staticmethod
     def subreaper(on: bool) -> None:
         """Whether this process adopts its descendants' orphans (Linux's prctl)."""
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
+        if _libc().prctl(PR_SET_CHILD_SUBREAPER, int(on), 0, 0, 0) != 0:
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
     @classmethod
@@ -184,23 +171,23 @@ class _Server:
             sock = cls.connection()
             if sock is None:
                 return None
-            body = json.dumps(request).encode()
             # A subreaper only while the child is orphaned (the server answers after its
             # middle process is gone): no other orphan of the suite is adopted and left a zombie.
             cls.subreaper(True)
             try:
-                socket.send_fds(sock, [HEADER.pack(len(body))], fds)
-                sock.sendall(body)
-                answer = b""
-                while not answer.endswith(b"\n"):
-                    chunk = sock.recv(64)
-                    if not chunk:
-                        cls.failed, cls.sock = True, None
-                        return None
-                    answer += chunk
+                socket.send_fds(sock, [json.dumps(request).encode()], fds)
+                answer = sock.recv(64)
             finally:
                 cls.subreaper(False)
+            if not answer:  # the server died: subprocess from here on
+                cls.failed, cls.sock = True, None
+                return None
             return int(answer)
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    return ctypes.CDLL(None, use_errno=True)
 
 
 class Child:
@@ -211,7 +198,7 @@ class Child:
         self.args, self.pid, self.stdout, self.stderr = args, pid, stdout, stderr
         self.stdin = None
         self.returncode: int | None = None
-        self._read: dict[str, list[Any]] = {}
+        self._read: dict[str, Any] = {}
         self._readers: list[threading.Thread] = []
 
     def poll(self) -> int | None:
@@ -239,19 +226,18 @@ class Child:
             os.kill(self.pid, signum)
 
     def terminate(self) -> None:
-        self.send_signal(15)
+        self.send_signal(signal.SIGTERM)
 
     def kill(self) -> None:
-        self.send_signal(9)
+        self.send_signal(signal.SIGKILL)
 
     def communicate(self, input: Any = None, timeout: float | None = None) -> tuple[Any, Any]:
         if not self._readers:
             for name in ("stdout", "stderr"):
                 stream = getattr(self, name)
                 if stream is not None:
-                    self._read[name] = []
                     reader = threading.Thread(target=lambda s=stream, n=name:
-                                              self._read[n].append(s.read()), daemon=True)
+                                              self._read.__setitem__(n, s.read()), daemon=True)
                     reader.start()
                     self._readers.append(reader)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -260,8 +246,7 @@ class Child:
             if reader.is_alive():
                 raise subprocess.TimeoutExpired(self.args, timeout or 0)
         self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
-        out = self._read.get("stdout", [None])[0]
-        err = self._read.get("stderr", [None])[0]
+        out, err = self._read.get("stdout"), self._read.get("stderr")
         for stream in (self.stdout, self.stderr):
             if stream is not None:
                 stream.close()
@@ -296,13 +281,17 @@ def popen(args: list[str], *, env: dict[str, str] | None = None, cwd: Any = None
           stdin: Any = None, stdout: Any = None, stderr: Any = None, text: bool = False,
           start_new_session: bool = False, **rest: Any) -> Any:
     """``subprocess.Popen(args, ...)``, through the fork server where it can be."""
+
+    def started_by_subprocess() -> subprocess.Popen[Any]:
+        return subprocess.Popen(args, env=env, cwd=cwd, stdin=stdin, stdout=stdout,
+                                stderr=stderr, text=text, start_new_session=start_new_session,
+                                **rest)
+
     usable = (os.environ.get("GT_TEST_FORKSERVER", "1") != "0" and not rest
               and len(args) >= 3 and args[0] == sys.executable and args[1] in ("-c", "-m")
               and stdin in (None, subprocess.DEVNULL) and hasattr(os, "pidfd_open"))
     if not usable:
-        return subprocess.Popen(args, env=env, cwd=cwd, stdin=stdin, stdout=stdout,
-                                stderr=stderr, text=text, start_new_session=start_new_session,
-                                **rest)
+        return started_by_subprocess()
     opened: list[int] = []
     try:
         child_in, _ = _descriptor(stdin, 0)
@@ -322,8 +311,7 @@ def popen(args: list[str], *, env: dict[str, str] | None = None, cwd: Any = None
         for ours in (our_out, our_err):
             if ours is not None:
                 os.close(ours)
-        return subprocess.Popen(args, env=env, cwd=cwd, stdin=stdin, stdout=stdout,
-                                stderr=stderr, text=text, start_new_session=start_new_session)
+        return started_by_subprocess()
 
     def wrap(fd: int | None) -> IO[Any] | None:
         if fd is None:
