@@ -53,7 +53,8 @@ PRELOAD = (
 )
 PR_SET_CHILD_SUBREAPER = 36
 #: A request (its argv and environment, as JSON) is one message of a SOCK_SEQPACKET pair,
-#: with its three descriptors attached; the answer, the child's pid, is another.
+#: with its three descriptors attached; the answer, the child's pid, is another (0 when the
+#: request was longer than MESSAGE: the caller starts that child with subprocess).
 MESSAGE = 1 << 20
 
 
@@ -69,9 +70,14 @@ def serve(fd: int) -> None:
                 del sys.modules[half]
     sock = socket.socket(fileno=fd)
     while True:
-        message, fds, _flags, _addr = socket.recv_fds(sock, MESSAGE, 3)
+        message, fds, flags, _addr = socket.recv_fds(sock, MESSAGE, 3)
         if not message:  # the pytest process is gone
             return
+        if flags & socket.MSG_TRUNC:  # cut to MESSAGE bytes: answer 0, subprocess starts it
+            for fd in fds:
+                os.close(fd)
+            sock.send(b"0")
+            continue
         request = json.loads(message)
         ready_r, ready_w = os.pipe()
         middle = os.fork()
@@ -177,12 +183,14 @@ class _Server:
             try:
                 socket.send_fds(sock, [json.dumps(request).encode()], fds)
                 answer = sock.recv(64)
+            except OSError:  # EMSGSIZE: a request larger than the socket carries in one message
+                return None
             finally:
                 cls.subreaper(False)
             if not answer:  # the server died: subprocess from here on
                 cls.failed, cls.sock = True, None
                 return None
-            return int(answer)
+            return int(answer) or None  # 0: the request was too large for the server
 
 
 @functools.cache

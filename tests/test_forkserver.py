@@ -90,3 +90,15 @@ def test_what_it_cannot_start_goes_to_subprocess() -> None:
         assert isinstance(other, subprocess.Popen)
     with forkserver.popen([sys.executable, "-c", "pass"], stdin=subprocess.PIPE) as piped:
         assert isinstance(piped, subprocess.Popen)
+
+
+def test_a_request_too_large_for_one_message_goes_to_subprocess_and_the_server_stays() -> None:
+    # Four 100 kB variables: under the kernel's limits for an exec, over a socket's message.
+    env = {**os.environ, **{f"LARGE{i}": "x" * 100_000 for i in range(4)}}
+    count = "import os; print(sum(len(v) for k, v in os.environ.items() if k.startswith('LARGE')))"
+    with forkserver.popen([sys.executable, "-c", count], env=env, stdout=subprocess.PIPE,
+                          text=True) as large:
+        assert isinstance(large, subprocess.Popen)
+        assert large.stdout is not None and large.stdout.read() == "400000\n"
+    with forkserver.popen([sys.executable, "-c", "pass"]) as after:
+        assert isinstance(after, forkserver.Child)
