@@ -1,9 +1,10 @@
 """End to end: agents call over real HTTP, people decide and reconcile in headless Chromium.
 
-One Chromium per module, a fresh browser context (cookies, storage) per test. The agent
-side uses ``urllib`` with a DRF token against ``live_server``. Set
-``GT_BROWSER_SCREENSHOTS=/some/dir`` to save screenshots of the confirmation detail page
-and the operations changelist there.
+One Chromium per module, a fresh browser context (cookies, storage) per test. People log
+in through the admin's form in two tests (``log_in_with_the_form``) and with a session
+cookie in the others (``log_in``). The agent side uses ``urllib`` with a DRF token
+against ``live_server``. Set ``GT_BROWSER_SCREENSHOTS=/some/dir`` to save screenshots of
+the confirmation detail page and the operations changelist there.
 """
 
 from __future__ import annotations
@@ -79,7 +80,28 @@ def staff(django_user_model: Any) -> Any:
     return django_user_model.objects.create_superuser("boss", password="pw")
 
 
-def log_in(page: Any, username: str = "boss", password: str = "pw") -> None:
+def log_in(page: Any, username: str = "boss") -> None:
+    """Sign PAGE's browser context in as USERNAME without a page load.
+
+    The session is the one Django's test client opens with its documented ``force_login``;
+    its cookie goes into the context for the live server's host (pytest-django serves on
+    ``localhost``). The admin's own log-in form is what ``log_in_with_the_form`` goes
+    through: a form log-in costs four requests and two rendered pages, which the 26 log-ins
+    of the browser tests would pay in each of three runs.
+    """
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    client = Client()
+    client.force_login(get_user_model().objects.get_by_natural_key(username))
+    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "domain": "localhost",
+                               "path": "/", "httpOnly": True, "sameSite": "Lax",
+                               "value": client.cookies[settings.SESSION_COOKIE_NAME].value}])
+
+
+def log_in_with_the_form(page: Any, username: str = "boss", password: str = "pw") -> None:
+    """Log in as a person does: the admin's log-in page, its form, the index it leads to."""
     page.goto("/admin/")
     page.fill("#id_username", username)
     page.fill("#id_password", password)
@@ -155,7 +177,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     confirmation_id = request_confirmation(agent, "send_payment", body)
     assert not LedgerEntry.objects.exists()
 
-    log_in(page)
+    log_in_with_the_form(page)
     page.goto(CONF_LIST)
     row = page.locator("#result_list tbody tr", has_text="payer")
     expect(row.locator(".gt-badge")).to_have_text(label("pending"))
@@ -403,10 +425,12 @@ def test_a_page_script_calls_permissioned_tools_in_its_users_session(
                         else result["structuredContent"])
 
     log_in(page, "clerk")
+    page.goto("/admin/")  # the page the script runs in, and its CSRF cookie
     assert call("rest", {"operationId": "r-1"}) == (200, {"done": 1})
     assert call("mcp", {"operationId": "m-1"}) == (200, {"done": 2})
     page.context.clear_cookies()  # another person, in a session of their own
     log_in(page, "intern")
+    page.goto("/admin/")
     assert call("rest", {"operationId": "r-2"}) == (403, "authorization_denied")
     assert call("mcp", {"operationId": "m-2"}) == (200, "authorization_denied")
     assert effects.count == 2

@@ -30,6 +30,7 @@ def test_a_manager_adds_an_override_and_sees_the_budget_use(
     user_factory("manager", is_staff=True, perms=(
         "guarded_tools.manage_budgets", "guarded_tools.view_budgetcounter", "auth.view_user"))
     log_in(page, "manager")
+    page.goto("/admin/")
     page.get_by_role("link", name="Budget overrides").click()
     page.get_by_role("link", name="Add budget override").click()
     page.locator("#id_budget").select_option("spend")

@@ -22,7 +22,7 @@ from django.core.management import call_command
 
 from guarded_tools.models import Confirmation, Operation
 from project.demo.models import Account, PaymentAuthorization
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, sync_api
+from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, log_in_with_the_form, sync_api
 
 expect = sync_api.expect
 # One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
@@ -126,7 +126,7 @@ SENTENCE = "Pay 500.00 EUR from agent's Checking (balance 5,000.00 EUR) to agent
 def test_approve_decline_and_bulk_approve(page: Any, demo: dict[str, Any]) -> None:
     first, second = request_payment(demo), request_payment(demo, "120.00")
     third, fourth = request_payment(demo, "130.00"), request_payment(demo, "140.00")
-    log_in(page, "approver", "approver")
+    log_in(page, "approver")
 
     page.goto(CONF_LIST)
     fits(page, "queue")
@@ -182,7 +182,7 @@ def test_two_approvers_approve_a_large_payment(browser: Any, live_server: Any, p
     Account.objects.filter(pk=demo["source"].pk).update(balance="5000.00")
     confirmation = request_payment(demo, "1500.00")
     url = f"{CONF_LIST}{confirmation.pk}/change/"
-    log_in(page, "approver", "approver")
+    log_in(page, "approver")
     page.goto(url)
     expect(page.get_by_test_id("summary")).to_contain_text("Pay 1,500.00 EUR from")
     expect(page.get_by_test_id("policy-rule")).to_be_visible()
@@ -202,7 +202,7 @@ def test_two_approvers_approve_a_large_payment(browser: Any, live_server: Any, p
     assert confirmation.status == "pending"
     second = open_page(browser, live_server.url)
     try:
-        log_in(second, "approver2", "approver2")
+        log_in(second, "approver2")
         second.goto(url)
         second.fill("#gt-reason", "Second look: invoice matches.")
         second.get_by_role("button", name="Approve").click()
@@ -222,7 +222,7 @@ def test_the_demo_approver_sees_the_queue_and_the_request_as_an_approver(
         page: Any, demo: dict[str, Any], tmp_path: Path) -> None:
     """Issue 25 item 18: `approver` is staff with an approver's permissions, no superuser."""
     confirmation = request_payment(demo)
-    log_in(page, "approver", "approver")
+    log_in_with_the_form(page, "approver", "approver")  # the console's log-in page, once
     nav = page.locator("#content-main")
     expect(nav.get_by_role("link", name="Confirmations").first).to_be_visible()
     expect(nav.get_by_role("link", name="Users")).to_have_count(0)  # not a superuser
@@ -249,7 +249,7 @@ def test_the_request_page_reads_it_now_beside_the_request_as_asked(
     Account.objects.filter(pk=demo["source"].pk).update(balance="600.00")
     page = open_page(browser, live_server.url, 1280, scheme)
     try:
-        log_in(page, "approver", "approver")
+        log_in(page, "approver")
         page.goto(CONF_LIST)
         expect(page.locator("#result_list tbody tr").first).to_contain_text(SENTENCE)
         page.locator("#result_list a", has_text=SENTENCE).click()
@@ -272,7 +272,7 @@ def test_the_request_page_says_it_would_fail_now(
     Account.objects.filter(pk=demo["source"].pk).update(balance="5.00")
     page = open_page(browser, live_server.url, 1280, scheme)
     try:
-        log_in(page, "approver", "approver")
+        log_in(page, "approver")
         page.goto(f"{CONF_LIST}{confirmation.pk}/change/")
         expect(page.get_by_test_id("validity")).to_have_text(
             "Would fail now: The source account cannot cover this amount.")
@@ -293,7 +293,7 @@ def incident(kind: str = "unknown") -> Operation:
 def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, Any],
                                                      action: str) -> None:
     operation = incident()
-    log_in(page, "staff", "staff")
+    log_in(page, "staff")
     page.goto(OPS_LIST)
     if action == "mark_succeeded":
         shoot(page, "console-operations-1280.png")
@@ -331,13 +331,13 @@ def test_each_reconciliation_from_the_operation_page(page: Any, demo: dict[str, 
 def test_a_stale_reconcile_form_is_refused(browser: Any, live_server: Any, page: Any,
                                           demo: dict[str, Any]) -> None:
     operation = incident()
-    log_in(page, "staff", "staff")
+    log_in(page, "staff")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     page.get_by_test_id("mark_not_executed").click()  # opened on attempt 1, left open
     type(demo["agent"]).objects.create_superuser("operator", password="operator")
     other = open_page(browser, live_server.url)
     try:
-        log_in(other, "operator", "operator")
+        log_in(other, "operator")
         other.goto(f"{OPS_LIST}{operation.pk}/change/")
         other.get_by_test_id("mark_failed").click()
         other.fill("#id_note", "Reversed by the bank.")
@@ -360,7 +360,7 @@ def test_screenshots_wide_and_dark(browser: Any, live_server: Any, demo: dict[st
     operation = incident()
     page = open_page(browser, live_server.url, width, scheme)
     try:
-        log_in(page, "staff", "staff")
+        log_in(page, "staff")
         for url, name in ((f"{CONF_LIST}{confirmation.pk}/change/", "request"),
                           (f"{OPS_LIST}{operation.pk}/change/", "operation")):
             page.goto(url)
@@ -385,7 +385,7 @@ def test_counts_past_the_bound_read_as_such_on_the_index_and_the_list(
     if estimated:
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE guarded_tools_operation")
-    log_in(page, "staff", "staff")
+    log_in(page, "staff")
     for url, name in (("/admin/", "index"), (OPS_LIST, "operations")):
         page.goto(url)
         expect(page.get_by_test_id("unknown-count")).to_have_text("11")
@@ -410,7 +410,7 @@ def test_a_view_only_approver_sees_the_request_without_operations(
     earlier = request_payment(demo, "105.00")
     confirmation = request_payment(demo)
     user_factory("viewer", is_staff=True, perms=("guarded_tools.view_confirmation",))
-    log_in(page, "viewer", "pw")
+    log_in(page, "viewer")
     page.goto(f"{CONF_LIST}{confirmation.pk}/change/")
     expect(page.locator("#content h1")).to_be_visible()
     expect(page.get_by_test_id("recent-calls-hidden")).to_contain_text("may not view operations")
@@ -435,7 +435,7 @@ def test_recover_now_from_the_operation_page(page: Any, demo: dict[str, Any]) ->
     operation = incident("abandoned")
     swept = last_sweep()
     assert swept is not None
-    log_in(page, "staff", "staff")
+    log_in(page, "staff")
     page.goto(OPS_LIST)
     expect(page.get_by_test_id("state-abandoned")).to_contain_text("1")
     expect(page.locator("#result_list .gt-badge")).to_have_text("abandoned")

@@ -36,7 +36,7 @@ def test_the_timeline_in_chromium_keeps_every_event_in_order(
     call_command("guarded_tools_sweep", stdout=StringIO())
     user_factory("operator", is_staff=True, perms=(
         "guarded_tools.view_operation", "guarded_tools.reconcile_operation"))
-    log_in(page, "operator", "pw")
+    log_in(page, "operator")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
     page.get_by_test_id("mark_not_executed").click()
     page.fill("#id_note", "The bank shows no transfer.")
