@@ -21,6 +21,7 @@ very process that holds the connection, and its exit is seen only once it is dea
 from __future__ import annotations
 
 import ctypes
+import errno
 import functools
 import importlib
 import io
@@ -183,7 +184,9 @@ class _Server:
             try:
                 socket.send_fds(sock, [json.dumps(request).encode()], fds)
                 answer = sock.recv(64)
-            except OSError:  # EMSGSIZE: a request larger than the socket carries in one message
+            except OSError as error:  # a request larger than the socket carries in one message
+                if error.errno != errno.EMSGSIZE:
+                    raise
                 return None
             finally:
                 cls.subreaper(False)

@@ -104,8 +104,6 @@ def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
 def test_the_user_approves_their_own_request_on_the_consent_page(
         scheme: str, page: Any, live_server: Any, user_factory: Any,  # noqa: F811
         make_tool: Any) -> None:
-    from django.test import Client
-
     from guarded_tools.models import AuditEntry
     from tests.test_browser import screenshot
 
@@ -120,10 +118,7 @@ def test_the_user_approves_their_own_request_on_the_consent_page(
     url = asked["_meta"]["io.github.guarded-tools/error"]["confirmation"]["url"]
 
     # The user's own session, as their browser holds it after they signed in.
-    session = Client()
-    session.force_login(buyer)
-    page.context.add_cookies([{"name": "sessionid", "value": session.cookies["sessionid"].value,
-                               "url": live_server.url}])
+    log_in(page, "buyer")
     page.emulate_media(color_scheme=scheme)
     page.goto(url)
     expect(page.get_by_test_id("subject")).to_contain_text(definition.annotations["title"])

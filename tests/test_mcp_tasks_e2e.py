@@ -21,7 +21,7 @@ from rest_framework.authtoken.models import Token
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from guarded_tools.transports.mcp import server as gt_mcp
 from tests.conftest import Effects, Lines
-from tests.test_browser import browser, expect, page, staff  # noqa: F401
+from tests.test_browser import browser, expect, log_in, page, staff  # noqa: F401
 from tests.test_mcp_tasks import ITEM, URL
 from tests.test_mcp_tasks_browser import decide_in_the_admin, eager_celery  # noqa: F401
 
@@ -241,8 +241,6 @@ def test_the_client_opens_the_consent_url_and_its_retry_runs_the_call(
         user_factory: Any, make_tool: Any) -> None:
     """ext-tasks' loop (``consent``), and the SDK Client's own auto-fulfilment through its
     ``elicitation/create`` handler (``consent-sdk``)."""
-    from django.test import Client
-
     handler = Effects()
     definition = make_tool(handler, confirm="owner", input_schema=ITEM,
                            description="Orders stock from the supplier.")
@@ -255,10 +253,7 @@ def test_the_client_opens_the_consent_url_and_its_retry_runs_the_call(
     assert elicit["url"] == f"{live_server.url}/agent/confirmations/{confirmation.pk}/consent/"
     if answer == "accept":
         # The host opens the URL in the user's browser, where they are signed in.
-        session = Client()
-        session.force_login(buyer)
-        page.context.add_cookies([{"name": "sessionid", "url": live_server.url,
-                                   "value": session.cookies["sessionid"].value}])
+        log_in(page, "buyer")
         page.goto(elicit["url"])
         expect(page.locator("body")).to_contain_text("Orders stock from the supplier.")
         page.get_by_test_id("step-up").fill("pw")  # the user types their password
