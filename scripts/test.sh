@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command (`make test`): pytest on Django 6 and 5.2, each on SQLite and PostgreSQL; args go to every pytest run.
 # Env: DATABASE_URL=... uses that PostgreSQL instead of a throwaway cluster; GT_TEST_QUICK=1 skips Django 5.2; CI=true makes PostgreSQL mandatory;
-# GT_TEST_DATABASE_ONLY, GT_TEST_NO_DATABASE and GT_TEST_ONCE_DONE are set here per run (see below) and cleared from the caller's environment;
+# GT_TEST_DATABASE_ONLY, GT_TEST_NO_DATABASE, GT_TEST_ONCE_DONE and GT_TEST_NO_BROWSER are set here per run (see below) and cleared from the caller's environment;
 # GT_TEST_WORKERS=N runs each pytest run on N pytest-xdist workers (default `auto`: one per core; 0: in this process).
 # PYTHONDONTWRITEBYTECODE is cleared for the runs: without __pycache__ every pytest process (each xdist worker, each
 # child a test starts) compiles the project and rewrites every test module again (measured: 26 s of CPU to collect
@@ -14,7 +14,7 @@ results=(); failed=0
 run() {  # run LABEL VENV ENV-ARGS... : one pytest run, result recorded (exit 5 "no tests" counts as failure)
   local label="$1" venv="$2" rc; shift 2
   printf '\n== pytest: %s ==\n' "$label"
-  env -u GT_TEST_DATABASE_ONLY -u GT_TEST_NO_DATABASE -u GT_TEST_ONCE_DONE -u PYTHONDONTWRITEBYTECODE "$@" "$venv/bin/python" -m pytest "${xdist[@]}" "${pytest_args[@]}"; rc=$?
+  env -u GT_TEST_DATABASE_ONLY -u GT_TEST_NO_DATABASE -u GT_TEST_ONCE_DONE -u GT_TEST_NO_BROWSER -u PYTHONDONTWRITEBYTECODE "$@" "$venv/bin/python" -m pytest "${xdist[@]}" "${pytest_args[@]}"; rc=$?
   if [[ $rc -eq 0 ]]; then results+=("ok      $label"); else results+=("FAILED  $label (exit $rc)"); failed=1; fi
 }
 pytest_args=("$@")
@@ -57,9 +57,15 @@ fi
 # (GT_TEST_NO_DATABASE: the full suite on both databases twice cost a CI run about 300 s of
 # CPU for one combination Django 6 and the deployment matrix's django52-sqlite row cover);
 # the runs after the first leave out the tests marked `once` (GT_TEST_ONCE_DONE): see tests/conftest.py.
+# The browser tests (Chromium and a live server per test: about a tenth of a run's CPU) run once
+# per Django version and once per database when all four runs happen: Django 6 on SQLite,
+# Django 5.2 on PostgreSQL (GT_TEST_NO_BROWSER in Django 6's PostgreSQL run). The server side of
+# each page also runs on both databases under Django 6 through the admin's and the HTTP tests.
 on_pg=(DATABASE_URL="$pg_url" GT_TEST_DATABASE_ONLY=1)
+browser_elsewhere=()
+[[ "${GT_TEST_QUICK:-}" == 1 ]] || browser_elsewhere=(GT_TEST_NO_BROWSER=1)
 run "Django 6 / SQLite" .venv -u DATABASE_URL
-[[ -n "$pg_url" ]] && run "Django 6 / PostgreSQL" .venv "${on_pg[@]}" GT_TEST_ONCE_DONE=1
+[[ -n "$pg_url" ]] && run "Django 6 / PostgreSQL" .venv "${on_pg[@]}" GT_TEST_ONCE_DONE=1 "${browser_elsewhere[@]}"
 
 if [[ "${GT_TEST_QUICK:-}" == 1 ]]; then
   results+=("SKIPPED Django 5.2 runs (GT_TEST_QUICK=1)")
