@@ -31,6 +31,12 @@ if not CHROMIUM.exists():
     pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api")
 expect = sync_api.expect
+# Every wait for a condition (an assertion, an action, a navigation) is bounded at 30 s, in
+# every browser file (they import this module): a page that renders in a second on a quiet
+# machine took more than Playwright's 5 s default beside a second CI run (the docs page's
+# Swagger UI, its aria snapshot showing it rendered just after the assertion gave up).
+WAIT_MS = 30_000
+expect.set_options(timeout=WAIT_MS)
 
 # One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
@@ -68,7 +74,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any, live_server: Any) -> Iterator[Any]:
     context = browser.new_context(base_url=live_server.url,
                                   viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(WAIT_MS)
     try:
         yield context.new_page()
     finally:
@@ -337,7 +343,7 @@ def test_a_stale_reconcile_form_is_refused_in_the_browser(
     try:
         first, second = (context.new_page() for context in contexts)
         for page, name in ((first, "boss"), (second, "boss2")):
-            page.set_default_timeout(10_000)
+            page.set_default_timeout(WAIT_MS)
             log_in(page, name)
             page.goto(OPS_LIST)
             page.check(f"input.action-select[value='{operation.pk}']")

@@ -22,7 +22,14 @@ from django.core.management import call_command
 
 from guarded_tools.models import Confirmation, Operation
 from project.demo.models import Account, PaymentAuthorization
-from tests.test_browser import CHROMIUM, CHROMIUM_ARGS, log_in, log_in_with_the_form, sync_api
+from tests.test_browser import (
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    WAIT_MS,
+    log_in,
+    log_in_with_the_form,
+    sync_api,
+)
 
 expect = sync_api.expect
 # One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
@@ -55,7 +62,7 @@ def browser() -> Iterator[Any]:
 def open_page(browser: Any, base_url: str, width: int = 1280, scheme: str = "light") -> Any:
     context = browser.new_context(base_url=base_url, viewport={"width": width, "height": 900},
                                   color_scheme=scheme)
-    context.set_default_timeout(10_000)
+    context.set_default_timeout(WAIT_MS)
     return context.new_page()
 
 
