@@ -35,15 +35,10 @@ def collect(**env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def collected(**env: str) -> set[str]:
+@functools.cache  # once per selection and process: each is a pytest start (about 3 s of CPU)
+def collected(**env: str) -> frozenset[str]:
     """The files of ``FILES`` whose tests pytest would run with ``env`` set."""
-    return set(_collected(tuple(sorted(env.items()))))
-
-
-@functools.cache
-def _collected(env: tuple[tuple[str, str], ...]) -> frozenset[str]:
-    # Once per selection and process: each collection is a pytest start (about 3 s of CPU).
-    done = collect(**dict(env))
+    done = collect(**env)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return frozenset(line.split("::")[0] for line in done.stdout.splitlines() if "::" in line)
 
