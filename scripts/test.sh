@@ -59,7 +59,8 @@ fi
 # the runs after the first leave out the tests marked `once` (GT_TEST_ONCE_DONE): see tests/conftest.py.
 # The browser tests (Chromium and a live server per test: about a tenth of a run's CPU) run once
 # per Django version and once per database when all four runs happen: Django 6 on SQLite,
-# Django 5.2 on PostgreSQL (GT_TEST_NO_BROWSER in Django 6's PostgreSQL run). The server side of
+# Django 5.2 on PostgreSQL (GT_TEST_NO_BROWSER in Django 6's PostgreSQL run; it keeps those marked
+# django6_only, which Django 5.2's environment cannot run). The server side of
 # each page also runs on both databases under Django 6 through the admin's and the HTTP tests.
 on_pg=(DATABASE_URL="$pg_url" GT_TEST_DATABASE_ONLY=1)
 browser_elsewhere=()

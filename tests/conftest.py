@@ -48,7 +48,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``once``, whose result depends on neither the run's Django nor its database;
     ``GT_TEST_NO_BROWSER=1`` (Django 6's PostgreSQL run, when Django 5.2's runs follow)
     leaves out the tests marked ``browser``, which then run once per Django version and once
-    per database: Django 6 on SQLite, Django 5.2 on PostgreSQL. All are reported as
+    per database: Django 6 on SQLite, Django 5.2 on PostgreSQL; those marked
+    ``django6_only`` as well, which Django 5.2's runs cannot run, stay. All are reported as
     deselected; run pytest without them for everything."""
     database_only = os.environ.get("GT_TEST_DATABASE_ONLY") == "1"
     no_database = os.environ.get("GT_TEST_NO_DATABASE") == "1"
@@ -63,7 +64,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         reaches = uses_database(item)
         leave = ((once_done and item.get_closest_marker("once") is not None)
-                 or (no_browser and item.get_closest_marker("browser") is not None)
+                 or (no_browser and item.get_closest_marker("browser") is not None
+                     and item.get_closest_marker("django6_only") is None)
                  or (database_only and not reaches)
                  or (no_database and reaches and item.get_closest_marker("sqlite") is None))
         (left if leave else kept).append(item)

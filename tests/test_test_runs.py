@@ -3,7 +3,8 @@
 A PostgreSQL run leaves out only the tests that cannot reach a database; Django 5.2's SQLite
 run only those that reach one and are not marked ``sqlite``; the runs after the first leave
 out only the tests marked ``once``; Django 6's PostgreSQL run leaves out the browser tests,
-which Django 5.2's PostgreSQL run keeps; pytest run by hand takes everything.
+which Django 5.2's PostgreSQL run keeps, but those only Django 6's environment can run;
+pytest run by hand takes everything.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from tests.conftest import REPO_ROOT
 pytestmark = pytest.mark.once  # what it checks is pytest's, whichever Django or database
 
 FILES = ["tests/test_layers.py", "tests/test_demo_script.py", "tests/test_multinode.py",
-         "tests/test_history.py", "tests/test_sql_counts.py", "tests/test_docs_browser.py"]
+         "tests/test_history.py", "tests/test_sql_counts.py", "tests/test_docs_browser.py",
+         "tests/test_oauth_e2e.py"]
 SELECTORS = ("GT_TEST_DATABASE_ONLY", "GT_TEST_NO_DATABASE", "GT_TEST_ONCE_DONE",
              "GT_TEST_NO_BROWSER")
 
@@ -52,7 +54,8 @@ def test_a_postgresql_run_leaves_out_only_the_tests_that_reach_no_database() -> 
     # test_layers imports modules and reads files; test_demo_script runs the demo on its
     # own SQLite; test_multinode is marked postgres (its processes reach the database).
     assert kept == {"tests/test_multinode.py", "tests/test_history.py",
-                    "tests/test_sql_counts.py", "tests/test_docs_browser.py"}
+                    "tests/test_sql_counts.py", "tests/test_docs_browser.py",
+                    "tests/test_oauth_e2e.py"}
 
 
 def test_django52s_sqlite_run_leaves_out_the_database_tests_but_sqlites_own() -> None:
@@ -75,8 +78,9 @@ def test_the_runs_after_the_first_leave_out_the_tests_marked_once() -> None:
 
 def test_django6s_postgresql_run_leaves_the_browser_tests_to_django52s() -> None:
     django6 = collected(GT_TEST_DATABASE_ONLY="1", GT_TEST_ONCE_DONE="1", GT_TEST_NO_BROWSER="1")
+    # test_oauth_e2e stays: Django 5.2's environment has the mcp 1.x client (django6_only).
     assert django6 == {"tests/test_multinode.py", "tests/test_history.py",
-                       "tests/test_sql_counts.py"}
+                       "tests/test_sql_counts.py", "tests/test_oauth_e2e.py"}
     # Django 5.2's PostgreSQL run takes them, and Django 6's SQLite run (everything) too.
     assert "tests/test_docs_browser.py" in collected(GT_TEST_DATABASE_ONLY="1",
                                                      GT_TEST_ONCE_DONE="1")
