@@ -64,13 +64,21 @@ done
 # Everything below lives in one temp dir (under /tmp: user postgres must reach it), removed on exit.
 work="$(mktemp -d /tmp/guarded-matrix.XXXXXX)"
 bouncer_pid=""
+own_cache=""
 cleanup() {
+  [[ -n "$own_cache" ]] && DATABASE_URL="$pg_url" "${venvs[main]:-.venv}/bin/python" -m tests.dbcache clean "$own_cache"
   [[ -n "$bouncer_pid" ]] && kill "$bouncer_pid" 2>/dev/null
   [[ -d "$work/pg" ]] && scripts/pg.sh stop "$work/pg" >/dev/null 2>&1
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
+# The migrated test databases (tests/dbcache.py): the caller's GT_TEST_DB_CACHE (.ci/run's, which
+# make test filled), else one of our own; a row copies its kind's, but for the rows whose settings
+# say GT_TEST_FRESH_MIGRATIONS (PgBouncer, server-side binding: they could change what a migration
+# does), each migrating on its own as before.
+if [[ -z "${GT_TEST_DB_CACHE:-}" ]]; then own_cache="$work/dbcache"; export GT_TEST_DB_CACHE="$own_cache"; fi
+pg_url=""
 as_pg() { if [[ $EUID -eq 0 ]]; then (cd / && runuser -u postgres -- "$@"); else "$@"; fi; }
 [[ $EUID -eq 0 ]] && chmod 755 "$work"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

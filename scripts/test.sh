@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command (`make test`): pytest on Django 6 and 5.2, each on SQLite and PostgreSQL; args go to every pytest run.
 # Env: DATABASE_URL=... uses that PostgreSQL instead of a throwaway cluster; GT_TEST_QUICK=1 skips Django 5.2; CI=true makes PostgreSQL mandatory;
+# GT_TEST_DB_CACHE=DIR keeps the migrated test databases there (default: a directory of this run's, removed at the end);
 # GT_TEST_DATABASE_ONLY, GT_TEST_NO_DATABASE, GT_TEST_ONCE_DONE and GT_TEST_NO_BROWSER are set here per run (see below) and cleared from the caller's environment;
 # GT_TEST_WORKERS=N runs each pytest run on N pytest-xdist workers (default `auto`: one per core; 0: in this process).
 # PYTHONDONTWRITEBYTECODE is cleared for the runs: without __pycache__ every pytest process (each xdist worker, each
@@ -33,11 +34,20 @@ if command -v npm >/dev/null; then
 fi
 
 # PostgreSQL: the given DATABASE_URL, else a throwaway cluster removed on exit.
-pg_url="${DATABASE_URL:-}"
+# GT_TEST_DB_CACHE: the migrated test databases every later process of the same kind copies
+# (tests/dbcache.py); the caller's (.ci/run shares one with make matrix), else one of our own.
+pg_url="${DATABASE_URL:-}" pgdir="" own_cache=""
+cleanup() {
+  [[ -n "$own_cache" ]] && DATABASE_URL="$pg_url" .venv/bin/python -m tests.dbcache clean "$own_cache"
+  [[ -n "$pgdir" ]] && { scripts/pg.sh stop "$pgdir" >/dev/null 2>&1 || true; }
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+if [[ -z "${GT_TEST_DB_CACHE:-}" ]]; then
+  own_cache="$(mktemp -d /tmp/guarded-dbcache.XXXXXX)"; export GT_TEST_DB_CACHE="$own_cache"
+fi
 if [[ -z "$pg_url" ]]; then
   pgdir="$(mktemp -d /tmp/guarded-pg.XXXXXX)"  # under /tmp: user postgres must reach it
-  trap 'scripts/pg.sh stop "$pgdir" >/dev/null 2>&1 || true' EXIT
-  trap 'exit 130' INT TERM
   pg_url="$(scripts/pg.sh start "$pgdir" | tail -n1)" || pg_url=""
 fi
 if [[ -z "$pg_url" ]]; then

@@ -75,6 +75,42 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 
+# -- one migration per kind of test database (tests/dbcache.py) -----------------------------
+@pytest.fixture(scope="session")
+def _db_cache(request: pytest.FixtureRequest, django_db_modify_db_settings: None,
+              django_db_use_migrations: bool, django_db_createdb: bool) -> Any:
+    """This process's use of ``GT_TEST_DB_CACHE`` (None without it, with ``--reuse-db``,
+    ``--create-db`` or ``--nomigrations``, or when the settings cannot be cached)."""
+    from tests import dbcache
+
+    directory = dbcache.cache_dir()
+    if (directory is None or request.config.getvalue("reuse_db") or django_db_createdb
+            or not django_db_use_migrations):
+        return None
+    digest = dbcache.key()
+    return None if digest is None else dbcache.Cache(directory, digest)
+
+
+@pytest.fixture(scope="session")
+def django_db_keepdb(request: pytest.FixtureRequest, _db_cache: Any) -> bool:
+    """pytest-django's (``--reuse-db``), and True for a test database copied from the cache:
+    Django's creation then keeps the copy and migrates nothing."""
+    if request.config.getvalue("reuse_db"):
+        return True
+    return _db_cache is not None and _db_cache.restore()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None, _db_cache: Any) -> Iterator[None]:
+    """pytest-django's, then: a database this process migrated goes to the cache; at the end
+    a copy it was given goes, as pytest-django drops the databases it made."""
+    if _db_cache is not None:
+        _db_cache.publish()
+    yield
+    if _db_cache is not None:
+        _db_cache.discard_copy()
+
+
 @pytest.fixture
 def user_factory(django_user_model: Any) -> Callable[..., Any]:
     def make(username: str | None = None, perms: tuple[str, ...] = (), **extra: Any) -> Any:
