@@ -25,12 +25,12 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib
 import importlib.util
 import json
 import logging
 import os
 import sqlite3
-from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,8 @@ def key(alias: str = "default") -> str | None:
     head = {
         "django": django.get_version(),
         "engine": db["ENGINE"],
-        "driver": [f"{name} {version(name)}" for name in ("psycopg", "psycopg2")
+        "driver": [f"{name} {importlib.import_module(name).__version__}"
+                   for name in ("psycopg", "psycopg2")
                    if importlib.util.find_spec(name) is not None][:1],  # as Django picks
         "server": [db.get("HOST", ""), str(db.get("PORT", "")), db.get("USER", "")],
         # The user model and every other swappable model a migration may point at.
