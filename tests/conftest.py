@@ -39,9 +39,9 @@ def uses_database(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``make test`` runs the suite four times (Django 6 and 5.2, each on SQLite and on
     PostgreSQL), and each test runs on every database it reaches under Django 6 and at least
-    once under Django 5.2, but for the browser tests (below). ``GT_TEST_DATABASE_ONLY=1``
-    (the PostgreSQL runs) leaves out the tests that reach no database, which the same
-    Django's SQLite run has just run;
+    once under Django 5.2, but for the browser tests and those marked ``one_django``
+    (below). ``GT_TEST_DATABASE_ONLY=1`` (the PostgreSQL runs) leaves out the tests that
+    reach no database, which the same Django's SQLite run has just run;
     ``GT_TEST_NO_DATABASE=1`` (Django 5.2's SQLite run) leaves out the tests that reach one,
     which its PostgreSQL run runs, except those marked ``sqlite`` (they check SQLite itself);
     ``GT_TEST_ONCE_DONE=1`` (every run after the first) leaves out the tests marked
@@ -49,21 +49,28 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     ``GT_TEST_NO_BROWSER=1`` (Django 6's PostgreSQL run, when Django 5.2's runs follow)
     leaves out the tests marked ``browser``, which then run once per Django version and once
     per database: Django 6 on SQLite, Django 5.2 on PostgreSQL; those marked
-    ``django6_only`` as well, which Django 5.2's runs cannot run, stay. All are reported as
-    deselected; run pytest without them for everything."""
+    ``django6_only`` as well, which Django 5.2's runs cannot run, stay.
+    ``GT_TEST_DJANGO6_DONE=1`` (Django 5.2's runs, after Django 6's) leaves out the tests
+    marked ``one_django``, whose result does not depend on Django's version: the browser
+    tests of pages that are not Django's admin (the docs, the consent page, the MCP Tasks
+    flows; the admin's CSS and scripts differ between 5.2 and 6, so its browser tests keep
+    both) and the multi-node run. All are reported as deselected; run pytest without them
+    for everything."""
     database_only = os.environ.get("GT_TEST_DATABASE_ONLY") == "1"
     no_database = os.environ.get("GT_TEST_NO_DATABASE") == "1"
     once_done = os.environ.get("GT_TEST_ONCE_DONE") == "1"
     no_browser = os.environ.get("GT_TEST_NO_BROWSER") == "1"
+    django6_done = os.environ.get("GT_TEST_DJANGO6_DONE") == "1"
     if database_only and no_database:
         raise pytest.UsageError(
             "GT_TEST_DATABASE_ONLY and GT_TEST_NO_DATABASE leave out everything")
-    if not (database_only or no_database or once_done or no_browser):
+    if not (database_only or no_database or once_done or no_browser or django6_done):
         return
     kept, left = [], []
     for item in items:
         reaches = uses_database(item)
         leave = ((once_done and item.get_closest_marker("once") is not None)
+                 or (django6_done and item.get_closest_marker("one_django") is not None)
                  or (no_browser and item.get_closest_marker("browser") is not None
                      and item.get_closest_marker("django6_only") is None)
                  or (database_only and not reaches)

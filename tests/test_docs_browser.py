@@ -16,8 +16,9 @@ __all__ = ["browser", "page", "staff"]  # fixtures, shared with test_browser.py
 pytest.importorskip("drf_spectacular_sidecar")  # in requirements; docs/ needs it
 
 # One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
-              pytest.mark.xdist_group("docs_browser")]
+# Swagger UI and the app's own page, not Django's admin: under Django 6 only (one_django).
+pytestmark = [pytest.mark.browser, pytest.mark.one_django,
+              pytest.mark.django_db(transaction=True), pytest.mark.xdist_group("docs_browser")]
 
 
 def test_docs_render_every_tool_from_packaged_assets(page: Any, staff: Any,

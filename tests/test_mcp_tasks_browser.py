@@ -17,7 +17,11 @@ from tests.conftest import Effects
 from tests.test_browser import CONF_LIST, browser, expect, label, log_in, page, staff  # noqa: F401
 from tests.test_mcp_tasks import ITEM, MODERN, URL, meta
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# What these add to the admin's browser tests (which run under both Django versions)
+# is the MCP Tasks flow and the app's consent page, whatever Django's version: under
+# Django 6 only (one_django).
+pytestmark = [pytest.mark.browser, pytest.mark.one_django,
+              pytest.mark.django_db(transaction=True)]
 
 
 class McpAgent:

@@ -25,7 +25,11 @@ from tests.test_browser import browser, expect, log_in, page, staff  # noqa: F40
 from tests.test_mcp_tasks import ITEM, URL
 from tests.test_mcp_tasks_browser import decide_in_the_admin, eager_celery  # noqa: F401
 
-pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+# What these add to the admin's browser tests (which run under both Django versions)
+# is the MCP Tasks client's flow and the app's consent page, whatever Django's version:
+# under Django 6 only (one_django).
+pytestmark = [pytest.mark.browser, pytest.mark.one_django,
+              pytest.mark.django_db(transaction=True)]
 
 
 class TasksClient:

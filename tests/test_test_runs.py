@@ -4,6 +4,7 @@ A PostgreSQL run leaves out only the tests that cannot reach a database; Django 
 run only those that reach one and are not marked ``sqlite``; the runs after the first leave
 out only the tests marked ``once``; Django 6's PostgreSQL run leaves out the browser tests,
 which Django 5.2's PostgreSQL run keeps, but those only Django 6's environment can run;
+Django 5.2's runs leave out those marked ``one_django``, which Django 6's runs keep;
 pytest run by hand takes everything.
 """
 
@@ -23,9 +24,9 @@ pytestmark = pytest.mark.once  # what it checks is pytest's, whichever Django or
 
 FILES = ["tests/test_layers.py", "tests/test_demo_script.py", "tests/test_multinode.py",
          "tests/test_history.py", "tests/test_sql_counts.py", "tests/test_docs_browser.py",
-         "tests/test_oauth_e2e.py"]
+         "tests/test_oauth_e2e.py", "tests/test_policies_browser.py"]
 SELECTORS = ("GT_TEST_DATABASE_ONLY", "GT_TEST_NO_DATABASE", "GT_TEST_ONCE_DONE",
-             "GT_TEST_NO_BROWSER")
+             "GT_TEST_NO_BROWSER", "GT_TEST_DJANGO6_DONE")
 
 
 def collect(**env: str) -> subprocess.CompletedProcess[str]:
@@ -55,7 +56,7 @@ def test_a_postgresql_run_leaves_out_only_the_tests_that_reach_no_database() -> 
     # own SQLite; test_multinode is marked postgres (its processes reach the database).
     assert kept == {"tests/test_multinode.py", "tests/test_history.py",
                     "tests/test_sql_counts.py", "tests/test_docs_browser.py",
-                    "tests/test_oauth_e2e.py"}
+                    "tests/test_oauth_e2e.py", "tests/test_policies_browser.py"}
 
 
 def test_django52s_sqlite_run_leaves_out_the_database_tests_but_sqlites_own() -> None:
@@ -81,6 +82,20 @@ def test_django6s_postgresql_run_leaves_the_browser_tests_to_django52s() -> None
     # test_oauth_e2e stays: Django 5.2's environment has the mcp 1.x client (django6_only).
     assert django6 == {"tests/test_multinode.py", "tests/test_history.py",
                        "tests/test_sql_counts.py", "tests/test_oauth_e2e.py"}
-    # Django 5.2's PostgreSQL run takes them, and Django 6's SQLite run (everything) too.
-    assert "tests/test_docs_browser.py" in collected(GT_TEST_DATABASE_ONLY="1",
-                                                     GT_TEST_ONCE_DONE="1")
+    # Django 5.2's PostgreSQL run takes those of the admin, and Django 6's SQLite run
+    # (everything) all of them.
+    assert "tests/test_policies_browser.py" in collected(
+        GT_TEST_DATABASE_ONLY="1", GT_TEST_ONCE_DONE="1", GT_TEST_DJANGO6_DONE="1")
+
+
+def test_django52s_runs_leave_out_what_does_not_depend_on_django() -> None:
+    django52 = collected(GT_TEST_DATABASE_ONLY="1", GT_TEST_ONCE_DONE="1",
+                         GT_TEST_DJANGO6_DONE="1")
+    # test_docs_browser (a page that is not Django's admin) and test_multinode are marked
+    # one_django; the admin's browser test (test_policies_browser) stays.
+    assert django52 == {"tests/test_history.py", "tests/test_sql_counts.py",
+                        "tests/test_oauth_e2e.py", "tests/test_policies_browser.py"}
+    # Django 6's runs keep both: its PostgreSQL run the multi-node run, its SQLite run the docs.
+    assert "tests/test_multinode.py" in collected(
+        GT_TEST_DATABASE_ONLY="1", GT_TEST_ONCE_DONE="1", GT_TEST_NO_BROWSER="1")
+    assert "tests/test_docs_browser.py" in collected()
