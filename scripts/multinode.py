@@ -171,13 +171,7 @@ def main() -> int:
         # In this process, which sets Django up anyway: two Python starts fewer than
         # `manage.py migrate` and `manage.py demo_seed` (the test's CPU 37.1 s, now 34.0 s).
         call_command("migrate", interactive=False, verbosity=0)
-        # The demo's four people get passwords no node checks (the load uses the agent's
-        # token): hashed as the tests hash theirs, not with PBKDF2's 1.2 million rounds
-        # (about 0.5 s of CPU each).
-        from django.test import override_settings
-
-        with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
-            call_command("demo_seed", stdout=io.StringIO())
+        call_command("demo_seed", stdout=io.StringIO())
 
         from guarded_tools.models import Operation, OperationState
         from project.demo.models import Order, OrderNote
