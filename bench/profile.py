@@ -1,9 +1,9 @@
 """``python -m bench.profile [TOOL_OR_PATH] [N]``: profile N calls in process with pyinstrument.
 
 ``python -m bench.profile stages [N]`` (``make profile``): a fresh call (B), a replay (C)
-and a D call, N each under cProfile, and the time per stage, aggregated by the stage's
-functions (cumulative time, see ``STAGE_FUNCTIONS``); "DRF/Django overhead" is the call's
-time less the pipeline, authentication, body parsing and rendering.
+and a D call, N each, and this process's CPU per stage (the stages of
+``bench.stages.STAGES``, each timed around its function, inclusive); the last row is the
+request less its outermost stages (authentication, the view, the response).
 
 Calls go through Django's full request handling (middleware, DRF, the guard) with
 the test client, against the database in ``DATABASE_URL`` (or ``GT_SQLITE_PATH``),
@@ -18,7 +18,6 @@ import sys
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 
 def caller(argv: list[str], default_n: int) -> tuple[str, int, Callable[[int], None]]:
@@ -51,80 +50,128 @@ def caller(argv: list[str], default_n: int) -> tuple[str, int, Callable[[int], N
     return path, n, call
 
 
-#: stage: (file the function is in, ending; function names). Cumulative times: a stage
-#: includes what it calls, and the stages here do not nest in one another ("pipeline,
-#: whole" contains the pipeline's stages).
-STAGE_FUNCTIONS: list[tuple[str, str, tuple[str, ...]]] = [
-    ("transaction (atomic: begin, commit)", "django/db/transaction.py", ("__enter__",
-                                                                         "__exit__")),
-    ("DRF authentication", "rest_framework/authentication.py", ("authenticate",)),
-    ("request body parsing", "transports/rest/views.py", ("request_body",)),
-    ("validation", "pipeline/__init__.py", ("validate_input",)),
-    ("authorization", "pipeline/__init__.py", ("check_authorization",)),
-    ("confirmation", "pipeline/__init__.py", ("confirm",)),
-    ("idempotency claim", "pipeline/__init__.py", ("claim",)),
-    ("idempotency claim (key lock, atomic tools)", "store/__init__.py", ("lock_key",)),
-    ("replay lookup and answer", "pipeline/__init__.py", ("remembered", "replay",
-                                                          "replay_remembered")),
-    ("execution (handler)", "pipeline/__init__.py", ("call_handler",)),
-    ("completion (store)", "pipeline/__init__.py", ("finalize",)),
-    ("completion (atomic: one INSERT of the done operation)", "store/__init__.py",
-     ("insert_completed",)),
-    ("verification", "pipeline/__init__.py", ("verify",)),
-    ("output budget", "pipeline/__init__.py", ("measure_output",)),
-    ("response rendering", "rest_framework/response.py", ("rendered_content",)),
-]
-PIPELINE = ("pipeline/__init__.py", ("run",))
-#: B, C, D: label, tool, replay
-SCENARIOS = [("fresh call (B)", "bench_insert", False), ("replay (C)", "bench_insert", True),
+#: A, B, C, D: label, tool or path, replay
+SCENARIOS = [("plain DRF view (A)", "/plain/", False),
+             ("fresh call (B)", "bench_insert", False), ("replay (C)", "bench_insert", True),
              ("D call (validation, permission, journal, verify)", "bench_insert_full", False)]
+#: The statements of the PostgreSQL side's table: the costliest, with execution and planning.
+TOP_STATEMENTS = 12
 
 
-def cumulative(stats: dict[Any, Any], where: str, names: tuple[str, ...]) -> float:
-    """Seconds spent in the functions ``names`` of the file ending ``where``, inclusive."""
-    return sum(entry[3] for (filename, _, name), entry in stats.items()
-               if name in names and filename.replace("\\", "/").endswith(where))
+class PostgreSQLSide:
+    """What a call costs the PostgreSQL server, when it runs on this machine.
+
+    The CPU of the backend this process's connection talks to (``/proc``), and, where the
+    server loads ``pg_stat_statements`` (``make profile``'s cluster does), each statement's
+    execution and planning time: client-side binding (Django's default) sends every
+    statement as new text, which the server parses and plans on every call.
+    """
+
+    def __init__(self) -> None:
+        from django.db import DatabaseError, connection, transaction
+
+        from bench.cpu import PROC, CpuMeter
+
+        self.meter: CpuMeter | None = None
+        self.statements = False
+        if connection.vendor != "postgresql":
+            return
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            pid = cursor.fetchone()[0]
+        if (PROC / str(pid)).exists():
+            self.meter = CpuMeter({"backend": pid})
+        try:
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+                cursor.execute("SELECT pg_stat_statements_reset()")
+            self.statements = True
+        except DatabaseError:  # not loaded (shared_preload_libraries), or not allowed
+            self.statements = False
+
+    def start(self) -> None:
+        from django.db import connection
+
+        if self.statements:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_stat_statements_reset()")
+        self.before = self.meter.snapshot() if self.meter else {}
+
+    def report(self, n: int) -> str:
+        """The backend's CPU per call, then the costliest statements per call."""
+        from django.db import connection
+
+        if self.meter is None and not self.statements:
+            return ""
+        lines = []
+        if self.meter is not None:
+            per = self.meter.per_request(self.before, self.meter.snapshot(), n)
+            lines.append(f"  PostgreSQL: {per.get('backend', 0):.0f} µs of its backend's CPU"
+                         " per call")
+        if self.statements:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT calls, total_exec_time, total_plan_time, query"
+                    " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
+                    " WHERE datname = current_database()) AND query NOT LIKE %s"
+                    " ORDER BY total_exec_time + total_plan_time DESC LIMIT %s",
+                    ["%pg_stat_statements%", TOP_STATEMENTS])
+                rows = cursor.fetchall()
+            lines.append(f"  {'per call':>8} {'exec µs':>8} {'plan µs':>8}  statement")
+            for calls, executing, planning, query in rows:
+                text = " ".join(query.split())
+                lines.append(f"  {calls / n:8.2f} {executing * 1e3 / n:8.1f}"
+                             f" {planning * 1e3 / n:8.1f}  {text[:100]}")
+        return "\n".join(lines)
 
 
-def stage_table(label: str, path: str, n: int, total: float, stats: dict[Any, Any]) -> str:
+def stage_table(label: str, path: str, n: int, total: float, spent: dict[str, float]) -> str:
+    """The stages' CPU per call in ``bench.stages.STAGES``' order (those the call ran),
+    then what is left of the request."""
+    from bench.stages import OUTERMOST, STAGES
+
     per = 1e6 / n
-    rows = [(stage, cumulative(stats, where, names)) for stage, where, names in STAGE_FUNCTIONS]
-    pipeline = cumulative(stats, *PIPELINE)
-    outside = pipeline + sum(t for stage, t in rows if stage in (
-        "DRF authentication", "request body parsing", "response rendering",
-        "transaction (atomic: begin, commit)"))
     lines = [f"\n{label}: {n} calls to {path}, {total * per:.0f} µs of this process's CPU"
-              " per call under cProfile"]
-    lines += [f"  {t * per:8.1f} µs  {stage}" for stage, t in rows if t]
-    lines.append(f"  {pipeline * per:8.1f} µs  pipeline, whole (validation to output budget,"
-                 " and the rest of the guard; not the transaction)")
-    lines.append(f"  {(total - outside) * per:8.1f} µs  DRF/Django overhead (middleware, URL"
-                 " resolution, the view, the test client: the call less the rows above)")
+             " per call"]
+    lines += [f"  {spent[stage] * per:8.1f} µs  {stage}" for stage, *_ in STAGES
+              if spent.get(stage)]
+    rest = total - sum(spent.get(stage, 0.0) for stage in OUTERMOST)
+    lines.append(f"  {rest * per:8.1f} µs  the rest of the request (Django's handler and"
+                 " middleware, DRF's view, the test client)")
     return "\n".join(lines)
 
 
 def stages(argv: list[str]) -> None:
-    """The stage table of B, C and D (``make profile``)."""
-    import cProfile
-    import pstats
+    """The stage table of B, C and D (``make profile``).
+
+    Each stage of ``bench.stages.STAGES`` is timed by this process's CPU clock
+    (``time.process_time``) around its function: a stage includes the stages it calls.
+    PostgreSQL's own work and the machine's other load stay out; what is left is the
+    Python (and driver) work of each stage. No profiler runs: a deterministic
+    profiler's cost per function call (cProfile's made a call 4 times dearer) would
+    weigh most on the stages made of many small calls.
+    """
+    from bench.stages import Timers, instrument, store_in_use
 
     n = int(argv[0]) if argv else 500
-    for label, tool, replay in SCENARIOS:
-        path, _, call = caller([tool, str(n)] + (["replay"] if replay else []), n)
+    callers = [(label, *caller([tool, str(n)] + (["replay"] if replay else []), n))
+               for label, tool, replay in SCENARIOS]
+    timers = Timers(clock=time.process_time)
+    instrument(timers, store_in_use(), waits=False)
+    server = PostgreSQLSide()
+    for label, path, _, call in callers:
         for i in range(50):  # warm up; for a replay this stores the key
             call(-i - 1)
-        # This process's CPU, not the wall clock: PostgreSQL's time and the machine's other
-        # load stay out, what is left is the Python (and driver) work of each stage.
-        profiler = cProfile.Profile(time.process_time)
+        timers.clear()
+        server.start()
         started = time.process_time()
-        profiler.enable()
         for i in range(n):
             call(i)
-        profiler.disable()
         total = time.process_time() - started
-        print(stage_table(label, path, n, total, pstats.Stats(profiler).stats))  # type: ignore[attr-defined]
-    print("\ncProfile's own cost inflates small functions alike on every row; compare"
-          " rows with one another, and the figures of `make bench` for absolute cost.")
+        print(stage_table(label, path, n, total, dict(timers.wall)))
+        print(server.report(n))
+    print("\nCPU per call in process (the test client, the bench user's DRF token); the"
+          " figures of `make bench` are the server's.")
 
 
 def main(argv: list[str]) -> None:

@@ -21,34 +21,59 @@ import time
 from collections import Counter
 from typing import Any
 
-#: (module, class or None, attribute): the stages timed.
-STAGES = [
-    ("rest_framework.authentication", "TokenAuthentication", "authenticate"),
-    ("guarded_tools.transports.rest.views", "GuardedAPIView", "request_body"),
-    ("guarded_tools.transports.rest.views", "ToolCallView", "post"),
-    ("guarded_tools.pipeline", "Pipeline", "guarded"),
-    ("guarded_tools.pipeline.stages.validation", "ValidationStage", "before_claim"),
-    ("guarded_tools.pipeline.stages.authorization", "AuthorizationStage", "before_claim"),
-    ("guarded_tools.pipeline", "Pipeline", "execute_locked"),
-    ("guarded_tools.pipeline", "Pipeline", "execute_fresh"),
-    ("guarded_tools.pipeline", "Pipeline", "call_handler"),
-    ("guarded_tools.pipeline.stages.output_budget", "OutputBudgetStage", "after_execute"),
-    ("guarded_tools.pipeline", "Pipeline", "finalize"),
-    ("guarded_tools.store", "OperationStore", "claim"),
-    ("guarded_tools.store", "OperationStore", "lock_key"),
-    ("guarded_tools.store", "OperationStore", "pending"),
-    ("guarded_tools.store", "OperationStore", "insert_completed"),
-    ("guarded_tools.store", "OperationStore", "complete"),
-    ("guarded_tools.store", None, "fingerprint"),
-    ("guarded_tools.store.replays", "ReplayCache", "put"),
-    ("guarded_tools.store.replays", "ReplayCache", "get"),
-    ("guarded_tools.pipeline", "Pipeline", "replay_remembered"),
-    ("guarded_tools.pipeline.stages.verification", "VerificationStage", "verify"),
+#: Stands for the class of the store the calls use (``STORE_CLASS``: by default the
+#: database vendor's backend), whose methods may be its own or inherited.
+STORE = "<store>"
+#: label, module, owner (a class, ``STORE``, or None for a module function), attribute:
+#: the stages timed, inclusive (a stage includes the stages it calls).
+STAGES: list[tuple[str, str, str | None, str]] = [
+    ("DRF authentication", "rest_framework.authentication", "TokenAuthentication",
+     "authenticate"),
+    ("the tool's view, whole", "guarded_tools.transports.rest.views", "ToolCallView", "post"),
+    ("request body parsing", "guarded_tools.transports.rest.base", "GuardedAPIView",
+     "request_body"),
+    ("pipeline, whole", "guarded_tools.pipeline", "Pipeline", "run"),
+    ("stages before the claim", "guarded_tools.pipeline", "Pipeline", "prepare"),
+    ("validation", "guarded_tools.pipeline.stages.validation", "ValidationStage",
+     "before_claim"),
+    ("authorization", "guarded_tools.pipeline.stages.authorization", "AuthorizationStage",
+     "before_claim"),
+    ("fingerprint", "guarded_tools.store", None, "fingerprint"),
+    ("replay lookup (this process)", "guarded_tools.store.replays", "ReplayCache", "get"),
+    ("replay this process answers", "guarded_tools.pipeline", "Pipeline", "replay_remembered"),
+    ("atomic call in one transaction: lock, run, insert", "guarded_tools.pipeline",
+     "Pipeline", "execute_locked"),
+    ("key lock and read (store)", "guarded_tools.store", STORE, "lock_key"),
+    ("pending operation (store)", "guarded_tools.store", STORE, "pending"),
+    ("claim, committed first (store)", "guarded_tools.store", STORE, "claim"),
+    ("fresh call after its claim", "guarded_tools.pipeline", "Pipeline", "execute_fresh"),
+    ("execution (handler)", "guarded_tools.pipeline", "Pipeline", "call_handler"),
+    ("output budget", "guarded_tools.pipeline.stages.output_budget", "OutputBudgetStage",
+     "after_execute"),
+    ("verification", "guarded_tools.pipeline.stages.verification", "VerificationStage",
+     "verify"),
+    ("finalization: budget, verify, complete", "guarded_tools.pipeline", "Pipeline",
+     "finalize"),
+    ("completion (store)", "guarded_tools.store", STORE, "complete"),
+    ("operation's INSERT, journal, history (store)", "guarded_tools.store", STORE,
+     "insert_completed"),
+    ("replay from the database", "guarded_tools.pipeline", "Pipeline", "replay"),
+    ("remembered for replays", "guarded_tools.store.replays", "ReplayCache", "put"),
+    ("end of a transaction block (commit)", "django.db.transaction", "Atomic", "__exit__"),
+    ("response (finalize, render)", "guarded_tools.transports.rest.base", "GuardedAPIView",
+     "finalize_response"),
 ]
+#: The stages no other stage contains: the request's time less theirs is Django's, DRF's
+#: and the test client's own.
+OUTERMOST = ("DRF authentication", "the tool's view, whole", "response (finalize, render)")
 
 
 class Timers:
-    def __init__(self) -> None:
+    """Time per stage by ``clock`` (``time.perf_counter``: wall; ``time.process_time``:
+    this process's CPU), and psycopg's waits for the server charged to the stages."""
+
+    def __init__(self, clock: Any = time.perf_counter) -> None:
+        self.clock = clock
         self.wall: Counter[str] = Counter()
         self.waited: Counter[str] = Counter()
         self.active: list[str] = []
@@ -56,13 +81,15 @@ class Timers:
     def wrap(self, label: str, fn: Any) -> Any:
         @functools.wraps(fn)
         def timed(*args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
+            if label in self.active:  # an override calling the method it overrides
+                return fn(*args, **kwargs)
+            started = self.clock()
             self.active.append(label)
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.active.pop()
-                self.wall[label] += time.perf_counter() - started
+                self.wall[label] += self.clock() - started
 
         return timed
 
@@ -85,20 +112,57 @@ class Timers:
         self.waited.clear()
 
 
-def instrument(timers: Timers) -> None:
+def resolve(store_class: type) -> list[tuple[str, Any, str]]:
+    """Every stage as (label, the object whose attribute is wrapped, attribute name).
+
+    A store method is wrapped on the class of ``store_class``'s MRO that defines it, so
+    that a backend's override is what is timed. A stage that does not resolve (a module,
+    class or method moved or renamed) raises, naming it: the table never drops a row.
+    """
     import importlib
 
-    import psycopg
+    resolved = []
+    for label, module_name, owner_name, name in STAGES:
+        try:
+            module = importlib.import_module(module_name)
+            if owner_name == STORE:
+                owner: Any = next(cls for cls in store_class.__mro__ if name in vars(cls))
+            else:
+                owner = getattr(module, owner_name) if owner_name else module
+                getattr(owner, name)
+        except (ImportError, AttributeError, StopIteration) as exc:
+            where = f"{module_name}.{owner_name or ''}.{name}".replace("..", ".")
+            raise LookupError(f"stage {label!r}: {where} is not there ({exc!r})") from exc
+        resolved.append((label, owner, name))
+    return resolved
 
-    psycopg.Connection.wait = timers.wrap_wait(psycopg.Connection.wait)  # type: ignore[method-assign]
-    for module_name, owner_name, name in STAGES:
-        module = importlib.import_module(module_name)
-        owner = getattr(module, owner_name) if owner_name else module
-        label = f"{owner_name}.{name}" if owner_name else name
-        setattr(owner, name, timers.wrap(label, getattr(owner, name)))
+
+def instrument(timers: Timers, store_class: type, *, waits: bool = True,
+               patch: Any = setattr) -> None:
+    """Wrap every stage (``patch(owner, name, wrapped)``: a test passes its monkeypatch's),
+    and with ``waits`` psycopg's waits for the server."""
+    import importlib
+
+    if waits:
+        import psycopg
+
+        patch(psycopg.Connection, "wait", timers.wrap_wait(psycopg.Connection.wait))
+    for label, owner, name in resolve(store_class):
+        raw = vars(owner).get(name) if isinstance(owner, type) else None
+        if isinstance(raw, staticmethod):
+            patch(owner, name, staticmethod(timers.wrap(label, raw.__func__)))
+        else:
+            patch(owner, name, timers.wrap(label, getattr(owner, name)))
     # Modules that imported a function by name call their own reference.
     pipeline = importlib.import_module("guarded_tools.pipeline")
-    pipeline.fingerprint = importlib.import_module("guarded_tools.store").fingerprint  # type: ignore[attr-defined]
+    patch(pipeline, "fingerprint", importlib.import_module("guarded_tools.store").fingerprint)
+
+
+def store_in_use() -> type:
+    """The class of the store the calls use (``STORE_CLASS``, after ``django.setup()``)."""
+    from guarded_tools.conf import gt_settings
+
+    return type(gt_settings.STORE_CLASS())
 
 
 def main(argv: list[str]) -> None:
@@ -110,7 +174,7 @@ def main(argv: list[str]) -> None:
     if connection.vendor != "postgresql":
         raise SystemExit("bench.stages times psycopg's waits: run it against PostgreSQL")
     timers = Timers()
-    instrument(timers)
+    instrument(timers, store_in_use())
 
     def calls(first: int, count: int) -> float:
         started = time.perf_counter()

@@ -26,7 +26,9 @@ if [[ -z "${DATABASE_URL:-}" ]]; then
   pgdir="$(mktemp -d /tmp/guarded-bench-pg.XXXXXX)"  # under /tmp: user postgres must reach it
   trap 'scripts/pg.sh stop "$pgdir" >/dev/null 2>&1 || true' EXIT
   trap 'exit 130' INT TERM
-  DATABASE_URL="$(scripts/pg.sh start "$pgdir" | tail -n1)"
+  # make profile's cluster loads pg_stat_statements: its table of each statement's execution and planning
+  preload=""; [[ "${1:-}" == profile ]] && preload=pg_stat_statements
+  DATABASE_URL="$(PG_PRELOAD="$preload" scripts/pg.sh start "$pgdir" | tail -n1)"
   export DATABASE_URL
 fi
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Throwaway PostgreSQL cluster: `pg.sh start DIR` prints its DATABASE_URL (last stdout line); `pg.sh stop DIR` stops it and removes DIR.
+# Env: PG_PRELOAD=pg_stat_statements loads that library into a new cluster (`make profile`'s per-statement table).
 set -euo pipefail
 
 usage() { echo "usage: $0 start|stop DIR" >&2; exit 2; }
@@ -33,6 +34,10 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 CONF
+    if [[ -n "${PG_PRELOAD:-}" ]]; then
+      printf "shared_preload_libraries = '%s'\npg_stat_statements.track_planning = on\n" "$PG_PRELOAD" \
+        | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    fi
   fi
   for _ in 1 2 3; do   # a free port can be taken between picking and binding: retry
     port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
