@@ -81,12 +81,17 @@ class PostgreSQLSide:
             pid = cursor.fetchone()[0]
         if (PROC / str(pid)).exists():
             self.meter = CpuMeter({"backend": pid})
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT current_setting('shared_preload_libraries')")
+            loaded = "pg_stat_statements" in cursor.fetchone()[0]
+        if not loaded:  # nothing created in a database whose server does not load it
+            return
         try:
             with transaction.atomic(), connection.cursor() as cursor:
                 cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 cursor.execute("SELECT pg_stat_statements_reset()")
             self.statements = True
-        except DatabaseError:  # not loaded (shared_preload_libraries), or not allowed
+        except DatabaseError:  # not allowed to create it or to reset it
             self.statements = False
 
     def start(self) -> None:
