@@ -64,7 +64,9 @@ class PostgreSQLSide:
     The CPU of the backend this process's connection talks to (``/proc``), and, where the
     server loads ``pg_stat_statements`` (``make profile``'s cluster does), each statement's
     execution and planning time: client-side binding (Django's default) sends every
-    statement as new text, which the server parses and plans on every call.
+    statement as new text, which the server parses and plans on every call. ``/proc``
+    counts CPU in clock ticks (10 ms on most Linux machines): below a few hundred calls the
+    backend's figure is coarse.
     """
 
     def __init__(self) -> None:
