@@ -69,6 +69,13 @@ class PostgreSQLSide:
     backend's figure is coarse.
     """
 
+    #: Resets this database's statistics only: a shared server keeps everyone else's.
+    RESET = ("SELECT pg_stat_statements_reset(0, oid, 0) FROM pg_database"
+             " WHERE datname = current_database()")
+    READ = ("SELECT calls, total_exec_time, total_plan_time, query FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND query NOT LIKE %s ORDER BY total_exec_time + total_plan_time DESC LIMIT %s")
+
     def __init__(self) -> None:
         from django.db import DatabaseError, connection, transaction
 
@@ -81,19 +88,22 @@ class PostgreSQLSide:
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_backend_pid()")
             pid = cursor.fetchone()[0]
-        if (PROC / str(pid)).exists():
+        try:  # the backend's process, if the server runs here (not some other local pid)
+            here = (PROC / str(pid) / "comm").read_text().startswith("postgres")
+        except OSError:
+            here = False
+        if here:
             self.meter = CpuMeter({"backend": pid})
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT current_setting('shared_preload_libraries')")
-            loaded = "pg_stat_statements" in cursor.fetchone()[0]
-        if not loaded:  # nothing created in a database whose server does not load it
-            return
         try:
             with transaction.atomic(), connection.cursor() as cursor:
+                # (reading the setting needs a superuser or pg_read_all_settings)
+                cursor.execute("SELECT current_setting('shared_preload_libraries')")
+                if "pg_stat_statements" not in cursor.fetchone()[0]:
+                    return  # nothing created in a database whose server does not load it
                 cursor.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
-                cursor.execute("SELECT pg_stat_statements_reset()")
+                cursor.execute(self.RESET)
             self.statements = True
-        except DatabaseError:  # not allowed to create it or to reset it
+        except DatabaseError:  # not allowed to read, create or reset: no statement table
             self.statements = False
 
     def start(self) -> None:
@@ -101,12 +111,12 @@ class PostgreSQLSide:
 
         if self.statements:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_stat_statements_reset()")
+                cursor.execute(self.RESET)
         self.before = self.meter.snapshot() if self.meter else {}
 
     def report(self, n: int) -> str:
         """The backend's CPU per call, then the costliest statements per call."""
-        from django.db import connection
+        from django.db import DatabaseError, connection, transaction
 
         if self.meter is None and not self.statements:
             return ""
@@ -116,15 +126,14 @@ class PostgreSQLSide:
             lines.append(f"  PostgreSQL: {per.get('backend', 0):.0f} µs of its backend's CPU"
                          " per call")
         if self.statements:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT calls, total_exec_time, total_plan_time, query"
-                    " FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database"
-                    " WHERE datname = current_database()) AND query NOT LIKE %s"
-                    " ORDER BY total_exec_time + total_plan_time DESC LIMIT %s",
-                    ["%pg_stat_statements%", TOP_STATEMENTS])
-                rows = cursor.fetchall()
-            lines.append(f"  {'per call':>8} {'exec µs':>8} {'plan µs':>8}  statement")
+            try:  # (the columns of pg_stat_statements 1.8, PostgreSQL 13, and later)
+                with transaction.atomic(), connection.cursor() as cursor:
+                    cursor.execute(self.READ, ["%pg_stat_statements%", TOP_STATEMENTS])
+                    rows = cursor.fetchall()
+            except DatabaseError as exc:
+                return "\n".join([*lines, f"  pg_stat_statements could not be read: {exc}"])
+            lines.append(f"  {'per call':>8} {'exec µs':>8} {'plan µs':>8}  statement"
+                         " (planning: pg_stat_statements.track_planning)")
             for calls, executing, planning, query in rows:
                 text = " ".join(query.split())
                 lines.append(f"  {calls / n:8.2f} {executing * 1e3 / n:8.1f}"

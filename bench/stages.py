@@ -16,6 +16,8 @@ and point ``BENCH_STUB_URL`` at it. Prints a table; figures are per call.
 from __future__ import annotations
 
 import functools
+import importlib
+import pkgutil
 import sys
 import time
 from collections import Counter
@@ -91,6 +93,7 @@ class Timers:
                 self.active.pop()
                 self.wall[label] += self.clock() - started
 
+        timed.bench_stage = label  # type: ignore[attr-defined]  # (wraps copies the name)
         return timed
 
     def wrap_wait(self, fn: Any) -> Any:
@@ -119,8 +122,6 @@ def resolve(store_class: type) -> list[tuple[str, Any, str]]:
     that a backend's override is what is timed. A stage that does not resolve (a module,
     class or method moved or renamed) raises, naming it: the table never drops a row.
     """
-    import importlib
-
     resolved = []
     for label, module_name, owner_name, name in STAGES:
         try:
@@ -141,21 +142,42 @@ def instrument(timers: Timers, store_class: type, *, waits: bool = True,
                patch: Any = setattr) -> None:
     """Wrap every stage (``patch(owner, name, wrapped)``: a test passes its monkeypatch's),
     and with ``waits`` psycopg's waits for the server."""
-    import importlib
-
     if waits:
         import psycopg
 
         patch(psycopg.Connection, "wait", timers.wrap_wait(psycopg.Connection.wait))
+    # The modules a call goes through are loaded first: one imported later would take a
+    # wrapped function by name, and keep it after a test's monkeypatch undoes the rest.
+    for package in ("guarded_tools.pipeline", "guarded_tools.store", "guarded_tools.transports"):
+        for found in pkgutil.walk_packages(importlib.import_module(package).__path__,
+                                           f"{package}."):
+            try:
+                importlib.import_module(found.name)
+            except ImportError:  # an optional integration this site does not install
+                continue
+    functions: dict[int, tuple[Any, Any]] = {}  # id of a module's function: it, its wrapper
     for label, owner, name in resolve(store_class):
-        raw = vars(owner).get(name) if isinstance(owner, type) else None
-        if isinstance(raw, staticmethod):
-            patch(owner, name, staticmethod(timers.wrap(label, raw.__func__)))
+        if not isinstance(owner, type):  # a module's function
+            original = getattr(owner, name)
+            functions[id(original)] = (original, timers.wrap(label, original))
+            patch(owner, name, functions[id(original)][1])
+            continue
+        # as defined (on the class or the one it inherits it from): a static or class
+        # method stays one
+        raw = next(vars(cls)[name] for cls in owner.__mro__ if name in vars(cls))
+        if isinstance(raw, (staticmethod, classmethod)):
+            patch(owner, name, type(raw)(timers.wrap(label, raw.__func__)))
         else:
-            patch(owner, name, timers.wrap(label, getattr(owner, name)))
-    # Modules that imported a function by name call their own reference.
-    pipeline = importlib.import_module("guarded_tools.pipeline")
-    patch(pipeline, "fingerprint", importlib.import_module("guarded_tools.store").fingerprint)
+            patch(owner, name, timers.wrap(label, raw))
+    # A module that imported a function by name calls its own reference: each of the app's
+    # modules that holds one of those functions gets the wrapped one.
+    for key, module in list(sys.modules.items()):
+        if not key.startswith("guarded_tools") or module is None:
+            continue
+        for attribute, value in list(vars(module).items()):
+            found = functions.get(id(value))
+            if found is not None and found[0] is value:
+                patch(module, attribute, found[1])
 
 
 def store_in_use() -> type:
