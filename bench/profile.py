@@ -17,6 +17,7 @@ import os
 import sys
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
 
 
@@ -56,6 +57,10 @@ SCENARIOS = [("plain DRF view (A)", "/plain/", False),
              ("D call (validation, permission, journal, verify)", "bench_insert_full", False)]
 #: The statements of the PostgreSQL side's table: the costliest, with execution and planning.
 TOP_STATEMENTS = 12
+#: ``make profile``'s configurations take turns in this many rounds of N / ROUNDS calls each:
+#: a configuration measured alone, its code hot in the caches, would look cheaper than when
+#: requests of every kind follow one another, as they do on a server.
+ROUNDS = 10
 
 
 class PostgreSQLSide:
@@ -83,6 +88,10 @@ class PostgreSQLSide:
 
         self.meter: CpuMeter | None = None
         self.statements = False
+        self.before: dict[str, float] = {}
+        self.cpu: dict[str, float] = {}  # label: the backend's CPU seconds over its calls
+        self.rows: dict[str, dict[str, list[float]]] = {}  # label: statement: calls, ms, ms
+        self.failure = ""
         if connection.vendor != "postgresql":
             return
         with connection.cursor() as cursor:
@@ -107,6 +116,7 @@ class PostgreSQLSide:
             self.statements = False
 
     def start(self) -> None:
+        """Before a batch of calls: the statistics reset, the backend's CPU read."""
         from django.db import connection
 
         if self.statements:
@@ -114,28 +124,46 @@ class PostgreSQLSide:
                 cursor.execute(self.RESET)
         self.before = self.meter.snapshot() if self.meter else {}
 
-    def report(self, n: int) -> str:
-        """The backend's CPU per call, then the costliest statements per call."""
-        from django.db import DatabaseError, connection, transaction
+    def stop(self, label: str) -> None:
+        """After a batch of ``label``'s calls: its backend CPU and statements, added up."""
+        from django.db import DatabaseError, connection
 
-        if self.meter is None and not self.statements:
-            return ""
+        if self.meter is not None:  # read first: the statistics' own query is not the calls'
+            after = self.meter.snapshot()
+            self.cpu[label] = self.cpu.get(label, 0.0) + after["backend"] - self.before["backend"]
+        if not self.statements:
+            return
+        # In autocommit (no BEGIN of its own among the calls' statements); the columns of
+        # pg_stat_statements 1.8 (PostgreSQL 13) and later.
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(self.READ, ["%pg_stat_statements%", 4 * TOP_STATEMENTS])
+                rows = cursor.fetchall()
+        except DatabaseError as exc:
+            self.failure = f"  pg_stat_statements could not be read: {exc}"
+            self.statements = False
+            return
+        seen = self.rows.setdefault(label, {})
+        for calls, executing, planning, query in rows:
+            text = " ".join(query.split())
+            total = seen.setdefault(text, [0.0, 0.0, 0.0])
+            total[0] += calls
+            total[1] += executing
+            total[2] += planning
+
+    def report(self, label: str, n: int) -> str:
+        """``label``'s backend CPU per call, then its costliest statements per call."""
         lines = []
         if self.meter is not None:
-            per = self.meter.per_request(self.before, self.meter.snapshot(), n)
-            lines.append(f"  PostgreSQL: {per.get('backend', 0):.0f} µs of its backend's CPU"
-                         " per call")
-        if self.statements:
-            try:  # (the columns of pg_stat_statements 1.8, PostgreSQL 13, and later)
-                with transaction.atomic(), connection.cursor() as cursor:
-                    cursor.execute(self.READ, ["%pg_stat_statements%", TOP_STATEMENTS])
-                    rows = cursor.fetchall()
-            except DatabaseError as exc:
-                return "\n".join([*lines, f"  pg_stat_statements could not be read: {exc}"])
+            lines.append(f"  PostgreSQL: {self.cpu.get(label, 0.0) / n * 1e6:.0f} µs of its"
+                         " backend's CPU per call")
+        if self.failure:
+            lines.append(self.failure)
+        if label in self.rows:
             lines.append(f"  {'per call':>8} {'exec µs':>8} {'plan µs':>8}  statement"
                          " (planning: pg_stat_statements.track_planning)")
-            for calls, executing, planning, query in rows:
-                text = " ".join(query.split())
+            costliest = sorted(self.rows[label].items(), key=lambda item: -item[1][1] - item[1][2])
+            for text, (calls, executing, planning) in costliest[:TOP_STATEMENTS]:
                 lines.append(f"  {calls / n:8.2f} {executing * 1e3 / n:8.1f}"
                              f" {planning * 1e3 / n:8.1f}  {text[:100]}")
         return "\n".join(lines)
@@ -158,34 +186,46 @@ def stage_table(label: str, path: str, n: int, total: float, spent: dict[str, fl
 
 
 def stages(argv: list[str]) -> None:
-    """The stage table of B, C and D (``make profile``).
+    """The stage table of A, B, C and D (``make profile``).
 
     Each stage of ``bench.stages.STAGES`` is timed by this process's CPU clock
     (``time.process_time``) around its function: a stage includes the stages it calls.
     PostgreSQL's own work and the machine's other load stay out; what is left is the
     Python (and driver) work of each stage. No profiler runs: a deterministic
     profiler's cost per function call (cProfile's made a call 4 times dearer) would
-    weigh most on the stages made of many small calls.
+    weigh most on the stages made of many small calls. The configurations take turns
+    (``ROUNDS``), as ``bench.cpurounds``' do.
     """
     from bench.stages import Timers, instrument, store_in_use
 
     n = int(argv[0]) if argv else 500
+    rounds = min(ROUNDS, n)
     callers = [(label, *caller([tool, str(n)] + (["replay"] if replay else []), n))
                for label, tool, replay in SCENARIOS]
     timers = Timers(clock=time.process_time)
     instrument(timers, store_in_use(), waits=False)
     server = PostgreSQLSide()
-    for label, path, _, call in callers:
+    for _, _, _, call in callers:
         for i in range(50):  # warm up; for a replay this stores the key
             call(-i - 1)
-        timers.clear()
-        server.start()
-        started = time.process_time()
-        for i in range(n):
-            call(i)
-        total = time.process_time() - started
-        print(stage_table(label, path, n, total, dict(timers.wall)))
-        print(server.report(n))
+    spent: dict[str, Counter[str]] = {label: Counter() for label, *_ in callers}
+    totals = dict.fromkeys(spent, 0.0)
+    done = dict.fromkeys(spent, 0)
+    for turn in range(rounds):  # the configurations take turns, in rotating order
+        batch = n // rounds + (1 if turn < n % rounds else 0)
+        for label, _, _, call in callers[turn % 4:] + callers[:turn % 4]:
+            timers.clear()
+            server.start()
+            started = time.process_time()
+            for i in range(done[label], done[label] + batch):
+                call(i)
+            totals[label] += time.process_time() - started
+            server.stop(label)
+            spent[label].update(timers.wall)
+            done[label] += batch
+    for label, path, _, _ in callers:
+        print(stage_table(label, path, n, totals[label], dict(spent[label])))
+        print(server.report(label, n))
     print("\nCPU per call in process (the test client, the bench user's DRF token); the"
           " figures of `make bench` are the server's.")
 
