@@ -213,7 +213,8 @@ def stages(argv: list[str]) -> None:
     done = dict.fromkeys(spent, 0)
     for turn in range(rounds):  # the configurations take turns, in rotating order
         batch = n // rounds + (1 if turn < n % rounds else 0)
-        for label, _, _, call in callers[turn % 4:] + callers[:turn % 4]:
+        first = turn % len(callers)
+        for label, _, _, call in callers[first:] + callers[:first]:
             timers.clear()
             server.start()
             started = time.process_time()

@@ -35,8 +35,10 @@ synchronous_commit = off
 full_page_writes = off
 CONF
     if [[ -n "${PG_PRELOAD:-}" ]]; then
-      printf "shared_preload_libraries = '%s'\npg_stat_statements.track_planning = on\n" "$PG_PRELOAD" \
-        | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+      {
+        printf "shared_preload_libraries = '%s'\n" "$PG_PRELOAD"
+        [[ "$PG_PRELOAD" != *pg_stat_statements* ]] || echo "pg_stat_statements.track_planning = on"
+      } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
     fi
   fi
   for _ in 1 2 3; do   # a free port can be taken between picking and binding: retry
