@@ -1,7 +1,8 @@
 """``python -m bench.cpurounds N ROUNDS [--processes K] CHECKOUT...``: CPU per call, side by side.
 
 In process, through Django's full request handling (``bench.profile.caller``): A
-(``/plain/``), B (a fresh ``bench_insert``), C (a replay) and D (``bench_insert_full``)
+(``/plain/``), F (``/floor/``: B's statements without the guard, ``bench.floor``), B (a
+fresh ``bench_insert``), C (a replay) and D (``bench_insert_full``)
 for every checkout given (a directory with ``manage.py`` and ``bench/``: this one, a
 ``git worktree`` of another commit). Each checkout runs in K worker processes of its own
 (its own code; its database in ``DATABASE_URL`` or ``GT_SQLITE_PATH``, where ``{name}``
@@ -25,7 +26,7 @@ import sys
 import time
 from pathlib import Path
 
-CONFIGS = [("A", "/plain/", False), ("B", "bench_insert", False),
+CONFIGS = [("A", "/plain/", False), ("F", "/floor/", False), ("B", "bench_insert", False),
            ("C", "bench_insert", True), ("D", "bench_insert_full", False)]
 
 
@@ -47,7 +48,7 @@ def worker(n: int) -> None:
     for _line in sys.stdin:
         spent = dict.fromkeys(names, 0.0)
         for turn in range(n):
-            for name in names[turn % 4:] + names[:turn % 4]:
+            for name in names[turn % len(names):] + names[:turn % len(names)]:
                 started = time.process_time()
                 calls[name](done)
                 spent[name] += time.process_time() - started

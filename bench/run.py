@@ -49,6 +49,8 @@ from bench.cpu import CpuMeter, database_server_pid  # noqa: E402
 # name, what, path, key mode
 CONFIGS: list[tuple[str, str, str, str]] = [
     ("A", "plain DRF view, one INSERT, no guard", "/plain/", "fresh"),
+    ("F", "the floor: B's statements (lock and read, INSERT, history, COMMIT), no guard",
+     "/floor/", "fresh"),
     ("B", "guarded tool, fresh key per call", "/agent/tools/bench_insert/", "fresh"),
     ("C", "guarded replay (same key)", "/agent/tools/bench_insert/", "replay"),
     ("D", "guarded + validation, permission, journal, verify",
@@ -61,8 +63,9 @@ CONFIGS: list[tuple[str, str, str, str]] = [
     ("R-guarded", "5 ms remote call + INSERT, guarded tool",
      "/agent/tools/bench_remote/", "fresh"),
 ]
-RATIOS = [("B/A", "B", "A"), ("C/A", "C", "A"), ("D/A", "D", "A"), ("E/A", "E", "A"),
-          ("E-mem/A", "E-mem", "A"), ("R-guarded/R-plain", "R-guarded", "R-plain")]
+RATIOS = [("F/A", "F", "A"), ("B/A", "B", "A"), ("C/A", "C", "A"), ("D/A", "D", "A"),
+          ("E/A", "E", "A"), ("E-mem/A", "E-mem", "A"),
+          ("R-guarded/R-plain", "R-guarded", "R-plain")]
 TARGETS = {"B/A": 0.70, "C/A": 1.20, "D/A": 0.60, "R-guarded/R-plain": 0.95}
 
 #: ``--ablation``: B, C and D again on servers with some of the store's speed-ups off
@@ -538,7 +541,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
         for bar, value in zip(bars, values, strict=True):  # inside the bar, clear of whiskers
             ax.annotate(f"{value:.0f}", (bar.get_x() + bar.get_width() / 2, value * 0.5),
                         ha="center", va="center", fontsize=7, color="white", rotation=90)
-    labels = {"A": "A\nplain", "B": "B\nguarded", "C": "C\nreplay", "D": "D\nall guards",
+    labels = {"A": "A\nplain", "F": "F\nfloor", "B": "B\nguarded", "C": "C\nreplay",
+              "D": "D\nall guards",
               "E": "E\nidem-key\n(db cache)", "E-mem": "E-mem\nidem-key\n(memory)",
               "R-plain": "R plain\n5 ms call", "R-guarded": "R guarded\n5 ms call"}
     ax.set_xticks(range(len(names)), [labels.get(n, n) for n in names], fontsize=8)

@@ -18,6 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from bench import stub
+from bench.floor import floor_call
 from bench.models import Item
 
 
@@ -57,3 +58,14 @@ idempotent_mem = _with_idempotency_key("default")
 
 def ping(request: Any) -> JsonResponse:
     return JsonResponse({"ok": True})
+
+
+class FloorInsertView(APIView):
+    """F, the floor: A's effect with the statements a guarded fresh call sends, no guard
+    (:func:`bench.floor.floor_call`)."""
+
+    def post(self, request: Request) -> Response:
+        data, user = request.data, request.user
+        return Response(floor_call(tool="floor", scope=f"auth.user:{user.pk}",
+                                   key=str(data["operationId"]), user=user, input=data,
+                                   effect=lambda: insert(data)))

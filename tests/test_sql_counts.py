@@ -19,6 +19,7 @@ in one transaction (the default for atomic tools).
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -28,6 +29,7 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from bench.floor import floor_call
 from bench.statements import CONTROL, round_trips, server_prepared, statements
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
@@ -147,6 +149,32 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
             assert len(counted.round_trips) == 5, counted
             assert counted.round_trips[0] == "BEGIN", counted
             assert counted.round_trips[-1] == "COMMIT", counted
+
+
+def shapes(sent: list[str]) -> list[str]:
+    """Round trips as statements without their values (literals, numbers, casts)."""
+    return [re.sub(r"-?\b\d+\b", "?", re.sub(r"'(?:[^']|'')*'(::\w+)?", "?", sql))
+            for sql in sent]
+
+
+def test_the_benchs_floor_sends_what_an_atomic_fresh_call_sends(make_tool: Any, client: Any,
+                                                                alice: Any,
+                                                                settings: Any) -> None:
+    """The bench's floor (F, ``bench.floor``) stands for what the guard's statements cost a
+    fresh call: it must send them all, and nothing else, round trip for round trip."""
+    one_transaction(settings, True)
+    definition = make_tool(effect, input_schema=SCHEMA, atomic=True)
+    guarded = call(client, definition.name, body(), 200)
+    data = body()
+    with CaptureQueriesContext(connection) as ctx:
+        output = floor_call(tool=definition.name, scope=principal_scope(alice, None),
+                            key=data["operationId"], user=alice, input=data,
+                            effect=lambda: effect(data, None))
+    floor = Counted(ctx.captured_queries)
+    assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
+    operation = Operation.objects.get(key=data["operationId"])
+    assert operation.state == OperationState.SUCCEEDED and operation.output == output
+    assert [e.kind for e in operation.events.all()] == ["claimed", "succeeded"]
 
 
 def psycopg3_postgresql() -> None:
