@@ -8,6 +8,7 @@ transitions faster subclass it (``guarded_tools.store.backends``).
 
 from __future__ import annotations
 
+import functools
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -245,9 +246,10 @@ class OperationStore:
     ) -> Claim:
         """The claim on a locked key: the operation as it will be inserted, not yet a row."""
         user = user_row(user)
-        operation = Operation(
-            **fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user)
-        )
+        values = fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user)
+        # By position, as Model.from_db builds a row (cheaper than keywords); a column the
+        # values leave out is None, as its field's default (none) would make it.
+        operation = Operation(*[values.get(name) for name in _attnames()])
         if user is not None:
             operation.user = user
         return self.claimed(Claim("fresh", operation, owner=operation.owner,
@@ -364,6 +366,12 @@ class OperationStore:
 
     def refresh(self, operation: Operation) -> Operation:
         return Operation.objects.using(_database()).get(pk=operation.pk)
+
+
+@functools.cache
+def _attnames() -> tuple[str, ...]:
+    """The operation's concrete fields' attnames, in their order (``Model.__init__``'s)."""
+    return tuple(f.attname for f in Operation._meta.concrete_fields)
 
 
 def _savepoint_in_a_block(using: str) -> Any:

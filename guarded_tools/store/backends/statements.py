@@ -114,8 +114,9 @@ class Statements:
 
     @staticmethod
     def event_params(rows: list[Any], connection: Any, fields: list[Any]) -> list[Any]:
-        """``rows``' values of ``fields``, in order, as an INSERT of them takes them."""
-        return [f.get_db_prep_save(f.pre_save(row, add=True), connection)
+        """``rows``' values of ``fields`` (unsaved events, ``history.Event``), in order,
+        as an INSERT of them takes them: each prepared by its field."""
+        return [f.get_db_prep_save(getattr(row, f.attname), connection)
                 for row in rows for f in fields]
 
     def recording(self, transition: str, rows: list[Any], connection: Any) -> Part:

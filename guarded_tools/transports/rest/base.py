@@ -76,6 +76,11 @@ def invocation_for(request: Request, input: dict[str, Any], *,
     )
 
 
+#: What agents send most (or nothing): the first renderer, JSON, answers them with no
+#: parameters to carry over (DRF's negotiation would pick the same, at more cost).
+PLAIN_ACCEPT = frozenset({"*/*", "application/json"})
+
+
 class OwnFormatNegotiation(DefaultContentNegotiation):
     """Answer in the endpoint's own format when ``Accept`` (or ``?format=``) asks for another.
 
@@ -89,6 +94,11 @@ class OwnFormatNegotiation(DefaultContentNegotiation):
         format_suffix: str | None = None,
     ) -> tuple[BaseRenderer, str]:
         renderers = list(renderers)
+        if (renderers and renderers[0].media_type == "application/json" and not format_suffix
+                and request.META.get("HTTP_ACCEPT", "*/*") in PLAIN_ACCEPT
+                and self.settings.URL_FORMAT_OVERRIDE not in request.query_params):
+            # What DRF's negotiation picks for these, without parsing the header.
+            return renderers[0], renderers[0].media_type
         try:
             selected: tuple[BaseRenderer, str] = super().select_renderer(
                 request, renderers, format_suffix
