@@ -249,7 +249,8 @@ class OperationStore:
         values = fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user)
         # By position, as Model.from_db builds a row (cheaper than keywords); a column the
         # values leave out is None, as its field's default (none) would make it.
-        operation = Operation(*[values.get(name) for name in _attnames()])
+        row: Any = [values.get(name) for name in _attnames()]
+        operation = Operation(*row)
         if user is not None:
             operation.user = user
         return self.claimed(Claim("fresh", operation, owner=operation.owner,
