@@ -1,11 +1,13 @@
-"""Provides ``floor_call``: what a guarded atomic fresh call sends the database, and nothing else.
+"""Provides the bench's floors: what a guarded call must send the database, and nothing else.
 
-The bench's configuration F (``/floor/``) runs it around A's effect: the difference
-between B and F is the guard's own Python, the difference between F and A what the
-statements the guard must send cost. The statements are the store's own, written by the
-store in use (PostgreSQL's or SQLite's), so the database does for F what it does for B;
-``tests/test_sql_counts.py`` checks that F sends the statements B sends, round trip for
-round trip.
+``floor_call`` is configuration F (``/floor/``), an atomic tool's fresh call (B) without
+the guard: B less F is the guard's own Python, F less A what the statements the guard
+must send cost. ``floor_claimed_call`` is F-R (``/floor-remote/``), R-guarded's claim and
+completion around the realistic handler; ``floor_replay`` is F-C (``/floor-replay/``), a
+replay answered from memory with no guard at all. The statements are the store's own,
+written by the store in use, so the database does for a floor what it does for the
+guarded call; ``tests/test_sql_counts.py`` checks that F and F-R send what the guarded
+calls send, round trip for round trip.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from django.utils import timezone
 from guarded_tools.conf import gt_settings
 from guarded_tools.models import OperationEvent
 from guarded_tools.store.backends.postgresql import LOCK
+from guarded_tools.store.history import Event
 from guarded_tools.store.values import LOCK_CLASS, key_hash
 
 #: The history's fields whose values the floor prepares as the store does.
@@ -55,3 +58,47 @@ def floor_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
               details]),
         ])
     return output
+
+
+def floor_claimed_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
+                       effect: Callable[[], Any]) -> Any:
+    """``effect()`` between the claim and the completion, as a tool that is not atomic runs
+    (R-guarded): the claim (``INSERT … ON CONFLICT DO NOTHING RETURNING``, committed), the
+    effect, then the completion with its history of two rows in one statement (PostgreSQL's
+    data-modifying ``WITH``). PostgreSQL only: SQLite's store records the history with the
+    ORM. Raises ``AssertionError`` when the key already exists."""
+    store = gt_settings.STORE_CLASS()
+    statements, connection = store.statements, store.connection
+    assert connection.vendor == "postgresql", "the claim-first floor is PostgreSQL's"
+    pk, owner = uuid.uuid4(), uuid.uuid4().hex
+    values = {"id": pk, "tool": tool, "scope": scope, "key": key, "user_id": user.pk,
+              "fingerprint": "", "input": input, "state": "in_flight", "owner": owner,
+              "output": None, "fence": 1, "recovered": False, "reconciled": False,
+              "attempts": 1}
+    params = statements.params(values, connection, claim=True, lease_seconds=300)
+    assert store.send([(statements.claim, params)], rows=True)[0], f"the key {key!r} exists"
+    output = effect()
+    actor = f"agent {user.get_username()}"
+    events = [Event(pk, timezone.now(), kind, actor, 1, {})
+              for kind in ("claimed", "succeeded")]
+    sql, event_params = statements.recording(statements.complete, events, connection)
+    ref = statements.pk.get_db_prep_value(pk, connection)
+    done = store.send([(sql, [
+        "succeeded", statements.output.get_db_prep_save(output, connection), False, "",
+        ref, owner, 1, "in_flight", *event_params,
+    ])], rows=True)[0][0][0]
+    assert done == 1
+    return output
+
+
+#: The floor of a replay (C-floor): answers a key's stored output from this process's memory.
+ANSWERS: dict[tuple[Any, str], Any] = {}
+
+
+def floor_replay(*, user: Any, key: str, effect: Callable[[], Any]) -> Any:
+    """The output stored for ``key`` in this process (``effect()``'s, the first time): a
+    replay with no guard, no validation, no fingerprint and no statement."""
+    found = ANSWERS.get((user.pk, key))
+    if found is None:
+        found = ANSWERS[(user.pk, key)] = effect()
+    return found

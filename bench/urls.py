@@ -9,6 +9,8 @@ urlpatterns = [
     path("ping/", views.ping),
     path("plain/", views.PlainInsertView.as_view()),
     path("floor/", views.FloorInsertView.as_view()),
+    path("floor-replay/", views.FloorReplayView.as_view()),
+    path("floor-remote/", views.FloorRemoteView.as_view()),
     path("plain-remote/", views.PlainRemoteView.as_view()),
     path("idempotency-key/", views.idempotent_db),
     path("idempotency-key-mem/", views.idempotent_mem),

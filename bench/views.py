@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from bench import stub
-from bench.floor import floor_call
+from bench.floor import floor_call, floor_claimed_call, floor_replay
 from bench.models import Item
 
 
@@ -69,3 +69,28 @@ class FloorInsertView(APIView):
         return Response(floor_call(tool="floor", scope=f"auth.user:{user.pk}",
                                    key=str(data["operationId"]), user=user, input=data,
                                    effect=lambda: insert(data)))
+
+
+class FloorRemoteView(APIView):
+    """F-R, R-guarded's floor: the realistic handler between the claim and the completion
+    the guard sends, no guard (:func:`bench.floor.floor_claimed_call`; PostgreSQL)."""
+
+    def post(self, request: Request) -> Response:
+        data, user = request.data, request.user
+        key = str(data["operationId"])
+
+        def effect() -> dict[str, Any]:
+            return insert(data, stub.call(settings.BENCH_STUB_URL, key))
+
+        return Response(floor_claimed_call(tool="floor-remote", scope=f"auth.user:{user.pk}",
+                                           key=key, user=user, input=data, effect=effect))
+
+
+class FloorReplayView(APIView):
+    """F-C, C's floor: a replay of A's answer from this process's memory, no guard
+    (:func:`bench.floor.floor_replay`)."""
+
+    def post(self, request: Request) -> Response:
+        data = request.data
+        return Response(floor_replay(user=request.user, key=str(data["operationId"]),
+                                     effect=lambda: insert(data)))

@@ -29,7 +29,7 @@ from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from bench.floor import floor_call
+from bench.floor import floor_call, floor_claimed_call
 from bench.statements import CONTROL, round_trips, server_prepared, statements
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
@@ -170,6 +170,27 @@ def test_the_benchs_floor_sends_what_an_atomic_fresh_call_sends(make_tool: Any, 
         output = floor_call(tool=definition.name, scope=principal_scope(alice, None),
                             key=data["operationId"], user=alice, input=data,
                             effect=lambda: effect(data, None))
+    floor = Counted(ctx.captured_queries)
+    assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
+    operation = Operation.objects.get(key=data["operationId"])
+    assert operation.state == OperationState.SUCCEEDED and operation.output == output
+    assert [e.kind for e in operation.events.all()] == ["claimed", "succeeded"]
+
+
+def test_the_benchs_claim_first_floor_sends_what_a_fresh_call_sends(make_tool: Any,
+                                                                    client: Any, alice: Any,
+                                                                    ) -> None:
+    """F-R (``bench.floor.floor_claimed_call``): a tool that is not atomic, its claim and its
+    completion with the history, round trip for round trip (PostgreSQL's statements)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the claim-first floor sends PostgreSQL's statements")
+    definition = make_tool(effect, input_schema=SCHEMA)
+    guarded = call(client, definition.name, body(), 200)
+    data = body()
+    with CaptureQueriesContext(connection) as ctx:
+        output = floor_claimed_call(tool=definition.name, scope=principal_scope(alice, None),
+                                    key=data["operationId"], user=alice, input=data,
+                                    effect=lambda: effect(data, None))
     floor = Counted(ctx.captured_queries)
     assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
     operation = Operation.objects.get(key=data["operationId"])
