@@ -27,7 +27,8 @@ import time
 from pathlib import Path
 
 CONFIGS = [("A", "/plain/", False), ("F", "/floor/", False), ("B", "bench_insert", False),
-           ("C", "bench_insert", True), ("D", "bench_insert_full", False)]
+           ("C", "bench_insert", True), ("F-C", "/floor-replay/", True),
+           ("D", "bench_insert_full", False), ("F-D", "/floor-full/", False)]
 
 
 def worker(n: int) -> None:

@@ -2,18 +2,19 @@
 
 ``floor_call`` is configuration F (``/floor/``), an atomic tool's fresh call (B) without
 the guard: B less F is the guard's own Python, F less A what the statements the guard
-must send cost. ``floor_claimed_call`` is F-R (``/floor-remote/``), R-guarded's claim and
-completion around the realistic handler; ``floor_replay`` is F-C (``/floor-replay/``), a
-replay answered from memory with no guard at all. The statements are the store's own,
-written by the store in use, so the database does for a floor what it does for the
-guarded call; ``tests/test_sql_counts.py`` checks that F and F-R send what the guarded
-calls send, round trip for round trip.
+must send cost; with the permission query and a journal entry it is F-D
+(``/floor-full/``), D's statements. ``floor_claimed_call`` is F-R (``/floor-remote/``),
+R-guarded's claim and completion around the realistic handler; ``floor_replay`` is F-C
+(``/floor-replay/``), a replay answered from memory with no guard at all. The statements
+are the store's own, written by the store in use, so the database does for a floor what
+it does for the guarded call; ``tests/test_sql_counts.py`` checks that F, F-D and F-R send what the
+guarded calls send, round trip for round trip.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -31,10 +32,12 @@ EVENT_DETAILS = OperationEvent._meta.get_field("details")
 
 
 def floor_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
-               effect: Callable[[], Any]) -> Any:
-    """``effect()`` and the operation of ``key`` (succeeded, with its history of two rows:
-    claimed, succeeded) in one transaction, after the key's lock and read: an atomic tool's
-    fresh call without the guard. Raises ``AssertionError`` when the key already exists."""
+               effect: Callable[[], Any], journal: Sequence[Any] = ()) -> Any:
+    """``effect()`` and the operation of ``key`` (succeeded, with its history: claimed, a
+    row per ``journal`` entry, succeeded) in one transaction, after the key's lock and read:
+    an atomic tool's fresh call without the guard. ``journal``: the entries its handler
+    writes (D's one), inserted with the operation. Raises ``AssertionError`` when the key
+    already exists."""
     store = gt_settings.STORE_CLASS()  # the SQL store of the database in use
     statements, connection = store.statements, store.connection
     with transaction.atomic(using=connection.alias):
@@ -48,15 +51,21 @@ def floor_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
                   "fingerprint": "", "input": input, "state": "succeeded", "owner": "",
                   "output": output, "fence": 1, "recovered": False, "reconciled": False,
                   "attempts": 1}
-        actor = f"agent {user.get_username()}"
-        details = EVENT_DETAILS.get_db_prep_save({}, connection)
+        actor, empty = f"agent {user.get_username()}", EVENT_DETAILS.get_db_prep_save(
+            {}, connection)
         ref = statements.pk.get_db_prep_value(pk, connection)  # the events' operation
-        store.send([
-            (statements.completed, statements.params(values, connection, claim=False)),
-            (statements.event_rows + ", ".join([statements.event_row] * 2),
-             [ref, now, "claimed", actor, 1, details, ref, now, "succeeded", actor, 1,
-              details]),
-        ])
+        history = [[ref, now, "claimed", actor, 1, empty]]
+        history += [[ref, now, "journal", actor, 1,
+                     EVENT_DETAILS.get_db_prep_save({"data": data}, connection)]
+                    for data in journal]
+        history.append([ref, now, "succeeded", actor, 1, empty])
+        parts = [(statements.completed, statements.params(values, connection, claim=False))]
+        if journal:
+            parts.append(statements.journal_params(ref, 1, [(data, False) for data in journal],
+                                                   connection))
+        parts.append((statements.event_rows + ", ".join([statements.event_row] * len(history)),
+                      [value for row in history for value in row]))
+        store.send(parts)
     return output
 
 

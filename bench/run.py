@@ -56,6 +56,8 @@ CONFIGS: list[tuple[str, str, str, str]] = [
     ("F-C", "C's floor: A's answer replayed from memory, no guard", "/floor-replay/", "replay"),
     ("D", "guarded + validation, permission, journal, verify",
      "/agent/tools/bench_insert_full/", "fresh"),
+    ("F-D", "D's floor: F with D's permission query and journal entry, no guard",
+     "/floor-full/", "fresh"),
     ("E", "django-idempotency-key on A, database cache (reference)",
      "/idempotency-key/", "fresh"),
     ("E-mem", "django-idempotency-key on A, per-process memory (reference)",
@@ -69,7 +71,7 @@ CONFIGS: list[tuple[str, str, str, str]] = [
 #: Configurations whose statements are PostgreSQL's only (left out on SQLite).
 POSTGRESQL_ONLY = {"F-R"}
 RATIOS = [("F/A", "F", "A"), ("B/A", "B", "A"), ("F-C/A", "F-C", "A"), ("C/A", "C", "A"),
-          ("D/A", "D", "A"), ("E/A", "E", "A"), ("E-mem/A", "E-mem", "A"),
+          ("F-D/A", "F-D", "A"), ("D/A", "D", "A"), ("E/A", "E", "A"), ("E-mem/A", "E-mem", "A"),
           ("F-R/R-plain", "F-R", "R-plain"), ("R-guarded/R-plain", "R-guarded", "R-plain")]
 TARGETS = {"B/A": 0.70, "C/A": 1.20, "D/A": 0.60, "R-guarded/R-plain": 0.92}  # issue 29
 
@@ -551,7 +553,8 @@ def chart(results: dict[str, Any], path: Path) -> None:
             ax.annotate(f"{value:.0f}", (bar.get_x() + bar.get_width() / 2, value * 0.5),
                         ha="center", va="center", fontsize=7, color="white", rotation=90)
     labels = {"A": "A\nplain", "F": "F\nfloor", "F-C": "F-C\nreplay\nfloor",
-              "B": "B\nguarded", "C": "C\nreplay", "D": "D\nall guards",
+              "F-D": "F-D\nD's floor", "B": "B\nguarded", "C": "C\nreplay",
+              "D": "D\nall guards",
               "E": "E\nidem-key\n(db cache)", "E-mem": "E-mem\nidem-key\n(memory)",
               "R-plain": "R plain\n5 ms call", "R-guarded": "R guarded\n5 ms call"}
     ax.set_xticks(range(len(names)), [labels.get(n, n) for n in names], fontsize=8)

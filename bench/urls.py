@@ -9,6 +9,7 @@ urlpatterns = [
     path("ping/", views.ping),
     path("plain/", views.PlainInsertView.as_view()),
     path("floor/", views.FloorInsertView.as_view()),
+    path("floor-full/", views.FloorFullView.as_view()),
     path("floor-replay/", views.FloorReplayView.as_view()),
     path("floor-remote/", views.FloorRemoteView.as_view()),
     path("plain-remote/", views.PlainRemoteView.as_view()),

@@ -94,3 +94,16 @@ class FloorReplayView(APIView):
         data = request.data
         return Response(floor_replay(user=request.user, key=str(data["operationId"]),
                                      effect=lambda: insert(data)))
+
+
+class FloorFullView(APIView):
+    """F-D, D's floor: F with D's permission (the site's ``has_perms``, as the guard asks
+    it) and D's journal entry, no guard (:func:`bench.floor.floor_call`)."""
+
+    def post(self, request: Request) -> Response:
+        data, user = request.data, request.user
+        if not user.has_perms(("bench.add_item",)):
+            return Response({"error": "permission"}, status=403)
+        return Response(floor_call(tool="floor-full", scope=f"auth.user:{user.pk}",
+                                   key=str(data["operationId"]), user=user, input=data,
+                                   effect=lambda: insert(data), journal=[{"step": "insert"}]))

@@ -153,7 +153,8 @@ def test_a_fresh_call_writes_at_most_twice_beyond_its_effect(definition: Any,
 
 def shapes(sent: list[str]) -> list[str]:
     """Round trips as statements without their values (literals, numbers, casts)."""
-    return [re.sub(r"-?\b\d+\b", "?", re.sub(r"'(?:[^']|'')*'(::\w+)?", "?", sql))
+    return [re.sub(r"\s+", " ", re.sub(r"-?\b\d+\b", "?",
+                                       re.sub(r"'(?:[^']|'')*'(::\w+)?", "?", sql)))
             for sql in sent]
 
 
@@ -175,6 +176,36 @@ def test_the_benchs_floor_sends_what_an_atomic_fresh_call_sends(make_tool: Any, 
     operation = Operation.objects.get(key=data["operationId"])
     assert operation.state == OperationState.SUCCEEDED and operation.output == output
     assert [e.kind for e in operation.events.all()] == ["claimed", "succeeded"]
+
+
+def test_the_benchs_full_floor_sends_what_a_fully_guarded_call_sends(
+    make_tool: Any, client_for: Any, user_factory: Any, settings: Any,
+) -> None:
+    """F-D: F with D's permission query (the site's backend, as the guard asks it) and one
+    journal entry, round trip for round trip with a guarded call that has both."""
+    one_transaction(settings, True)
+
+    def journaled(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.operation.write({"step": "insert"})
+        return effect(input, ctx)
+
+    carol = user_factory("carol", perms=("auth.add_group",))
+    definition = make_tool(journaled, input_schema=SCHEMA, atomic=True,
+                           permissions=("auth.add_group",))
+    guarded = call(client_for(carol), definition.name, body(), 200)
+    data = body()
+    carol = type(carol).objects.get(pk=carol.pk)  # as a request's user: no permission cache
+    with CaptureQueriesContext(connection) as ctx:
+        assert carol.has_perms(("auth.add_group",))
+        output = floor_call(tool=definition.name, scope=principal_scope(carol, None),
+                            key=data["operationId"], user=carol, input=data,
+                            effect=lambda: effect(data, None), journal=[{"step": "insert"}])
+    floor = Counted(ctx.captured_queries)
+    assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
+    operation = Operation.objects.get(key=data["operationId"])
+    assert operation.state == OperationState.SUCCEEDED and operation.output == output
+    assert [e.kind for e in operation.events.all()] == ["claimed", "journal", "succeeded"]
+    assert [e.data for e in operation.journal.all()] == [{"step": "insert"}]
 
 
 def test_the_benchs_claim_first_floor_sends_what_a_fresh_call_sends(make_tool: Any,
