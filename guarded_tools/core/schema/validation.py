@@ -52,6 +52,12 @@ def _finite_float(text: str) -> float:
     return value
 
 
+#: One decoder for every body (``json.loads`` with hooks would build one per call); like
+#: ``json``'s own default decoder, it keeps no state between calls.
+_STRICT = json.JSONDecoder(object_pairs_hook=_no_duplicates, parse_constant=_no_constants,
+                           parse_float=_finite_float)
+
+
 def parse_json(raw: bytes, *, max_depth: int) -> Any:
     """Parse ``raw`` as strict JSON: UTF-8, no duplicate keys, no NaN, bounded depth."""
     try:
@@ -61,12 +67,7 @@ def parse_json(raw: bytes, *, max_depth: int) -> Any:
     if text.startswith("\ufeff"):
         text = text[1:]
     try:
-        value = json.loads(
-            text,
-            object_pairs_hook=_no_duplicates,
-            parse_constant=_no_constants,
-            parse_float=_finite_float,
-        )
+        value = _STRICT.decode(text)
     except _DuplicateKey:
         raise MalformedRequest("The request body repeats a key inside one object.") from None
     except RecursionError:

@@ -14,7 +14,6 @@ from typing import Any
 from django.apps import apps
 from django.db import transaction
 from django.http import Http404
-from django.utils.decorators import method_decorator
 from rest_framework.exceptions import NotAcceptable
 from rest_framework.negotiation import DefaultContentNegotiation
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -96,7 +95,8 @@ class OwnFormatNegotiation(DefaultContentNegotiation):
         renderers = list(renderers)
         if (renderers and renderers[0].media_type == "application/json" and not format_suffix
                 and request.META.get("HTTP_ACCEPT", "*/*") in PLAIN_ACCEPT
-                and self.settings.URL_FORMAT_OVERRIDE not in request.query_params):
+                and (not request.META.get("QUERY_STRING")  # else DRF's ?format= may choose
+                     or self.settings.URL_FORMAT_OVERRIDE not in request.query_params)):
             # What DRF's negotiation picks for these, without parsing the header.
             return renderers[0], renderers[0].media_type
         try:
@@ -108,13 +108,18 @@ class OwnFormatNegotiation(DefaultContentNegotiation):
         return selected
 
 
-@method_decorator(transaction.non_atomic_requests, name="dispatch")
 class GuardedAPIView(APIView):
     """Base view: strict JSON in, JSON out, every error rendered for agents.
 
     The site's DRF authentication and throttle classes apply unchanged. Views are
     never wrapped in ``ATOMIC_REQUESTS``: a claim must commit before its handler runs.
     """
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        """The view function, opted out of ``ATOMIC_REQUESTS``: decorated once here, as DRF
+        makes it ``csrf_exempt``, rather than ``dispatch`` decorated again on every call."""
+        return transaction.non_atomic_requests(super().as_view(**initkwargs))
 
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
