@@ -63,11 +63,23 @@ def _agent_paths() -> tuple[str, ...]:
     """Where agents send bodies: the tool calls and MCP (nothing else of the site's).
 
     Prefixes without the trailing slash: the app serves ``mcp`` as it serves ``mcp/``.
+    Reversed once per URLconf and script prefix (two ``reverse()`` calls cost more than a
+    tool call's other ASGI work), which is what the answer depends on.
     """
+    from django.conf import settings
+    from django.urls import get_script_prefix
+
+    return _agent_paths_of(settings.ROOT_URLCONF, get_script_prefix())
+
+
+@functools.lru_cache(maxsize=16)
+def _agent_paths_of(urlconf: Any, prefix: str) -> tuple[str, ...]:
+    """``_agent_paths`` for the URLconf ``urlconf`` under the script prefix ``prefix``."""
     from django.urls import NoReverseMatch, reverse
 
     try:
-        paths = (reverse("guarded_tools:tool-list"), reverse("guarded_tools:mcp"))
+        paths = (reverse("guarded_tools:tool-list", urlconf=urlconf),
+                 reverse("guarded_tools:mcp", urlconf=urlconf))
     except NoReverseMatch:
         return ()
     return tuple(p.rstrip("/") for p in paths)
