@@ -158,31 +158,40 @@ def shapes(sent: list[str]) -> list[str]:
             for sql in sent]
 
 
-def test_the_benchs_floor_sends_what_an_atomic_fresh_call_sends(make_tool: Any, client: Any,
-                                                                alice: Any,
-                                                                settings: Any) -> None:
-    """The bench's floor (F, ``bench.floor``) stands for what the guard's statements cost a
-    fresh call: it must send them all, and nothing else, round trip for round trip."""
-    one_transaction(settings, True)
-    definition = make_tool(effect, input_schema=SCHEMA, atomic=True)
-    guarded = call(client, definition.name, body(), 200)
+def floor_beside(guarded: Counted, run_floor: Any, user: Any, tool: str,
+                 kinds: list[str]) -> Operation:
+    """Run a bench floor (``run_floor(tool=, scope=, key=, user=, input=, effect=)``, the
+    effect this module's) for a fresh key: it must send what the guarded call ``guarded``
+    sent, round trip for round trip, and leave the operation and history it would."""
     data = body()
     with CaptureQueriesContext(connection) as ctx:
-        output = floor_call(tool=definition.name, scope=principal_scope(alice, None),
-                            key=data["operationId"], user=alice, input=data,
-                            effect=lambda: effect(data, None))
+        output = run_floor(tool=tool, scope=principal_scope(user, None),
+                           key=data["operationId"], user=user, input=data,
+                           effect=lambda: effect(data, None))
     floor = Counted(ctx.captured_queries)
     assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
     operation = Operation.objects.get(key=data["operationId"])
     assert operation.state == OperationState.SUCCEEDED and operation.output == output
-    assert [e.kind for e in operation.events.all()] == ["claimed", "succeeded"]
+    assert [e.kind for e in operation.events.all()] == kinds
+    return operation
+
+
+def test_the_benchs_floor_sends_what_an_atomic_fresh_call_sends(make_tool: Any, client: Any,
+                                                                alice: Any,
+                                                                settings: Any) -> None:
+    """The bench's floor (F, ``bench.floor``) stands for what the guard's statements cost a
+    fresh call: it must send them all, and nothing else."""
+    one_transaction(settings, True)
+    definition = make_tool(effect, input_schema=SCHEMA, atomic=True)
+    guarded = call(client, definition.name, body(), 200)
+    floor_beside(guarded, floor_call, alice, definition.name, ["claimed", "succeeded"])
 
 
 def test_the_benchs_full_floor_sends_what_a_fully_guarded_call_sends(
     make_tool: Any, client_for: Any, user_factory: Any, settings: Any,
 ) -> None:
     """F-D: F with D's permission query (the site's backend, as the guard asks it) and one
-    journal entry, round trip for round trip with a guarded call that has both."""
+    journal entry, beside a guarded call that has both."""
     one_transaction(settings, True)
 
     def journaled(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -193,18 +202,14 @@ def test_the_benchs_full_floor_sends_what_a_fully_guarded_call_sends(
     definition = make_tool(journaled, input_schema=SCHEMA, atomic=True,
                            permissions=("auth.add_group",))
     guarded = call(client_for(carol), definition.name, body(), 200)
-    data = body()
     carol = type(carol).objects.get(pk=carol.pk)  # as a request's user: no permission cache
-    with CaptureQueriesContext(connection) as ctx:
+
+    def full_floor(**kwargs: Any) -> Any:
         assert carol.has_perms(("auth.add_group",))
-        output = floor_call(tool=definition.name, scope=principal_scope(carol, None),
-                            key=data["operationId"], user=carol, input=data,
-                            effect=lambda: effect(data, None), journal=[{"step": "insert"}])
-    floor = Counted(ctx.captured_queries)
-    assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
-    operation = Operation.objects.get(key=data["operationId"])
-    assert operation.state == OperationState.SUCCEEDED and operation.output == output
-    assert [e.kind for e in operation.events.all()] == ["claimed", "journal", "succeeded"]
+        return floor_call(**kwargs, journal=[{"step": "insert"}])
+
+    operation = floor_beside(guarded, full_floor, carol, definition.name,
+                             ["claimed", "journal", "succeeded"])
     assert [e.data for e in operation.journal.all()] == [{"step": "insert"}]
 
 
@@ -212,21 +217,12 @@ def test_the_benchs_claim_first_floor_sends_what_a_fresh_call_sends(make_tool: A
                                                                     client: Any, alice: Any,
                                                                     ) -> None:
     """F-R (``bench.floor.floor_claimed_call``): a tool that is not atomic, its claim and its
-    completion with the history, round trip for round trip (PostgreSQL's statements)."""
+    completion with the history (PostgreSQL's statements)."""
     if connection.vendor != "postgresql":
         pytest.skip("the claim-first floor sends PostgreSQL's statements")
     definition = make_tool(effect, input_schema=SCHEMA)
     guarded = call(client, definition.name, body(), 200)
-    data = body()
-    with CaptureQueriesContext(connection) as ctx:
-        output = floor_claimed_call(tool=definition.name, scope=principal_scope(alice, None),
-                                    key=data["operationId"], user=alice, input=data,
-                                    effect=lambda: effect(data, None))
-    floor = Counted(ctx.captured_queries)
-    assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
-    operation = Operation.objects.get(key=data["operationId"])
-    assert operation.state == OperationState.SUCCEEDED and operation.output == output
-    assert [e.kind for e in operation.events.all()] == ["claimed", "succeeded"]
+    floor_beside(guarded, floor_claimed_call, alice, definition.name, ["claimed", "succeeded"])
 
 
 def psycopg3_postgresql() -> None:
