@@ -498,6 +498,9 @@ def markdown(results: dict[str, Any]) -> str:
             cells = []
             for db in dbs:
                 r = results["databases"][db]["http"]["ratios"]
+                if label not in r:  # a configuration not measured there (POSTGRESQL_ONLY)
+                    cells.append("n/a")
+                    continue
                 rounds = ", ".join(f"{x:.2f}" for x in r[label + " (per round)"])
                 cells.append(f"**{r[label]:.2f}** ({rounds})")
             goal = f"≥ {target:.2f}" if target else ""
@@ -520,6 +523,8 @@ def cpu_markdown(results: dict[str, Any], dbs: list[str]) -> list[str]:
         out.append("|---|" + "---:|" * len(parts))
         base = configs["A"]["cpu_us"]
         for name, *_ in CONFIGS:
+            if name not in configs:  # not measured on this database (POSTGRESQL_ONLY)
+                continue
             mine = configs[name].get("cpu_us") or {}
             out.append(f"| {name} | " + " | ".join(
                 f"{mine.get(p, 0):.0f}" + ("" if name == "A" else

@@ -199,3 +199,23 @@ def test_without_insert_returning_the_claim_is_the_orms(monkeypatch: pytest.Monk
                         lease_seconds=30)
     assert (claim.kind, again.kind) == ("fresh", "in_flight")
     assert Operation.objects.get(key="old").owner == claim.owner
+
+
+@pytest.mark.django_db
+def test_the_pending_operation_is_what_its_values_make_by_keyword(alice: Any) -> None:
+    """``pending()`` builds the operation by position (as ``Model.from_db`` builds rows):
+    every value it is given must be a column's, and the row must be the one the values
+    make by keyword (a field default a later edit adds would be lost by position)."""
+    from guarded_tools.store.values import fresh_values
+
+    values = fresh_values(tool="t", scope="s", key="k", fp="f", input={"a": 1}, user=alice)
+    attnames = [f.attname for f in Operation._meta.concrete_fields]
+    assert set(values) <= set(attnames)
+    left_out = [f for f in Operation._meta.concrete_fields if f.attname not in values]
+    assert all(not f.has_default() for f in left_out), [f.name for f in left_out]
+    claim = OperationStore().pending(tool="t", scope="s", key="k", fp="f", input={"a": 1},
+                                     user=alice)
+    made = Operation(**{**values, "id": claim.operation.pk, "owner": claim.operation.owner})
+    assert [getattr(claim.operation, a) for a in attnames] == [getattr(made, a) for a in attnames]
+    assert claim.operation.user is alice  # attached: no query to read it
+    assert claim.unrecorded and claim.unrecorded[0].kind == "claimed"
