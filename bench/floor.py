@@ -13,7 +13,6 @@ guarded calls send, round trip for round trip.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -21,51 +20,34 @@ from django.db import transaction
 from django.utils import timezone
 
 from guarded_tools.conf import gt_settings
-from guarded_tools.models import OperationEvent
-from guarded_tools.store.backends.postgresql import LOCK
 from guarded_tools.store.history import Event
-from guarded_tools.store.values import LOCK_CLASS, key_hash
-
-#: The history's fields whose values the floor prepares as the store does.
-EVENT_AT = OperationEvent._meta.get_field("at")
-EVENT_DETAILS = OperationEvent._meta.get_field("details")
+from guarded_tools.store.values import fresh_values
 
 
 def floor_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
                effect: Callable[[], Any], journal: Sequence[Any] = ()) -> Any:
     """``effect()`` and the operation of ``key`` (succeeded, with its history: claimed, a
-    row per ``journal`` entry, succeeded) in one transaction, after the key's lock and read:
-    an atomic tool's fresh call without the guard. ``journal``: the entries its handler
-    writes (D's one), inserted with the operation. Raises ``AssertionError`` when the key
-    already exists."""
+    row per ``journal`` entry, succeeded) in one transaction, after the key's lock and read
+    (the store's ``lock_key``): an atomic tool's fresh call without the guard. ``journal``:
+    the entries its handler writes (D's one), inserted with the operation. Raises
+    ``AssertionError`` when the key is not free."""
     store = gt_settings.STORE_CLASS()  # the SQL store of the database in use
     statements, connection = store.statements, store.connection
     with transaction.atomic(using=connection.alias):
-        lock = [(LOCK, [LOCK_CLASS, key_hash(tool, scope, key)])] \
-            if connection.vendor == "postgresql" else []  # SQLite: IMMEDIATE holds the lock
-        found = store.send([*lock, (statements.select, [tool, scope, key])], rows=True)[-1]
-        assert not found, f"the floor's key {key!r} exists"
+        assert store.lock_key(tool=tool, scope=scope, key=key).state == "locked", key
         output = effect()
-        pk, now = uuid.uuid4(), EVENT_AT.get_db_prep_save(timezone.now(), connection)
-        values = {"id": pk, "tool": tool, "scope": scope, "key": key, "user_id": user.pk,
-                  "fingerprint": "", "input": input, "state": "succeeded", "owner": "",
-                  "output": output, "fence": 1, "recovered": False, "reconciled": False,
-                  "attempts": 1}
-        actor, empty = f"agent {user.get_username()}", EVENT_DETAILS.get_db_prep_save(
-            {}, connection)
-        ref = statements.pk.get_db_prep_value(pk, connection)  # the events' operation
-        history = [[ref, now, "claimed", actor, 1, empty]]
-        history += [[ref, now, "journal", actor, 1,
-                     EVENT_DETAILS.get_db_prep_save({"data": data}, connection)]
-                    for data in journal]
-        history.append([ref, now, "succeeded", actor, 1, empty])
+        values = {**fresh_values(tool=tool, scope=scope, key=key, fp="", input=input,
+                                 user=user), "state": "succeeded", "owner": "", "output": output}
+        pk, now, actor = values["id"], timezone.now(), f"agent {user.get_username()}"
+        history = [Event(pk, now, "claimed", actor, 1, {}),
+                   *[Event(pk, now, "journal", actor, 1, {"data": data}) for data in journal],
+                   Event(pk, now, "succeeded", actor, 1, {})]
         parts = [(statements.completed, statements.params(values, connection, claim=False))]
         if journal:
+            ref = statements.pk.get_db_prep_value(pk, connection)  # the entries' operation
             parts.append(statements.journal_params(ref, 1, [(data, False) for data in journal],
                                                    connection))
-        parts.append((statements.event_rows + ", ".join([statements.event_row] * len(history)),
-                      [value for row in history for value in row]))
-        store.send(parts)
+        store.send([*parts, statements.events(history, connection)])
     return output
 
 
@@ -79,22 +61,17 @@ def floor_claimed_call(*, tool: str, scope: str, key: str, user: Any, input: Any
     store = gt_settings.STORE_CLASS()
     statements, connection = store.statements, store.connection
     assert connection.vendor == "postgresql", "the claim-first floor is PostgreSQL's"
-    pk, owner = uuid.uuid4(), uuid.uuid4().hex
-    values = {"id": pk, "tool": tool, "scope": scope, "key": key, "user_id": user.pk,
-              "fingerprint": "", "input": input, "state": "in_flight", "owner": owner,
-              "output": None, "fence": 1, "recovered": False, "reconciled": False,
-              "attempts": 1}
+    values = fresh_values(tool=tool, scope=scope, key=key, fp="", input=input, user=user)
     params = statements.params(values, connection, claim=True, lease_seconds=300)
     assert store.send([(statements.claim, params)], rows=True)[0], f"the key {key!r} exists"
     output = effect()
-    actor = f"agent {user.get_username()}"
-    events = [Event(pk, timezone.now(), kind, actor, 1, {})
-              for kind in ("claimed", "succeeded")]
-    sql, event_params = statements.recording(statements.complete, events, connection)
+    pk, actor = values["id"], f"agent {user.get_username()}"
     ref = statements.pk.get_db_prep_value(pk, connection)
+    events = [Event(pk, timezone.now(), kind, actor, 1, {}) for kind in ("claimed", "succeeded")]
+    sql, event_params = statements.recording(statements.complete, events, connection)
     done = store.send([(sql, [
         "succeeded", statements.output.get_db_prep_save(output, connection), False, "",
-        ref, owner, 1, "in_flight", *event_params,
+        ref, values["owner"], 1, "in_flight", *event_params,
     ])], rows=True)[0][0][0]
     assert done == 1
     return output

@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 from bench import stub
 from bench.floor import floor_call, floor_claimed_call, floor_replay
 from bench.models import Item
+from guarded_tools.pipeline import principal_scope
 
 
 def insert(data: Any, ref: str = "") -> dict[str, Any]:
@@ -66,7 +67,7 @@ class FloorInsertView(APIView):
 
     def post(self, request: Request) -> Response:
         data, user = request.data, request.user
-        return Response(floor_call(tool="floor", scope=f"auth.user:{user.pk}",
+        return Response(floor_call(tool="floor", scope=principal_scope(user, None),
                                    key=str(data["operationId"]), user=user, input=data,
                                    effect=lambda: insert(data)))
 
@@ -82,7 +83,7 @@ class FloorRemoteView(APIView):
         def effect() -> dict[str, Any]:
             return insert(data, stub.call(settings.BENCH_STUB_URL, key))
 
-        return Response(floor_claimed_call(tool="floor-remote", scope=f"auth.user:{user.pk}",
+        return Response(floor_claimed_call(tool="floor-remote", scope=principal_scope(user, None),
                                            key=key, user=user, input=data, effect=effect))
 
 
@@ -104,6 +105,6 @@ class FloorFullView(APIView):
         data, user = request.data, request.user
         if not user.has_perms(("bench.add_item",)):
             return Response({"error": "permission"}, status=403)
-        return Response(floor_call(tool="floor-full", scope=f"auth.user:{user.pk}",
+        return Response(floor_call(tool="floor-full", scope=principal_scope(user, None),
                                    key=str(data["operationId"]), user=user, input=data,
                                    effect=lambda: insert(data), journal=[{"step": "insert"}]))

@@ -115,17 +115,17 @@ class GuardedAPIView(APIView):
     never wrapped in ``ATOMIC_REQUESTS``: a claim must commit before its handler runs.
     """
 
-    @classmethod
-    def as_view(cls, **initkwargs: Any) -> Any:
-        """The view function, opted out of ``ATOMIC_REQUESTS``: decorated once here, as DRF
-        makes it ``csrf_exempt``, rather than ``dispatch`` decorated again on every call."""
-        return transaction.non_atomic_requests(super().as_view(**initkwargs))
-
     parser_classes = [StrictJSONParser]
     renderer_classes = [JSONRenderer]
     content_negotiation_class = OwnFormatNegotiation
     #: Which ``OAUTH_PROTECTS`` entry puts OAuth bearer authentication on this view.
     oauth_surface = "rest"
+
+    @classmethod
+    def as_view(cls, **initkwargs: Any) -> Any:
+        """The view function, opted out of ``ATOMIC_REQUESTS``: decorated once here, as DRF
+        makes it ``csrf_exempt``, rather than ``dispatch`` decorated again on every call."""
+        return transaction.non_atomic_requests(super().as_view(**initkwargs))
 
     def get_authenticators(self) -> list[Any]:
         """The site's authentication, after OAuth bearer tokens where ``OAUTH_PROTECTS``
