@@ -30,6 +30,8 @@ DEFAULTS: dict[str, Any] = {
     "CONFIRMATION_APPROVAL_TTL_SECONDS": 3600,
     "CONFIRMATION_MAX_WAIT_SECONDS": 30,
     "CONFIRMATION_POLL_INTERVAL": 0.5,
+    # A person may approve their own call of a tool with confirm="always" or
+    # "effect-only"; never a policy's Approvers(n) (never the requester).
     "CONFIRMATION_ALLOW_SELF_APPROVAL": False,
     "CONFIRMATION_SHARE_DECLINE_REASON": False,
     "CONFIRMATION_REASON_MAX_CHARS": 300,

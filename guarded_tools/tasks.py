@@ -235,6 +235,10 @@ def _keep_for_the_task(confirmation: Any, exc: Exception) -> None:
         # consumed this approval first): that call runs it, and the task's state is read
         # from the operation it is running, not from this run's refusal.
         return
+    if error.code == "confirmation_required":
+        # The rule in force asks more than this approval gave: the request waits again,
+        # and the task with it (working), until the approvals still needed run it.
+        return
     definition = registry.find(confirmation.tool)
     audience = Audience(transport="mcp", keyed=bool(definition and definition.idempotent))
     Confirmation.objects.filter(pk=confirmation.pk).update(

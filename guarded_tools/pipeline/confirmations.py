@@ -5,7 +5,8 @@ approves or declines it in the admin, or through :func:`approve` / :func:`declin
 from a site's own approval screen, with the same permission and four-eyes checks.
 An approval is consumed by the one execution it allowed, and only while it lasts
 (``CONFIRMATION_APPROVAL_TTL_SECONDS``): one nobody used expires, as a request
-nobody decided does.
+nobody decided does. A policy's request is held against the rule in force when its call
+runs: an approval that gives less than that rule asks sends the request back to pending.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import logging
 import math
 import time
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.apps import apps
@@ -21,6 +23,7 @@ from django.db import IntegrityError, router, transaction
 from django.db.models import Q
 from django.db.models.functions import Now
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 from django.utils.module_loading import import_string
 
 from guarded_tools import signals
@@ -83,12 +86,21 @@ def require_approval(definition: Tool, inv: Invocation,
     took (``effect-only``): an approval an earlier attempt of that same operation
     consumed, and which has not expired, is used again, because an attempt is fresh only
     when the earlier one was released without its effect (a repaired retry). ``policy``
-    is what an approval policy's rule asks (``policy_rule``, ``policy_version``,
-    ``approvals_required``): a pending request asks at least that many approvals.
+    is what the rule in force asks (``policy_rule``, ``policy_version``,
+    ``approvals_required``, the approvers' group and permission): a pending request asks
+    at least that many approvals, and an approval not used yet that gives less goes back
+    to pending with the approvals that count (see ``_short_of_the_rule``). A pending
+    request is linked to ``operation_id``, the operation that waits for it.
     """
     deadline = time.monotonic() + max(inv.wait, 0)
     while True:
         confirmation = _consume_or_request(definition, inv, operation_id, policy)
+        if (operation_id is not None and confirmation.status == ConfirmationStatus.PENDING
+                and confirmation.operation_id != operation_id):
+            # The operation whose claim asked waits for it: its timeline shows the decisions.
+            Confirmation.objects.using(router.db_for_write(Confirmation)).filter(
+                pk=confirmation.pk).update(operation_id=operation_id)
+            confirmation.operation_id = operation_id
         if confirmation.status == ConfirmationStatus.CONSUMED:
             return confirmation
         if confirmation.status != ConfirmationStatus.PENDING or time.monotonic() >= deadline:
@@ -108,20 +120,24 @@ def open_request(definition: Tool, inv: Invocation) -> bool:
 
 def _stricter(confirmations: Any, call: Q, policy: Mapping[str, Any] | None) -> None:
     """A policy stricter now than when the call was asked: its pending request needs the
-    approvals the policy needs now (a policy grown laxer keeps the request's)."""
-    if policy is not None:
+    approvals the policy needs now, from the approvers it names (a policy grown laxer
+    keeps the request's)."""
+    if policy is not None and "approvals_required" in policy:
         confirmations.filter(
             call, status=ConfirmationStatus.PENDING,
             approvals_required__lt=policy["approvals_required"],
         ).update(approvals_required=policy["approvals_required"],
-                 policy_rule=policy["policy_rule"], policy_version=policy["policy_version"])
+                 policy_rule=policy["policy_rule"], policy_version=policy["policy_version"],
+                 approvers_group=policy.get("approvers_group", ""),
+                 approvers_permission=policy.get("approvers_permission", ""))
 
 
 def _consume_or_request(definition: Tool, inv: Invocation, operation_id: Any = None,
                         policy: Mapping[str, Any] | None = None) -> Confirmation:
     call = _call(definition, inv)
     # From the primary: a replica behind it could miss the approval, or the request.
-    confirmations = Confirmation.objects.using(router.db_for_write(Confirmation))
+    using = router.db_for_write(Confirmation)
+    confirmations = Confirmation.objects.using(using)
     confirmations.filter(call).overdue().update(status=ConfirmationStatus.EXPIRED)
     _stricter(confirmations, call, policy)
     latest = confirmations.filter(call).order_by("-created_at").first()
@@ -131,17 +147,22 @@ def _consume_or_request(definition: Tool, inv: Invocation, operation_id: Any = N
         and latest.operation_id == operation_id
         and confirmations.filter(pk=latest.pk, expires_at__gt=Now()).exists()
     ):
-        return latest  # consumed by an earlier attempt of this operation, released since
+        # Consumed by an earlier attempt of this operation, released since: used again,
+        # when it is enough for the rule in force.
+        return _short_of_the_rule(latest, policy, using) or latest
     if latest is not None and latest.status == ConfirmationStatus.APPROVED:
+        reopened = _short_of_the_rule(latest, policy, using)
+        if reopened is not None:
+            return reopened
         if confirmations.consume(latest.pk):
             latest.status = ConfirmationStatus.CONSUMED
             return latest
         # Used by another call, or its time ran out since the update above.
         confirmations.filter(pk=latest.pk).overdue().update(status=ConfirmationStatus.EXPIRED)
-        latest.refresh_from_db(using=router.db_for_write(Confirmation))
+        latest.refresh_from_db(using=using)
     if latest is None or latest.status in (*_USED, ConfirmationStatus.WITHDRAWN):
         # None yet, its approval used by another call, or withdrawn (its key released).
-        return _request(definition, inv, policy)
+        return _request(definition, inv, policy, operation_id)
     if latest.status == ConfirmationStatus.PENDING or latest.key:
         return latest  # with a key, the agent asks again with a new one
     if latest.reported_at is None:  # declined or expired, not yet told
@@ -149,11 +170,115 @@ def _consume_or_request(definition: Tool, inv: Invocation, operation_id: Any = N
         return latest
     # A tool without keys, its agent told already: it cannot choose a new key to ask
     # again, so this call asks anew.
-    return _request(definition, inv, policy)
+    return _request(definition, inv, policy, operation_id)
+
+
+# -- an approval held against the rule in force at the run ---------------------------------
+def _short_of_the_rule(row: Confirmation, policy: Mapping[str, Any] | None,
+                       using: str) -> Confirmation | None:
+    """``row`` asked again, when its approval falls short of what the rule in force asks.
+
+    ``row`` is approved and not used yet (or used by an attempt of this operation that was
+    released without its effect). The rule in force is the policy's for the call now,
+    made stricter by a budget over its limit: it may ask more approvals, approvers from
+    another group or with another permission, or staff where the owner approved. Then
+    the request goes back to pending with the approvals that count under that rule
+    ("1 of 2 approvals given"), until its original expiry, and the approvers still
+    needed are told again; the call answers ``confirmation_required``. None when the
+    approval as given is enough (a rule grown laxer, or the same rule).
+    """
+    kept = _counted(row, policy)
+    if kept is None or policy is None:
+        return None
+    changed = Confirmation.objects.using(using).filter(
+        pk=row.pk, status=row.status, expires_at__gt=Now(),
+    ).update(
+        status=ConfirmationStatus.PENDING, approvals=_labelled(kept, row),
+        approvals_required=policy["approvals_required"],
+        approvers_group=policy.get("approvers_group", ""),
+        approvers_permission=policy.get("approvers_permission", ""),
+        policy_rule=policy.get("policy_rule", row.policy_rule),
+        policy_version=policy.get("policy_version", row.policy_version),
+        decided_by=None, decided_at=None, expires_at=_asked_until(row, using),
+    )
+    if not changed:  # used by another call, or expired, meanwhile
+        row.refresh_from_db(using=using)
+        return None
+    confirmations = Confirmation.objects.using(using)
+    confirmations.filter(pk=row.pk).overdue().update(status=ConfirmationStatus.EXPIRED)
+    row.refresh_from_db(using=using)
+    if row.status == ConfirmationStatus.PENDING:
+        _announce(row, using)
+    return row
+
+
+def _counted(row: Confirmation, policy: Mapping[str, Any] | None) -> list[Any] | None:
+    """The approvals of ``row`` that count under the rule in force, when they are fewer
+    than it asks; None when they are enough.
+
+    A rule that asks no person (one kept from a stricter request) or the owner is met by
+    any approval. Under ``Approvers(n)`` the requester's approval never counts, nor the
+    owner's own consent; an approver counts for a group or a permission the request did
+    not ask when they hold it now.
+    """
+    required = (policy or {}).get("approvals_required") or 0
+    if policy is None or required < 1:
+        return None
+    group, permission = policy.get("approvers_group", ""), policy.get("approvers_permission", "")
+    counted = [given for given in _given(row)
+               if _counts(given, row, group, permission)]
+    return counted if len(counted) < required else None
+
+
+def _given(row: Confirmation) -> list[dict[str, Any]]:
+    """Who approved ``row``: its approvals, else the one person who decided it (not the
+    owner deciding their own request)."""
+    if row.approvals:
+        return [dict(given) for given in row.approvals]
+    if row.decided_by_id is None or _owner_consent(row):
+        return []
+    return [{"id": row.decided_by_id, "label": None, "at": timestamp(row.decided_at)}]
+
+
+def _counts(given: Mapping[str, Any], row: Confirmation, group: str, permission: str) -> bool:
+    """Whether one approval of ``row`` counts under a rule asking ``group``/``permission``."""
+    if given.get("id") is None or given.get("id") == row.requested_by_id:
+        return False
+    if (not group or group == row.approvers_group) and (
+            not permission or permission == row.approvers_permission):
+        return True  # asked of them already when they approved
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model()._default_manager.filter(pk=given["id"], is_active=True).first()
+    return user is not None and (not group or user.groups.filter(name=group).exists()) and (
+        not permission or user.has_perm(permission))
+
+
+def _labelled(kept: list[dict[str, Any]], row: Confirmation) -> list[dict[str, Any]]:
+    """``kept`` with each approver's name (the one decision of a single approval has none)."""
+    return [{**given, "label": str(row.decided_by.get_username()) if row.decided_by else "?"}
+            if given.get("label") is None else given for given in kept]
+
+
+def _asked_until(row: Confirmation, using: str) -> Any:
+    """When ``row``'s request expired before its approval moved ``expires_at``: as the
+    approval's audit row kept it, else its creation plus its tool's time to live."""
+    data = AuditEntry.objects.using(using).filter(
+        confirmation_id=row.pk, action=AuditEntry.Action.APPROVE,
+        status=ConfirmationStatus.APPROVED,
+    ).order_by("-created_at", "-pk").values_list("data", flat=True).first()
+    kept = parse_datetime(str(data.get("request_expires_at") or "")) if isinstance(
+        data, dict) else None
+    if kept is not None:
+        return kept
+    definition = registry.find(row.tool)
+    ttl = (definition.confirmation_ttl if definition is not None else None) or (
+        gt_settings.CONFIRMATION_TTL_SECONDS)
+    return row.created_at + timedelta(seconds=ttl)
 
 
 def _request(definition: Tool, inv: Invocation,
-             policy: Mapping[str, Any] | None = None) -> Confirmation:
+             policy: Mapping[str, Any] | None = None, operation_id: Any = None) -> Confirmation:
     ttl = definition.confirmation_ttl or gt_settings.CONFIRMATION_TTL_SECONDS
     asked = requested(definition, inv)  # the hook's reads, before the transaction
     using = router.db_for_write(Confirmation)
@@ -166,6 +291,7 @@ def _request(definition: Tool, inv: Invocation,
                 fingerprint=approved_fingerprint(definition, inv),
                 input=dict(inv.input),
                 expires_at=db_now_plus(ttl),
+                operation_id=operation_id,
                 **asked, **(policy or {}),
             )
     except IntegrityError:
@@ -174,6 +300,12 @@ def _request(definition: Tool, inv: Invocation,
             _call(definition, inv), status=ConfirmationStatus.PENDING
         )
     confirmation.refresh_from_db(using=using)
+    _announce(confirmation, using)
+    return confirmation
+
+
+def _announce(confirmation: Confirmation, using: str) -> None:
+    """Tell whoever waits for new requests that ``confirmation`` waits for a person."""
     signals.confirmation_requested.send(sender=Confirmation, confirmation=confirmation)
     if gt_settings.CONFIRMATION_NOTIFY_EMAIL:
         # Not in the agent's call: a Celery task emails, once the request has committed
@@ -181,7 +313,6 @@ def _request(definition: Tool, inv: Invocation,
         pk = str(confirmation.pk)
         transaction.on_commit(lambda: enqueue("ENQUEUE_NOTIFY_APPROVERS", pk), using=using,
                               robust=True)
-    return confirmation
 
 
 def consent_url(request: Any, confirmation: Confirmation) -> str:
@@ -360,7 +491,9 @@ def can_decide(user: Any, confirmation: Confirmation) -> str | None:
         return "You do not have permission to approve or decline confirmations."
     requester = confirmation.requested_by_id is not None and (
         confirmation.requested_by_id == user.pk)
-    if requester and (confirmation.approvals_required > 1
+    # CONFIRMATION_ALLOW_SELF_APPROVAL is for a tool's plain confirmation ("always",
+    # "effect-only"); a policy's Approvers(n) are never the requester.
+    if requester and (confirmation.policy_rule
                       or not gt_settings.CONFIRMATION_ALLOW_SELF_APPROVAL):
         return "You cannot decide a confirmation you requested yourself (four-eyes rule)."
     return _rule_refusal(user, confirmation)
@@ -384,94 +517,103 @@ def _rule_refusal(user: Any, confirmation: Confirmation) -> str | None:
 def _decide(
     confirmation: Confirmation, user: Any, *, approved: bool, reason: str, verified_by: str = ""
 ) -> Confirmation:
-    refusal = can_decide(user, confirmation)
-    if refusal:
-        raise DecisionRefused(refusal)
-    given = _one_of_several(confirmation, user, reason) if approved else []
-    if given is None:
-        return confirmation  # one approval of several given: the request stays pending
+    """Decide the request as its row stands now, under its row lock: a page (or an object)
+    read earlier may show fewer approvals required than the row asks since. Two people
+    deciding at once produce exactly one decision; an approval of several is recorded
+    and the request stays pending."""
+    using = router.db_for_write(Confirmation)
+    with transaction.atomic(using=using):
+        row = Confirmation.objects.using(using).select_for_update().filter(
+            pk=confirmation.pk).annotate(open=Q(
+                status=ConfirmationStatus.PENDING, expires_at__gt=Now())).first()
+        refusal = can_decide(user, row) if row is not None else None
+        if refusal:
+            raise DecisionRefused(refusal)
+        if row is None or not row.open:
+            raise DecisionRefused("This confirmation is no longer pending.")
+        given = [*row.approvals, _approval_by(user)] if approved else []
+        if approved and len(given) < row.approvals_required:
+            _one_of_several(row, user, reason, given, using)
+        else:
+            _final(row, user, approved=approved, reason=reason, verified_by=verified_by,
+                   given=given, using=using)
+    confirmation.refresh_from_db(using=using)
+    if confirmation.status != ConfirmationStatus.PENDING:
+        signals.confirmation_decided.send(
+            sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved
+        )
+    return confirmation
+
+
+def _final(row: Confirmation, user: Any, *, approved: bool, reason: str, verified_by: str,
+           given: list[Any], using: str) -> None:
+    """Approve (the last approval needed) or decline the locked ``row``."""
     status = ConfirmationStatus.APPROVED if approved else ConfirmationStatus.DECLINED
     changes: dict[str, Any] = {"status": status, "decided_by": user, "decided_at": Now(),
                                "reason": reason}
-    if given:
+    if approved and row.approvals_required > 1:
         changes["approvals"] = given
     if approved:  # an approval lasts its own time, from now
         changes["expires_at"] = db_now_plus(gt_settings.CONFIRMATION_APPROVAL_TTL_SECONDS)
-    using = router.db_for_write(Confirmation)
-    with transaction.atomic(using=using):
-        # Compare-and-set: two people deciding at once produce exactly one decision.
-        updated = Confirmation.objects.filter(
-            pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()
-        ).update(**changes)
-        if not updated:
-            raise DecisionRefused("This confirmation is no longer pending.")
-        confirmation.refresh_from_db(using=router.db_for_write(Confirmation))  # as decided
-        AuditEntry.objects.create(
-            actor=user,
-            action=AuditEntry.Action.APPROVE if approved else AuditEntry.Action.DECLINE,
-            confirmation_id=confirmation.pk,
-            operation_id=confirmation.operation_id,
-            note=reason,
-            status=status,
-            data={"tool": confirmation.tool, "key": confirmation.key,
-                  "summary": requested_summary(confirmation),
-                  **({"rule": confirmation.policy_rule, "policy_version":
-                      confirmation.policy_version} if confirmation.policy_rule else {}),
-                  **({"verified_by": verified_by} if verified_by else {})},
-        )
-        if confirmation.operation_id is not None:
-            record(confirmation.operation_id, Kind.CONFIRMATION_APPROVED if approved
-                   else Kind.CONFIRMATION_DECLINED, user, reason=reason or None)
-        verb = "Approved" if approved else "Declined"
-        if verified_by:  # how the person proved it was them, as the audit row says
-            verb += f" (verified by {verified_by})"
-        record_in_admin_history(user, confirmation, f"{verb}: {reason}" if reason else verb)
-        # ``task`` as committed now (the refresh above reads the row the update locked): a
-        # task that began to wait since the page was read is run too (see hold_for_task).
-        if approved and runs_when_approved(confirmation):
-            pk = str(confirmation.pk)
-            transaction.on_commit(lambda: enqueue("ENQUEUE_EXECUTE_APPROVED", pk))
-    confirmation.refresh_from_db(using=router.db_for_write(Confirmation))
-    signals.confirmation_decided.send(
-        sender=Confirmation, confirmation=confirmation, decided_by=user, approved=approved
+    # Compare-and-set as well as the lock (SQLite has no row locks).
+    updated = Confirmation.objects.using(using).filter(
+        pk=row.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now(),
+        approvals_required=row.approvals_required,
+    ).update(**changes)
+    if not updated:
+        raise DecisionRefused("This confirmation is no longer pending.")
+    asked_until = row.expires_at
+    row.refresh_from_db(using=using)  # as decided
+    several = approvals_text(row) if approved and row.approvals_required > 1 else None
+    AuditEntry.objects.using(using).create(
+        actor=user,
+        action=AuditEntry.Action.APPROVE if approved else AuditEntry.Action.DECLINE,
+        confirmation_id=row.pk,
+        operation_id=row.operation_id,
+        note=reason,
+        status=status,
+        data={"tool": row.tool, "key": row.key,
+              "summary": requested_summary(row),
+              **({"rule": row.policy_rule, "policy_version": row.policy_version}
+                 if row.policy_rule else {}),
+              **({"approvals": several} if several else {}),
+              # What the request waited until: a rule asking more at the run gives it back.
+              **({"request_expires_at": asked_until} if approved else {}),
+              **({"verified_by": verified_by} if verified_by else {})},
     )
-    return confirmation
+    if row.operation_id is not None:
+        record(row.operation_id, Kind.CONFIRMATION_APPROVED if approved
+               else Kind.CONFIRMATION_DECLINED, user, reason=reason or None, approvals=several)
+    verb = "Approved" if approved else "Declined"
+    if verified_by:  # how the person proved it was them, as the audit row says
+        verb += f" (verified by {verified_by})"
+    record_in_admin_history(user, row, f"{verb}: {reason}" if reason else verb)
+    # ``task`` as committed now (read under the row's lock): a task that began to wait
+    # since the page was read is run too (see hold_for_task).
+    if approved and runs_when_approved(row):
+        pk = str(row.pk)
+        transaction.on_commit(lambda: enqueue("ENQUEUE_EXECUTE_APPROVED", pk), using=using)
 
 
 def _approval_by(user: Any) -> dict[str, Any]:
     return {"id": user.pk, "label": str(user.get_username()), "at": timestamp(timezone.now())}
 
 
-def _one_of_several(confirmation: Confirmation, user: Any, note: str) -> list[Any] | None:
-    """Give one approval of a request that needs several, under the request's row lock.
-
-    None when more are still needed (recorded, audited; the request stays pending); else
-    the approvals with this last one (empty for a request that needs one).
-    """
-    if confirmation.approvals_required <= 1:
-        return []
-    using = router.db_for_write(Confirmation)
-    with transaction.atomic(using=using):
-        row = Confirmation.objects.using(using).select_for_update().filter(
-            pk=confirmation.pk, status=ConfirmationStatus.PENDING, expires_at__gt=Now()).first()
-        if row is None:
-            raise DecisionRefused("This confirmation is no longer pending.")
-        refusal = _rule_refusal(user, row)
-        if refusal:
-            raise DecisionRefused(refusal)
-        approvals = [*row.approvals, _approval_by(user)]
-        if len(approvals) >= row.approvals_required:
-            return approvals
-        row.approvals = approvals
-        row.save(update_fields=["approvals"])
-        AuditEntry.objects.using(using).create(
-            actor=user, action=AuditEntry.Action.APPROVE, confirmation_id=row.pk,
-            operation_id=row.operation_id, note=note, status=ConfirmationStatus.PENDING,
-            data={"tool": row.tool, "key": row.key, "rule": row.policy_rule,
-                  "policy_version": row.policy_version, "approvals": approvals_text(row)})
-        record_in_admin_history(user, row, f"Approved ({approvals_text(row)})")
-    confirmation.refresh_from_db(using=using)
-    return None
+def _one_of_several(row: Confirmation, user: Any, note: str, given: list[Any],
+                    using: str) -> None:
+    """Record one approval of the locked ``row`` that needs more: audited, in the admin's
+    history and on its operation's timeline; the request stays pending."""
+    row.approvals = given
+    row.save(update_fields=["approvals"])
+    AuditEntry.objects.using(using).create(
+        actor=user, action=AuditEntry.Action.APPROVE, confirmation_id=row.pk,
+        operation_id=row.operation_id, note=note, status=ConfirmationStatus.PENDING,
+        data={"tool": row.tool, "key": row.key, "rule": row.policy_rule,
+              "policy_version": row.policy_version, "approvals": approvals_text(row)})
+    if row.operation_id is not None:
+        record(row.operation_id, Kind.CONFIRMATION_APPROVED, user, reason=note or None,
+               approvals=approvals_text(row))
+    record_in_admin_history(user, row, f"Approved ({approvals_text(row)})")
 
 
 def runs_on_approval(tool_name: str) -> bool:

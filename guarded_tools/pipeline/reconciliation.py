@@ -276,7 +276,8 @@ def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
         title = str(details.get("decision", title)).capitalize()
         detail = str(details.get("note", ""))
     elif row.kind in (Kind.CONFIRMATION_APPROVED, Kind.CONFIRMATION_DECLINED):
-        detail = str(details.get("reason", ""))
+        # Who decided is the row's WHO; one approval of several says where the request stands.
+        detail = "; ".join(str(details[k]) for k in ("approvals", "reason") if details.get(k))
     elif row.kind == Kind.OUTCOME_UNKNOWN:
         detail = ", ".join(f"{k}: {details[k]}" for k in ("failure", "recover", "reason")
                            if details.get(k))

@@ -78,7 +78,12 @@ class ConfirmationStage(Stage):
                 operation_id=claim.operation.pk)
 
     def policy_fields(self, call: Call) -> dict[str, Any] | None:
-        """What a policy's rule asks of the request: its name, version, approvals."""
+        """What the rule in force asks of the request: its name, version, approvals.
+
+        The rule in force is the policy's for this call now, made stricter by a budget
+        over its limit (the budget stage, under the counter's lock). A pending request
+        is raised to it, and an approval not used yet is held against it at the run.
+        """
         if not isinstance(self.tool.confirm, Policy) or not isinstance(call.rule, Rule):
             return None
         outcome = call.rule.outcome
@@ -87,7 +92,9 @@ class ConfirmationStage(Stage):
             # No staff approval: the user the call acts for decides (as confirm="owner").
             return {**fields, "approvals_required": 0}
         if not isinstance(outcome, Approvers):
-            outcome = Approvers(1)  # a request kept from a stricter policy (see confirm)
+            # A request kept from a stricter policy (see confirm): it asks what it asked;
+            # a new one (that request used meanwhile) asks one approver.
+            return fields
         return {**fields, "approvals_required": outcome.n,
                 "approvers_group": outcome.group or "",
                 "approvers_permission": outcome.permission or ""}
