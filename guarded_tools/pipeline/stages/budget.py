@@ -7,7 +7,9 @@ SQLite the write transaction serialises), sums what is reserved and inserts this
 reservation takes its own right after it, before the handler, so no effect ever runs
 unreserved, and two calls reserving at once are serialised by the counter's lock. A
 claim released without its effect (refused, declined, asked of a person, proven not
-run) gives its reservation back (``on_release``); a replay never reaches this stage.
+run by the call, by recovery or by a person's "Mark not executed") gives its reservation
+back (``on_release``), once, in the release's transaction; a replay never reaches this
+stage.
 
 Staff's overrides for the call's user (``BudgetOverride``, see
 :mod:`guarded_tools.pipeline.budget_overrides`) replace a budget's count and/or limit:
