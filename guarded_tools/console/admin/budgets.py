@@ -4,6 +4,8 @@ principal has used of each budget and when it frees.
 Overrides are added, changed and removed only with ``guarded_tools.manage_budgets`` (the
 model's own add/change/delete permissions give nothing here); each change writes an
 audit row beside Django's admin history. The budget use page is read-only for everyone.
+Either page shows to staff with the model's view permission or ``manage_budgets`` only:
+the change permission alone shows nothing.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.contrib.auth import get_user_model
+from django.contrib.auth import get_permission_codename, get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -62,6 +64,14 @@ def window_words(seconds: int) -> str:
             count = seconds // size
             return unit if count == 1 else f"{count:,} {unit}s"
     return f"{seconds} seconds"  # not reached: every whole number of seconds divides by 1
+
+
+def may_view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> bool:
+    """The model's view permission or ``manage_budgets``: not its change permission, which
+    Django's default accepts too (and which gives nothing here)."""
+    opts = model_admin.opts
+    view = f"{opts.app_label}.{get_permission_codename('view', opts)}"
+    return request.user.has_perm(view) or request.user.has_perm(MANAGE)
 
 
 class BudgetOverrideForm(forms.ModelForm):
@@ -125,7 +135,7 @@ class BudgetOverrideAdmin(SafeLookupsMixin, admin.ModelAdmin):
         return self.fieldsets[:1] if obj is None else self.fieldsets  # no record yet
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_view_permission(request, obj) or request.user.has_perm(MANAGE)
+        return may_view(self, request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(MANAGE)
@@ -287,7 +297,7 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     show_full_result_count = False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_view_permission(request, obj) or request.user.has_perm(MANAGE)
+        return may_view(self, request)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[BudgetUseList]:
         return BudgetUseList
