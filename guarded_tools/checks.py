@@ -331,9 +331,9 @@ def check_budget_amounts(app_configs: Any = None, **kwargs: Any) -> list[checks.
                     f"Tool {definition.name!r}: the budget {budget.name!r} sums the input"
                     f" field {field!r}, which the input schema {_listed(problems)}.",
                     hint=f"List {field!r} in the schema's \"required\" and declare it as"
-                    " {\"type\": \"number\", \"minimum\": 0} or as a string of digits such as"
-                    " {\"type\": \"string\", \"pattern\": \"^\\\\d+(\\\\.\\\\d{1,2})?$\"}. Meanwhile a"
-                    " call whose amount is missing, negative or not a number is refused"
+                    ' {"type": "number", "minimum": 0} or as a string of digits such as'
+                    ' {"type": "string", "pattern": "^\\\\d+(\\\\.\\\\d{1,2})?$"}. Meanwhile'
+                    " a call whose amount is missing, negative or not a number is refused"
                     " (invalid_input) before anything is reserved.",
                     id="guarded_tools.W015",
                 ))

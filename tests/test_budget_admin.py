@@ -32,8 +32,8 @@ def override(make_tool: Any, alice: Any) -> BudgetOverride:
 
 @pytest.fixture
 def in_use(override: BudgetOverride, alice: Any) -> BudgetCounter:
-    from guarded_tools.pipeline.stages.budget import window_start
     from guarded_tools.pipeline.policies import Budget
+    from guarded_tools.pipeline.stages.budget import window_start
 
     counter = BudgetCounter.objects.create(
         budget="spend", scope=f"auth.user:{alice.pk}",

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -37,7 +36,7 @@ from guarded_tools.console.admin.common import (
     stacked_time,
     unmatchable,
 )
-from guarded_tools.core.policy import Budget
+from guarded_tools.core.policy import Budget, site_zone
 from guarded_tools.models import BudgetCounter, BudgetOverride
 from guarded_tools.pipeline import budget_overrides
 from guarded_tools.pipeline.budget_overrides import declared_budgets
@@ -52,7 +51,7 @@ def in_words(budget: Budget) -> str:
         parts.append(f"{budget.count} calls")
     if budget.sum_field and budget.limit is not None:
         parts.append(f"{budget.limit:,.2f} of {budget.sum_field}")
-    window = window_words(budget.window_seconds)
+    window = "month" if budget.window == "month" else window_words(budget.window_seconds)
     return f"{budget.name}: at most {', '.join(parts) or 'no limit'} per {window}"
 
 
@@ -302,6 +301,12 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[BudgetUseList]:
         return BudgetUseList
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> Any:
+        # The zone the budgets' days, weeks and months are counted in, named on the page.
+        return super().changelist_view(request, {**(extra_context or {}),
+                                                 "site_time_zone": str(site_zone())})
+
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).annotate(
             used_count=Count("reservations"), used_sum=Sum("reservations__amount"))
@@ -357,7 +362,7 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         budget = getattr(row, "applied", None)
         if budget is None:
             return "—"
-        return stacked_time(row.window_start + timedelta(seconds=budget.window_seconds))
+        return stacked_time(budget.window_end(row.window_start))
 
     @admin.display(description=_("override"))
     def override(self, row: BudgetCounter) -> str:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -36,12 +36,11 @@ from django.utils import timezone
 
 from guarded_tools.core.errors import BudgetExceeded, GuardError, RateLimited, ValidationError
 from guarded_tools.core.policy import Budget, Policy, Rule, Run, stricter
-from guarded_tools.core.times import timestamp
+from guarded_tools.core.times import site_time, timestamp
 from guarded_tools.models import BudgetCounter, Operation, Reservation
 from guarded_tools.pipeline import budget_overrides
 from guarded_tools.pipeline.stages.base import Call, Stage
 from guarded_tools.store import Claim
-
 
 #: The amounts a reservation holds (its column: 20 digits, 4 of them after the point).
 LARGEST_AMOUNT = Decimal("1e16")
@@ -95,8 +94,9 @@ def amount(budget: Budget, input: Mapping[str, Any]) -> Decimal:
 
 
 def window_start(now: datetime, budget: Budget) -> datetime:
-    seconds = budget.window_seconds
-    return datetime.fromtimestamp(now.timestamp() // seconds * seconds, tz=UTC)
+    """When ``budget``'s window that ``now`` falls in started (the site's calendar for days,
+    weeks and months: see ``Budget``)."""
+    return budget.window_start(now)
 
 
 class BudgetStage(Stage):
@@ -159,7 +159,7 @@ class BudgetStage(Stage):
         over_count = budget.count is not None and used["n"] + 1 > budget.count
         over_sum = budget.limit is not None and total + counted > Decimal(str(budget.limit))
         if over_count or over_sum:
-            frees = start + timedelta(seconds=budget.window_seconds)
+            frees = budget.window_end(start)
             if budget.escalate is None:
                 raise self.refusal(budget, over_count, total, frees, now)
             escalation = Rule(outcome=budget.escalate, name=f"over budget {budget.name}",
@@ -172,20 +172,25 @@ class BudgetStage(Stage):
     def refusal(self, budget: Budget, over_count: bool, total: Decimal, frees: datetime,
                 now: datetime) -> GuardError:
         wait = max(1, math.ceil((frees - now).total_seconds()))
+        until = site_time(frees)  # the site's time: a day ends at midnight there
         if over_count:
+            # A calendar window says when it frees in the site's time; a window of seconds
+            # (a minute, an hour) needs only the wait.
+            frees_then = f": the {budget.per} frees at {until}" if budget.days or \
+                budget.window == "month" else ""
             return RateLimited(
-                f"At most {budget.count} calls per {budget.window_seconds} seconds"
-                f" (budget {budget.name}); nothing ran. Retry after {wait} seconds.",
+                f"At most {budget.count} calls per {budget.per} (budget {budget.name});"
+                f" nothing ran. Retry after {wait} seconds{frees_then}.",
                 headers={"Retry-After": str(wait)},
                 extra={"budget": {"name": budget.name, "frees_at": timestamp(frees)}},
             )
         remaining = max(Decimal(str(budget.limit)) - total, Decimal(0))
         return BudgetExceeded(
             f"This call would exceed the budget {budget.name}: {remaining:.2f} remains until"
-            f" {timestamp(frees)}; nothing ran.",
+            f" {until}; nothing ran.",
             headers={"Retry-After": str(wait)},
             extra={"budget": {"name": budget.name, "remaining": f"{remaining:.2f}",
                               "frees_at": timestamp(frees)}},
             repair={"action": "ask_user", "instruction": f"Lower the amount to at most"
-                    f" {remaining:.2f}, wait until {timestamp(frees)}, or ask the user."},
+                    f" {remaining:.2f}, wait until {until}, or ask the user."},
         )
