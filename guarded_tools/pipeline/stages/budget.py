@@ -85,10 +85,20 @@ def amount_issues(budgets: Sequence[Budget], input: Mapping[str, Any]) -> list[d
     return issues
 
 
+def refuse_amounts(budgets: Sequence[Budget], input: Mapping[str, Any]) -> None:
+    """Raise ``invalid_input`` (422) when ``input`` has an amount ``budgets`` cannot count."""
+    issues = amount_issues(budgets, input)
+    if issues:
+        said = "; ".join(f"/{i['path'][0]} {i['message']}" for i in issues)
+        raise ValidationError(issues, f"The input is invalid: {said}.")
+
+
 def amount(budget: Budget, input: Mapping[str, Any]) -> Decimal:
-    """What the call counts against ``budget``'s sum (checked before the claim)."""
+    """What the call counts against ``budget``'s sum (checked before the claim; checked
+    again here for a call that reaches the reservation another way)."""
     if not budget.sum_field:
         return Decimal(0)
+    refuse_amounts([budget], input)
     value = input[budget.sum_field]
     return Decimal(str(value)) if isinstance(value, float) else Decimal(value)
 
@@ -114,10 +124,7 @@ class BudgetStage(Stage):
         budgets = self.budgets
         if not budgets:
             return
-        issues = amount_issues(budgets, call.inv.input)
-        if issues:
-            said = "; ".join(f"/{i['path'][0]} {i['message']}" for i in issues)
-            raise ValidationError(issues, f"The input is invalid: {said}.")
+        refuse_amounts(budgets, call.inv.input)
 
     def after_claim(self, call: Call, claim: Claim | None) -> None:
         if not self.budgets:
