@@ -263,6 +263,83 @@ def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     return messages
 
 
+#: Values a budget's sum field must refuse: negative amounts, then values that are not
+#: numbers (each is refused at run time too, before anything is reserved).
+NEGATIVE_AMOUNTS: tuple[Any, ...] = (-1, -0.01, "-1", "-0.01")
+NOT_AMOUNTS: tuple[Any, ...] = ("abc", "", "NaN", "Infinity", "-Infinity", "12,50", True, None,
+                                [], {})
+#: Keywords of an error at the input's root that refuse the field itself.
+_REFUSES_THE_FIELD = {"additionalProperties", "unevaluatedProperties", "propertyNames"}
+
+
+def _refuses(validator: Any, field: str, value: Any) -> bool:
+    """Whether the input schema refuses ``value`` as ``field`` (an input of that field alone:
+    the errors of other missing fields do not count)."""
+    for error in validator.iter_errors({field: value}):
+        path = list(error.absolute_path)
+        if path[:1] == [field] or (not path and error.validator in _REFUSES_THE_FIELD):
+            return True
+    return False
+
+
+def _amount_field_problems(definition: Any, field: str) -> list[str]:
+    """What the tool's input schema lets through in a budget's sum field, in words."""
+    import json
+
+    schema = definition.input_schema
+    required = schema.get("required")
+    problems = [] if isinstance(required, list) and field in required else [
+        "does not require"]
+    try:
+        negative = [v for v in NEGATIVE_AMOUNTS if not _refuses(definition.validator, field, v)]
+        other = [v for v in NOT_AMOUNTS if not _refuses(definition.validator, field, v)]
+    except Exception:  # a schema the validator cannot apply: E003 and registration say why
+        return problems
+    if negative:
+        problems.append(f"allows to be negative (such as {json.dumps(negative[0])})")
+    if other:
+        problems.append(f"allows to be no number (such as {json.dumps(other[0])})")
+    return problems
+
+
+def _listed(parts: list[str]) -> str:
+    """"a", "a and b", "a, b and c"."""
+    return parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+
+
+@checks.register()
+def check_budget_amounts(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """A budget's sum field the tool's input schema leaves optional, or lets be negative or
+    something other than a number: such calls are refused when they come (``invalid_input``,
+    before anything is reserved), so the schema should say so to the agent first."""
+    from guarded_tools.core.policy import Policy
+    from guarded_tools.tools.registry import registry
+
+    messages: list[checks.CheckMessage] = []
+    for definition in registry:
+        policy = definition.confirm
+        if not isinstance(policy, Policy):
+            continue
+        fields: dict[str, Any] = {}
+        for budget in policy.budgets:
+            if budget.sum_field:
+                fields.setdefault(budget.sum_field, budget)
+        for field, budget in fields.items():
+            problems = _amount_field_problems(definition, field)
+            if problems:
+                messages.append(checks.Warning(
+                    f"Tool {definition.name!r}: the budget {budget.name!r} sums the input"
+                    f" field {field!r}, which the input schema {_listed(problems)}.",
+                    hint=f"List {field!r} in the schema's \"required\" and declare it as"
+                    ' {"type": "number", "minimum": 0} or as a string of digits such as'
+                    ' {"type": "string", "pattern": "^\\\\d+(\\\\.\\\\d{1,2})?$"}. Meanwhile'
+                    " a call whose amount is missing, negative or not a number is refused"
+                    " (invalid_input) before anything is reserved.",
+                    id="guarded_tools.W015",
+                ))
+    return messages
+
+
 #: Brokers that hand an unacknowledged message to another consumer after a visibility
 #: timeout (kombu's transport option), with kombu's default for each.
 VISIBILITY_TIMEOUT_DEFAULTS = {"redis": 3600, "rediss": 3600, "sentinel": 3600, "sqs": 1800}

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, ClassVar
+
+from django.utils import timezone
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,34 @@ class Rule:
         return self.name or self.description
 
 
+DAY = 86_400
+WEEK = 7 * DAY
+#: The site's calendar windows (``Budget(window=...)``), each with its length in seconds
+#: (a month's: the longest one, an upper bound).
+CALENDAR = {"day": DAY, "week": WEEK, "month": 31 * DAY}
+#: Windows of whole days count from this Monday, so that weeks start on Mondays.
+FIRST_MONDAY = date(1970, 1, 5)
+
+
+def site_zone() -> Any:
+    """The site's time zone (``TIME_ZONE``), in which a budget's days, weeks and months
+    are counted, whatever zone the current request has activated."""
+    return timezone.get_default_timezone()
+
+
+def site_midnight(day: date) -> datetime:
+    """The instant ``day`` starts in the site's time zone, in UTC. Where the clocks skip
+    midnight (a daylight saving change at 00:00), the first instant of the day."""
+    return datetime.combine(day, time(0), tzinfo=site_zone()).astimezone(UTC)
+
+
+def site_date(instant: datetime) -> date:
+    """The site's calendar date at ``instant`` (a naive one is read in the site's zone)."""
+    if timezone.is_naive(instant):
+        return instant.date()
+    return instant.astimezone(site_zone()).date()
+
+
 @dataclass(frozen=True, kw_only=True)
 class Budget:
     """A limit per principal per window (on the database clock): a count of calls
@@ -88,15 +119,69 @@ class Budget:
     ``name`` is shared by the tools that declare the same budget (a group of tools).
     ``escalate`` is the rule that applies instead of a refusal (for example
     ``Approvers(2)``): the call then waits for those people rather than being refused.
+
+    The window: ``window="day"``, ``"week"`` or ``"month"``, or ``window_seconds``. Days,
+    weeks and months are the site's (``TIME_ZONE``): a day starts at midnight there (23 or
+    25 hours long when the clocks change), a week on Monday at midnight, a month on the
+    1st; so does any ``window_seconds`` of whole days (86,400 a day, 604,800 a week; n days
+    count from Monday 5 January 1970). Other windows (a minute, an hour) are multiples of
+    their length since the epoch.
     """
 
     name: str
-    window_seconds: int = 86_400
+    window_seconds: int = DAY
     count: int | None = None
     sum_field: str | None = None
     limit: float | None = None
     escalate: Outcome | None = None
     description: str = ""
+    #: ``"day"``, ``"week"`` or ``"month"`` of the site's calendar (sets ``window_seconds``).
+    window: str = ""
+
+    def __post_init__(self) -> None:
+        if self.window in CALENDAR:
+            object.__setattr__(self, "window_seconds", CALENDAR[self.window])
+
+    @property
+    def days(self) -> int:
+        """The window's length in the site's calendar days (0: not a calendar window; a
+        month is one of its own)."""
+        if self.window == "month" or self.window_seconds <= 0:
+            return 0
+        return self.window_seconds // DAY if self.window_seconds % DAY == 0 else 0
+
+    @property
+    def per(self) -> str:
+        """The window as a person says it after "per": "day", "week", "month", "3 days";
+        a window that is not the calendar's, in seconds ("60 seconds")."""
+        if self.window == "month":
+            return "month"
+        days = self.days
+        if days:
+            return {1: "day", 7: "week"}.get(days, f"{days} days")
+        return f"{self.window_seconds} seconds"
+
+    def window_start(self, now: datetime) -> datetime:
+        """When the window ``now`` falls in started (aware, UTC)."""
+        if self.window == "month":
+            return site_midnight(site_date(now).replace(day=1))
+        days = self.days
+        if days:
+            since = (site_date(now) - FIRST_MONDAY).days // days * days
+            return site_midnight(FIRST_MONDAY + timedelta(days=since))
+        seconds = self.window_seconds
+        return datetime.fromtimestamp(now.timestamp() // seconds * seconds, tz=UTC)
+
+    def window_end(self, start: datetime) -> datetime:
+        """When the window that started at ``start`` ends and frees what it counted: the
+        next window's start (the site's next midnight, Monday or 1st for its calendar)."""
+        if self.window == "month":
+            first = site_date(start)
+            return site_midnight(date(first.year + first.month // 12, first.month % 12 + 1, 1))
+        days = self.days
+        if days:
+            return site_midnight(site_date(start) + timedelta(days=days))
+        return start + timedelta(seconds=self.window_seconds)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -141,6 +226,11 @@ class Policy:
         found += [f"budget {budget.name!r} escalates to {budget.escalate!r}, not to people"
                   f" (Owner() or Approvers(n))" for budget in self.budgets
                   if budget.escalate is not None and not isinstance(budget.escalate, ESCALATIONS)]
+        found += [f"budget {budget.name!r} has the window {budget.window!r}, not \"day\","
+                  f" \"week\" or \"month\"" for budget in self.budgets
+                  if budget.window and budget.window not in CALENDAR]
+        found += [f"budget {budget.name!r} has a window of {budget.window_seconds} seconds"
+                  for budget in self.budgets if not budget.window and budget.window_seconds < 1]
         return found
 
 
@@ -150,4 +240,5 @@ def stricter(a: Rule, b: Rule) -> Rule:
     return b if b.outcome.strictness > a.outcome.strictness else a
 
 
-__all__ = ["Approvers", "Budget", "Owner", "Policy", "Refuse", "Rule", "Run", "stricter"]
+__all__ = ["Approvers", "Budget", "Owner", "Policy", "Refuse", "Rule", "Run", "site_zone",
+           "stricter"]

@@ -23,3 +23,20 @@ def timestamp(value: dt.datetime | None) -> str | None:
         value = timezone.make_aware(value)
     text = value.astimezone(dt.UTC).isoformat(timespec="milliseconds")
     return text.removesuffix("+00:00") + "Z"
+
+
+#: How a message to an agent says a time of the site's calendar (as the admin shows times).
+SITE_TIME_FORMAT = "Y-m-d H:i:s T"
+
+
+def site_time(value: dt.datetime) -> str:
+    """``value`` in the site's time zone (``TIME_ZONE``) to the second, with the zone's
+    abbreviation and name: "2026-12-05 00:00:00 CET (Europe/Paris)". For the words of a
+    message; a field that carries a time takes ``timestamp``'s form."""
+    from django.utils import dateformat
+
+    zone = timezone.get_default_timezone()
+    if timezone.is_naive(value):
+        value = timezone.make_aware(value, zone)
+    local = value.astimezone(zone)
+    return f"{dateformat.format(local, SITE_TIME_FORMAT)} ({zone})"

@@ -280,10 +280,30 @@ class Pipeline(FailureHandling):
             lease_seconds=self.lease_seconds,
         )
 
-    def release(self, call: Call, claim: Claim) -> None:
-        """Release a fresh claim whose effect never happened; the stages give back theirs."""
-        self.store.release(claim)
-        self.walk("on_release", call, claim)
+    def release(self, call: Call, claim: Claim) -> bool:
+        """Release a fresh claim whose effect never happened; the stages give back what it
+        reserved (``on_release``) in the release's own transaction, and only when this
+        release took the claim: a claim someone else took over or released gives nothing
+        back here, so each claim's reservations come back once, whoever releases it (the
+        call, the sweep, a person's "Recover now" or "Mark not executed")."""
+        with transaction.atomic(using=router.db_for_write(Operation)):
+            released = self.store.release(claim)
+            if released:
+                self.walk("on_release", call, claim)
+        return released
+
+    def release_taken_over(self, inv: Invocation, claim: Claim) -> bool:
+        """Release a claim recovery took over, proven not run (``release`` for a claim
+        that no call of this process holds)."""
+        return self.release(Call(inv, self.observe(silent=True)), claim)
+
+    def released_by_a_person(self, operation: Operation, fence: int) -> None:
+        """A person decided that attempt ``fence`` never ran and released the key: the
+        stages give back what its claim reserved. Called in the transaction that released
+        it, so no retry can reserve again before this gives back."""
+        inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
+        self.walk("on_release", Call(inv, self.observe(silent=True)),
+                  Claim("fresh", operation, fence=fence))
 
     @property
     def lease_seconds(self) -> int:
@@ -397,13 +417,10 @@ class Pipeline(FailureHandling):
 
     def _try_release(self, call: Call, claim: Claim) -> bool:
         try:
-            released = self.store.release(claim)
+            return self.release(call, claim)
         except Exception:
             logger.exception("could not release operation %s", claim.operation.pk)
             return True
-        if released:
-            self.walk("on_release", call, claim)
-        return released
 
     # -- replays -------------------------------------------------------------------------
     def replay(self, call: Call, operation: Operation) -> GuardResult:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -77,11 +77,11 @@ def apply(budget: Budget, overrides: Sequence[BudgetOverride]
 
 
 def current_windows(now: datetime) -> Q:
-    """Counters whose window has not ended at ``now``, for the budgets declared now (a
-    budget no tool declares has no window any more)."""
+    """The counters of the windows ``now`` falls in (those the next call reserves in), for
+    the budgets declared now (a budget no tool declares has no window any more)."""
     match = Q(pk__in=[])
     for name, budget in declared_budgets().items():
-        match |= Q(budget=name, window_start__gt=now - timedelta(seconds=budget.window_seconds))
+        match |= Q(budget=name, window_start=budget.window_start(now))
     return match
 
 

@@ -208,9 +208,16 @@ def mark_succeeded(
 
 
 def mark_not_executed(operation: Operation, user: Any, note: str, *, fence: int) -> Operation:
-    """The effect never happened: release the key so the next call runs it."""
-    return _decide(operation, user, AuditEntry.Action.MARK_NOT_EXECUTED, note, fence,
-                   state=OperationState.RELEASED)
+    """The effect never happened: release the key so the next call runs it, and give back
+    what the attempt's claim reserved (its budgets) in the same transaction, as every
+    release does: the retry reserves again, and the effect counts once."""
+    with transaction.atomic(using=router.db_for_write(Operation)):
+        released = _decide(operation, user, AuditEntry.Action.MARK_NOT_EXECUTED, note, fence,
+                           state=OperationState.RELEASED)
+        definition = registry.find(released.tool)
+        if definition is not None:
+            gt_settings.PIPELINE_CLASS(definition).released_by_a_person(released, fence)
+    return released
 
 
 def mark_failed(

@@ -149,13 +149,14 @@ def _recover_claimed(
         store.mark_unknown(claim, {"code": "outcome_unknown", "reason": "tool not registered"})
         return "unknown"
     pipeline = gt_settings.PIPELINE_CLASS(definition)  # get_pipeline(): no upward import
+    inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
     if definition.recover is None:
         if pipeline.proves_no_effect(claim):
-            store.release(claim)
+            # The pipeline's release: what the claim reserved (its budgets) comes back too.
+            pipeline.release_taken_over(inv, claim)
             return "released"
         store.mark_unknown(claim, {"code": "outcome_unknown"})
         return "unknown"
-    inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
     context_ready = False
     try:
         inv.context = pipeline.resolve_context(inv)

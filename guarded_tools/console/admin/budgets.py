@@ -4,19 +4,20 @@ principal has used of each budget and when it frees.
 Overrides are added, changed and removed only with ``guarded_tools.manage_budgets`` (the
 model's own add/change/delete permissions give nothing here); each change writes an
 audit row beside Django's admin history. The budget use page is read-only for everyone.
+Either page shows to staff with the model's view permission or ``manage_budgets`` only:
+the change permission alone shows nothing.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections import defaultdict
-from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 from django import forms
 from django.contrib import admin
-from django.contrib.auth import get_user_model
+from django.contrib.auth import get_permission_codename, get_user_model
 from django.contrib.auth.models import Group
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -35,7 +36,7 @@ from guarded_tools.console.admin.common import (
     stacked_time,
     unmatchable,
 )
-from guarded_tools.core.policy import Budget
+from guarded_tools.core.policy import Budget, site_zone
 from guarded_tools.models import BudgetCounter, BudgetOverride
 from guarded_tools.pipeline import budget_overrides
 from guarded_tools.pipeline.budget_overrides import declared_budgets
@@ -50,7 +51,7 @@ def in_words(budget: Budget) -> str:
         parts.append(f"{budget.count} calls")
     if budget.sum_field and budget.limit is not None:
         parts.append(f"{budget.limit:,.2f} of {budget.sum_field}")
-    window = window_words(budget.window_seconds)
+    window = "month" if budget.window == "month" else window_words(budget.window_seconds)
     return f"{budget.name}: at most {', '.join(parts) or 'no limit'} per {window}"
 
 
@@ -62,6 +63,14 @@ def window_words(seconds: int) -> str:
             count = seconds // size
             return unit if count == 1 else f"{count:,} {unit}s"
     return f"{seconds} seconds"  # not reached: every whole number of seconds divides by 1
+
+
+def may_view(model_admin: admin.ModelAdmin[Any], request: HttpRequest) -> bool:
+    """The model's view permission or ``manage_budgets``: not its change permission, which
+    Django's default accepts too (and which gives nothing here)."""
+    opts = model_admin.opts
+    view = f"{opts.app_label}.{get_permission_codename('view', opts)}"
+    return request.user.has_perm(view) or request.user.has_perm(MANAGE)
 
 
 class BudgetOverrideForm(forms.ModelForm):
@@ -125,7 +134,7 @@ class BudgetOverrideAdmin(SafeLookupsMixin, admin.ModelAdmin):
         return self.fieldsets[:1] if obj is None else self.fieldsets  # no record yet
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_view_permission(request, obj) or request.user.has_perm(MANAGE)
+        return may_view(self, request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(MANAGE)
@@ -287,10 +296,16 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     show_full_result_count = False
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return super().has_view_permission(request, obj) or request.user.has_perm(MANAGE)
+        return may_view(self, request)
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[BudgetUseList]:
         return BudgetUseList
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> Any:
+        # The zone the budgets' days, weeks and months are counted in, named on the page.
+        return super().changelist_view(request, {**(extra_context or {}),
+                                                 "site_time_zone": str(site_zone())})
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).annotate(
@@ -347,7 +362,7 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         budget = getattr(row, "applied", None)
         if budget is None:
             return "—"
-        return stacked_time(row.window_start + timedelta(seconds=budget.window_seconds))
+        return stacked_time(budget.window_end(row.window_start))
 
     @admin.display(description=_("override"))
     def override(self, row: BudgetCounter) -> str:

@@ -20,8 +20,10 @@ hook                when
                     the key, so a refusal leaves nothing). Preconditions and confirmation
                     "effect-only"/"owner". Never on a replay.
 ``on_release``      the call's fresh claim was released without its effect (refused after
-                    the claim, declined, proven not executed): give back what
-                    ``after_claim`` reserved (issue 27's budgets)
+                    the claim, declined, proven not executed by the call, by recovery or
+                    by a person): give back what ``after_claim`` reserved (the
+                    budgets). Once per claim, in the release's transaction; for a release
+                    outside the call, ``call.inv`` is rebuilt from the operation
 ``after_execute``   a result to keep (executed or recovered), before it is stored: output
                     budget, verification
 ``on_replay``       a stored result answered again (verification, unless a person decided it)
