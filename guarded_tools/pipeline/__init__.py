@@ -63,9 +63,9 @@ from guarded_tools.core.errors import (
     OutcomeUnknownError,
     VerificationError,
 )
-from guarded_tools.models import Operation, OperationState
+from guarded_tools.models import Operation, OperationState, ReleaseReason
 from guarded_tools.pipeline.events import Events
-from guarded_tools.pipeline.failures import FailureHandling, evidence
+from guarded_tools.pipeline.failures import FailureHandling, evidence, release_reason
 from guarded_tools.pipeline.stages import Call, Stage, stage_classes
 from guarded_tools.pipeline.stages.base import overriding, principal_kwargs
 from guarded_tools.store import (
@@ -280,9 +280,10 @@ class Pipeline(FailureHandling):
             lease_seconds=self.lease_seconds,
         )
 
-    def release(self, call: Call, claim: Claim) -> None:
-        """Release a fresh claim whose effect never happened; the stages give back theirs."""
-        self.store.release(claim)
+    def release(self, call: Call, claim: Claim, reason: str) -> None:
+        """Release a fresh claim whose effect never happened, saying why (a
+        ``ReleaseReason``); the stages give back theirs."""
+        self.store.release(claim, reason)
         self.walk("on_release", call, claim)
 
     @property
@@ -321,8 +322,9 @@ class Pipeline(FailureHandling):
         """A fresh claim, committed: run the handler, then finalize or handle its failure."""
         try:
             self.walk("after_claim", call, claim)
-        except BaseException:
-            self.release(call, claim)  # nothing ran: the key is fresh again
+        except BaseException as exc:
+            # Nothing ran: the key is fresh again, and what refused the call says why.
+            self.release(call, claim, release_reason(exc))
             raise
         handle = OperationHandle(self.store, claim, self.lease_seconds)
         ctx = self.make_context(call.inv, handle)
@@ -397,7 +399,7 @@ class Pipeline(FailureHandling):
 
     def _try_release(self, call: Call, claim: Claim) -> bool:
         try:
-            released = self.store.release(claim)
+            released = self.store.release(claim, ReleaseReason.FAILED_BEFORE_EFFECT)
         except Exception:
             logger.exception("could not release operation %s", claim.operation.pk)
             return True

@@ -30,6 +30,7 @@ from guarded_tools.models import (
     Operation,
     OperationEvent,
     OperationState,
+    ReleaseReason,
     record_in_admin_history,
 )
 from guarded_tools.store import JSON_ENCODER, storable_json
@@ -85,7 +86,8 @@ def _decide(
                 record(operation, Kind.JOURNAL_REMOVED, user, fence=fence, entries=removed,
                        by=f"a person's decision ({AuditEntry.Action(action).label})")
         record(operation, Kind.DECISION, user, fence=fence,
-               decision=str(AuditEntry.Action(action).label), note=note, state=changes["state"])
+               decision=str(AuditEntry.Action(action).label), note=note, state=changes["state"],
+               reason=changes.get("release_reason"))
         AuditEntry.objects.create(
             actor=user,
             action=action,
@@ -210,7 +212,7 @@ def mark_succeeded(
 def mark_not_executed(operation: Operation, user: Any, note: str, *, fence: int) -> Operation:
     """The effect never happened: release the key so the next call runs it."""
     return _decide(operation, user, AuditEntry.Action.MARK_NOT_EXECUTED, note, fence,
-                   state=OperationState.RELEASED)
+                   state=OperationState.RELEASED, release_reason=ReleaseReason.NOT_EXECUTED)
 
 
 def mark_failed(
@@ -270,6 +272,8 @@ def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
     elif row.kind == Kind.JOURNAL_REMOVED:
         title = f"Journal entries removed ({details.get('entries', '?')})"
         detail = f"by {details.get('by', '?')}"
+    elif row.kind == Kind.RELEASED and details.get("reason"):
+        title = f"Released: {release_reason_label(details['reason'])}"
     elif row.kind == Kind.RECOVERED:
         title = f"Recovery by the {details.get('by', 'sweep')}: {details.get('outcome', '?')}"
     elif row.kind == Kind.DECISION:
@@ -285,6 +289,14 @@ def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
         detail = f"{detail} ({BACKFILLED})" if detail else BACKFILLED
     return Event(at=row.at, kind=row.kind, title=title, detail=detail, fence=row.fence,
                  actor=row.actor, data=data, failure=failure, evidence=evidence)
+
+
+def release_reason_label(reason: str) -> str:
+    """A release reason in words (an unknown value as it is stored)."""
+    try:
+        return str(ReleaseReason(reason).label)
+    except ValueError:
+        return reason
 
 
 #: How the timeline marks an event written after the fact from the operation's own rows.

@@ -28,6 +28,7 @@ from guarded_tools.models import (
     Confirmation,
     ConfirmationStatus,
     Operation,
+    ReleaseReason,
     record_in_admin_history,
 )
 from guarded_tools.store import Claim, OperationHandle, OperationStore
@@ -151,7 +152,7 @@ def _recover_claimed(
     pipeline = gt_settings.PIPELINE_CLASS(definition)  # get_pipeline(): no upward import
     if definition.recover is None:
         if pipeline.proves_no_effect(claim):
-            store.release(claim)
+            store.release(claim, ReleaseReason.FAILED_BEFORE_EFFECT)
             return "released"
         store.mark_unknown(claim, {"code": "outcome_unknown"})
         return "unknown"

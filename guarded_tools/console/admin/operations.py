@@ -250,8 +250,12 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         if abandoned(obj):  # its owner's lease ran out: nobody runs it now
             return format_html('<span class="gt-badge gt-abandoned">{}</span>{}',
                                OperationState.ABANDONED.label, recovered)
-        return format_html('<span class="gt-badge gt-{}">{}</span>{}', obj.state,
-                           obj.get_state_display(), recovered)
+        # Why a released claim is released: waiting for approval is not "proved not run".
+        reason = format_html('<div class="gt-release-reason">{}</div>',
+                             obj.get_release_reason_display()) \
+            if obj.state == OperationState.RELEASED and obj.release_reason else ""
+        return format_html('<span class="gt-badge gt-{}">{}</span>{}{}', obj.state,
+                           obj.get_state_display(), reason, recovered)
 
     @admin.display(description=_("created at"), ordering="created_at")
     def created(self, obj: Operation) -> str:
