@@ -726,7 +726,7 @@ def test_an_expired_lease_reads_abandoned_and_recover_now_runs_the_sweeps_recove
     assert viewer.post(f"{OPS_LIST}{operation.pk}/recover/").status_code == 403
     assert client.get(f"{OPS_LIST}{operation.pk}/recover/").status_code == 403
     page = client.post(f"{OPS_LIST}{operation.pk}/recover/", follow=True).content.decode()
-    assert "Recovered:" in page
+    assert "Recovery ran:" in page
     operation.refresh_from_db()
     assert operation.state != "in_flight" and operation.fence == 2
     row = AuditEntry.objects.get(action="recover")
@@ -744,9 +744,11 @@ def test_an_expired_lease_reads_abandoned_and_recover_now_runs_the_sweeps_recove
     assert AuditEntry.objects.filter(action="recover").count() == 1
 
 
-def test_mark_succeeded_starts_from_the_output_schema_shown_beside_it(
+def test_mark_succeeded_shows_the_output_schema_beside_an_empty_output(
         user_factory: Any, make_tool: Any) -> None:
-    """Item 6: the required fields, typed; the schema beside; titles, not raw JSON."""
+    """Item 6: the schema beside; titles, not raw JSON. The output starts empty, the
+    required fields as its placeholder: a value typed in for the person would be
+    recorded as the result if left unchanged (issue 44)."""
     from guarded_tools.models import Operation
 
     definition = make_tool(
@@ -764,11 +766,10 @@ def test_mark_succeeded_starts_from_the_output_schema_shown_beside_it(
     client = staff_client(user_factory, *RECONCILER)
     form = client.post(OPS_LIST, {"action": "mark_succeeded", ACTION_CHECKBOX_NAME: [
         operation.pk], f"fence-{operation.pk}": operation.fence})
-    import json
-
-    assert json.loads(form.context["form"]["output"].value()) == {
-        "paymentId": 0, "amount": "", "settled": False}
+    assert not form.context["form"]["output"].value()
     html = form.content.decode()
+    assert 'placeholder="Required: paymentId (integer), amount (string), settled' \
+        ' (boolean)"' in html
     assert 'data-testid="output-schema"' in html and "paymentId" in html
     detail = client.get(f"{OPS_LIST}{operation.pk}/change/").content.decode()
     assert 'data-testid="input-rows"' in detail and "<th>Amount" in detail

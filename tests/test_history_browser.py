@@ -38,9 +38,8 @@ def test_the_timeline_in_chromium_keeps_every_event_in_order(
         "guarded_tools.view_operation", "guarded_tools.reconcile_operation"))
     log_in(page, "operator")
     page.goto(f"{OPS_LIST}{operation.pk}/change/")
+    page.fill("#id_note", "The bank shows no transfer.")  # the form is on the page
     page.get_by_test_id("mark_not_executed").click()
-    page.fill("#id_note", "The bank shows no transfer.")
-    page.locator("input[type=submit], button[type=submit]").last.click()
     expect(page.get_by_test_id("state")).to_have_text("released")
     payment.fail = False
     assert agent.post(f"/agent/tools/{definition.name}/", body,

@@ -131,6 +131,39 @@ def test_0016_backfills_the_history_of_operations_made_before_it(admin_client: A
     assert rows[2].actor == "sweep" and rows[2].details["outcome"] == "succeeded"
     assert all(r.details["backfilled"] for r in rows)
     assert OperationEvent.objects.filter(operation_id=recorded.pk).count() == 1
+    call_command("migrate", "guarded_tools", verbosity=0, stdout=StringIO())  # the page's
     page = admin_client.get(f"/admin/guarded_tools/operation/{ran.pk}/change/")
     assert page.status_code == 200
     assert page.content.decode().count("recorded on upgrade") == 4
+
+
+def test_0017_backfills_why_released_rows_are_released() -> None:
+    """A released row from before 0017 reads the reason its rows show: the request it waits
+    on (or its decline), a person's "mark not executed", recovery's proof; else none."""
+    before = [("guarded_tools", "0016_backfill_operation_events")]
+    apps = migrate(before).loader.project_state(before).apps
+    old_operation = apps.get_model("guarded_tools", "Operation")
+    old_confirmation = apps.get_model("guarded_tools", "Confirmation")
+    audit = apps.get_model("guarded_tools", "AuditEntry")
+
+    def released(key: str, state: str = "released") -> uuid.UUID:
+        return old_operation.objects.create(tool="t", scope="auth.user:1", key=key,
+                                            fingerprint="f", state=state).pk
+
+    def asked(operation: uuid.UUID, status: str) -> None:
+        old_confirmation.objects.create(tool="t", scope="auth.user:1", key=str(operation),
+                                        fingerprint=f"f-{status}", input={},
+                                        operation_id=operation, status=status)
+
+    waiting, declined, marked = released("waiting"), released("declined"), released("marked")
+    recovered, ran = released("recovered"), released("ran", "succeeded")
+    released("unknown")  # released, with nothing to say why
+    asked(waiting, "pending")
+    asked(declined, "declined")
+    audit.objects.create(action="mark_not_executed", operation_id=marked, status="released")
+    audit.objects.create(action="recover", operation_id=recovered, status="released")
+    asked(ran, "consumed")
+    migrate([("guarded_tools", "0017_operation_release_reason")])
+    assert dict(Operation.objects.values_list("key", "release_reason")) == {
+        "waiting": "waiting_for_approval", "declined": "declined", "marked": "not_executed",
+        "recovered": "failed_before_effect", "unknown": "", "ran": ""}

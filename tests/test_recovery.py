@@ -261,7 +261,7 @@ def test_management_command_reports_failed_recoveries(make_tool: Any, monkeypatc
     definition = make_tool(never)
     operation = abandoned(definition)
 
-    def broken(self: Any, claim: Any) -> bool:
+    def broken(self: Any, claim: Any, reason: str = "") -> bool:
         raise OperationalError("the database went away")
 
     monkeypatch.setattr(OperationStore, "release", broken)

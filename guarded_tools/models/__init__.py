@@ -20,6 +20,7 @@ from guarded_tools.models.operations import (
     Operation,
     OperationQuerySet,
     OperationState,
+    ReleaseReason,
     unknown_first,
 )
 
@@ -38,6 +39,7 @@ __all__ = [
     "OperationEvent",
     "OperationQuerySet",
     "OperationState",
+    "ReleaseReason",
     "Reservation",
     "_default_expiry",
     "record_in_admin_history",

@@ -27,7 +27,34 @@ class OperationState(models.TextChoices):
     OUTCOME_UNKNOWN = "outcome_unknown", _("outcome unknown")
     """Recovery could not prove success or non-execution; a person must reconcile."""
     RELEASED = "released", _("released")
-    """Proven not executed; the key is fresh again and the next call claims it."""
+    """Not run, or proven not executed; the key is fresh again and the next call claims
+    it. ``Operation.release_reason`` says why."""
+
+
+class ReleaseReason(models.TextChoices):
+    """Why a claim was released: its key is fresh again and nothing of its effect happened."""
+
+    WAITING_FOR_APPROVAL = "waiting_for_approval", _("waiting for approval")
+    """The call asks a person to approve it; the agent's retry runs it once approved."""
+    DECLINED = "declined", _("declined")
+    """A person (or the tool's confirm hook) declined the call."""
+    EXPIRED = "expired", _("approval expired")
+    """Nobody approved the call in time, or its approval ran out before a retry used it."""
+    WITHDRAWN = "withdrawn", _("withdrawn")
+    """The agent withdrew its request before the call ran."""
+    RATE_LIMITED = "rate_limited", _("rate limited")
+    """A budget's count of calls per window was reached."""
+    OVER_BUDGET = "over_budget", _("over budget")
+    """The call would have taken a budget's sum past its limit."""
+    REFUSED = "refused", _("refused before it ran")
+    """A check after the claim refused the call: the tool's precheck, its input's own
+    validation, or a stage of the site's."""
+    FAILED_BEFORE_EFFECT = "failed_before_effect", _("failed before its effect")
+    """The handler failed and nothing of its effect happened: it raised ``ToolError``
+    with an empty journal, its journal was empty (recovery's proof included), or its
+    transaction rolled back."""
+    NOT_EXECUTED = "not_executed", _("proved not run (marked not executed by a person)")
+    """A person reconciled an unknown outcome as not executed."""
 
 
 def unknown_first() -> Case:
@@ -74,6 +101,11 @@ class OperationQuerySet(models.QuerySet["Operation"]):
 
     def unknown(self) -> OperationQuerySet:
         return self.filter(state=OperationState.OUTCOME_UNKNOWN)
+
+    def waiting_for_approval(self) -> OperationQuerySet:
+        """Released claims whose call waits for a person's approval."""
+        return self.filter(state=OperationState.RELEASED,
+                           release_reason=ReleaseReason.WAITING_FOR_APPROVAL)
 
     def in_flight(self) -> OperationQuerySet:
         return self.filter(state=OperationState.IN_FLIGHT)
@@ -154,6 +186,13 @@ class Operation(models.Model):
     )
     attempts = models.PositiveIntegerField(
         _("attempts"), default=1, help_text=_("Fresh claims of this key (after releases).")
+    )
+    # A database default too, as ``reconciled``: claims inserted by a process still
+    # running the previous release name no such column.
+    release_reason = models.CharField(
+        _("release reason"), max_length=32, blank=True, default="", db_default="",
+        choices=ReleaseReason.choices,
+        help_text=_("Why the claim was released (the key fresh again); blank otherwise."),
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)

@@ -63,9 +63,9 @@ from guarded_tools.core.errors import (
     OutcomeUnknownError,
     VerificationError,
 )
-from guarded_tools.models import Operation, OperationState
+from guarded_tools.models import Operation, OperationState, ReleaseReason
 from guarded_tools.pipeline.events import Events
-from guarded_tools.pipeline.failures import FailureHandling, evidence
+from guarded_tools.pipeline.failures import FailureHandling, evidence, release_reason
 from guarded_tools.pipeline.stages import Call, Stage, stage_classes
 from guarded_tools.pipeline.stages.base import overriding, principal_kwargs
 from guarded_tools.store import (
@@ -280,22 +280,24 @@ class Pipeline(FailureHandling):
             lease_seconds=self.lease_seconds,
         )
 
-    def release(self, call: Call, claim: Claim) -> bool:
-        """Release a fresh claim whose effect never happened; the stages give back what it
+    def release(self, call: Call, claim: Claim, reason: str) -> bool:
+        """Release a fresh claim whose effect never happened, saying why (a
+        ``ReleaseReason``); the stages give back what it
         reserved (``on_release``) in the release's own transaction, and only when this
         release took the claim: a claim someone else took over or released gives nothing
         back here, so each claim's reservations come back once, whoever releases it (the
         call, the sweep, a person's "Recover now" or "Mark not executed")."""
         with transaction.atomic(using=router.db_for_write(Operation)):
-            released = self.store.release(claim)
+            released = self.store.release(claim, reason)
             if released:
                 self.walk("on_release", call, claim)
         return released
 
-    def release_taken_over(self, inv: Invocation, claim: Claim) -> bool:
+    def release_taken_over(self, inv: Invocation, claim: Claim,
+                           reason: str = ReleaseReason.FAILED_BEFORE_EFFECT) -> bool:
         """Release a claim recovery took over, proven not run (``release`` for a claim
         that no call of this process holds)."""
-        return self.release(Call(inv, self.observe(silent=True)), claim)
+        return self.release(Call(inv, self.observe(silent=True)), claim, reason)
 
     def released_by_a_person(self, operation: Operation, fence: int) -> None:
         """A person decided that attempt ``fence`` never ran and released the key: the
@@ -341,8 +343,9 @@ class Pipeline(FailureHandling):
         """A fresh claim, committed: run the handler, then finalize or handle its failure."""
         try:
             self.walk("after_claim", call, claim)
-        except BaseException:
-            self.release(call, claim)  # nothing ran: the key is fresh again
+        except BaseException as exc:
+            # Nothing ran: the key is fresh again, and what refused the call says why.
+            self.release(call, claim, release_reason(exc))
             raise
         handle = OperationHandle(self.store, claim, self.lease_seconds)
         ctx = self.make_context(call.inv, handle)
@@ -417,7 +420,7 @@ class Pipeline(FailureHandling):
 
     def _try_release(self, call: Call, claim: Claim) -> bool:
         try:
-            return self.release(call, claim)
+            return self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
         except Exception:
             logger.exception("could not release operation %s", claim.operation.pk)
             return True

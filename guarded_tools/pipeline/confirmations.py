@@ -42,6 +42,8 @@ from guarded_tools.models import (
     AuditEntry,
     Confirmation,
     ConfirmationStatus,
+    Operation,
+    ReleaseReason,
     record_in_admin_history,
 )
 from guarded_tools.pipeline.credentials import DRF_TOKEN as DRF_TOKEN  # the consent page reads it
@@ -584,6 +586,8 @@ def _final(row: Confirmation, user: Any, *, approved: bool, reason: str, verifie
     if row.operation_id is not None:
         record(row.operation_id, Kind.CONFIRMATION_APPROVED if approved
                else Kind.CONFIRMATION_DECLINED, user, reason=reason or None, approvals=several)
+        if not approved:  # its released claim no longer waits: it is declined
+            _no_longer_waiting(row, ReleaseReason.DECLINED)
     verb = "Approved" if approved else "Declined"
     if verified_by:  # how the person proved it was them, as the audit row says
         verb += f" (verified by {verified_by})"
@@ -678,6 +682,7 @@ def withdraw(confirmation: Confirmation, user: Any, note: str) -> bool:
             status__in=[ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED],
         ).update(status=ConfirmationStatus.WITHDRAWN, reason=note)
         if withdrawn:
+            _no_longer_waiting(confirmation, ReleaseReason.WITHDRAWN)
             AuditEntry.objects.using(using).create(
                 actor=user_row(user),
                 action=AuditEntry.Action.WITHDRAW,
@@ -688,6 +693,13 @@ def withdraw(confirmation: Confirmation, user: Any, note: str) -> bool:
     if withdrawn:
         confirmation.status = ConfirmationStatus.WITHDRAWN
     return bool(withdrawn)
+
+
+def _no_longer_waiting(confirmation: Confirmation, reason: ReleaseReason) -> None:
+    """The claim released while ``confirmation`` waited is released for ``reason`` now."""
+    if confirmation.operation_id is not None:
+        Operation.objects.using(router.db_for_write(Operation)).filter(
+            pk=confirmation.operation_id).waiting_for_approval().update(release_reason=reason)
 
 
 def approve(confirmation: Confirmation, user: Any, note: str = "", *,

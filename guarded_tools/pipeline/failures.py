@@ -14,13 +14,18 @@ from typing import TYPE_CHECKING, Any
 from guarded_tools.core.cancellation import CancelSignal
 from guarded_tools.core.catalog import is_code
 from guarded_tools.core.errors import (
+    BudgetExceeded,
+    ConfirmationError,
+    ConfirmationExpired,
+    ConfirmationRequired,
     GuardError,
     LeaseLost,
     OperationInFlight,
     OutcomeUnknownError,
+    RateLimited,
     ToolError,
 )
-from guarded_tools.models import Operation, OperationState
+from guarded_tools.models import Operation, OperationState, ReleaseReason
 from guarded_tools.pipeline.stages.base import Call, principal_kwargs
 from guarded_tools.store import Claim, OperationHandle, OperationStore
 
@@ -38,7 +43,7 @@ class FailureHandling:
         tool: Tool
         store: OperationStore
 
-        def release(self, call: Call, claim: Claim) -> bool: ...
+        def release(self, call: Call, claim: Claim, reason: str) -> bool: ...
         def claim(self, inv: Invocation) -> Claim: ...
         def replay(self, call: Call, operation: Operation) -> GuardResult: ...
         def execute_fresh(self, call: Call, claim: Claim) -> GuardResult: ...
@@ -55,14 +60,14 @@ class FailureHandling:
         if isinstance(exc, ToolError) and (
             not self.tool.journal or self.proves_no_effect(claim)
         ):
-            self.release(call, claim)
+            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
             raise exc
         if self.tool.recover is not None:
             result = self.run_recover(call, claim, handle, exc)
             assert result is not None  # with an exception, "released" re-raises it
             return result
         if self.proves_no_effect(claim):
-            self.release(call, claim)
+            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
             raise exc
         # Without a recover hook nobody can ever prove the outcome: a person decides.
         raise self.unknown(claim, exc, "no recover hook", call.inv, {
@@ -105,7 +110,7 @@ class FailureHandling:
         # Asked after recover ran: it may have cleared the journal once it proved that
         # no effect happened.
         if self.proves_no_effect(claim):
-            self.release(call, claim)
+            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
             if exc is not None:
                 raise exc
             return None  # released: proven not executed
@@ -180,6 +185,27 @@ class FailureHandling:
         )
         error.extra["operation"] = summary
         return error
+
+
+def release_reason(exc: BaseException) -> ReleaseReason:
+    """Why a fresh claim refused before its handler ran is released, from what refused it:
+    a person's approval asked for, declined, expired or withdrawn, a rate limit, a budget,
+    any other check (``refused``); an exception that is no refusal failed before the effect."""
+    if isinstance(exc, ConfirmationRequired):
+        return ReleaseReason.WAITING_FOR_APPROVAL
+    if isinstance(exc, ConfirmationExpired):
+        return ReleaseReason.EXPIRED
+    if isinstance(exc, ConfirmationError):
+        asked = exc.extra.get("confirmation")
+        withdrawn = isinstance(asked, dict) and asked.get("status") == "withdrawn"
+        return ReleaseReason.WITHDRAWN if withdrawn else ReleaseReason.DECLINED
+    if isinstance(exc, RateLimited):
+        return ReleaseReason.RATE_LIMITED
+    if isinstance(exc, BudgetExceeded):
+        return ReleaseReason.OVER_BUDGET
+    if isinstance(exc, GuardError):
+        return ReleaseReason.REFUSED
+    return ReleaseReason.FAILED_BEFORE_EFFECT
 
 
 def evidence(exc: BaseException | None, recover: str) -> dict[str, Any]:

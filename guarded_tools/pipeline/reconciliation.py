@@ -10,6 +10,7 @@ replays afterwards return what the person decided, and ``verify`` never re-judge
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,6 +31,7 @@ from guarded_tools.models import (
     Operation,
     OperationEvent,
     OperationState,
+    ReleaseReason,
     record_in_admin_history,
 )
 from guarded_tools.store import JSON_ENCODER, storable_json
@@ -85,7 +87,8 @@ def _decide(
                 record(operation, Kind.JOURNAL_REMOVED, user, fence=fence, entries=removed,
                        by=f"a person's decision ({AuditEntry.Action(action).label})")
         record(operation, Kind.DECISION, user, fence=fence,
-               decision=str(AuditEntry.Action(action).label), note=note, state=changes["state"])
+               decision=str(AuditEntry.Action(action).label), note=note, state=changes["state"],
+               reason=changes.get("release_reason"))
         AuditEntry.objects.create(
             actor=user,
             action=action,
@@ -173,6 +176,63 @@ def output_skeleton(schema: Any, depth: int = 0) -> Any:
     return _START.get(kind) if isinstance(kind, str) else None
 
 
+def _has_blank(value: Any) -> bool:
+    """Whether ``value`` holds a blank a form fills in: "", 0, an empty list or null."""
+    if isinstance(value, dict):
+        return any(_has_blank(v) for v in value.values())
+    if isinstance(value, bool):
+        return False
+    return value in ("", 0, None) or value == []
+
+
+def is_placeholder(schema: Any, output: Any) -> bool:
+    """Whether ``output`` is the blank shape of ``schema`` (``output_skeleton``: its
+    required fields as "" and 0), not a value anything produced. A shape with no blank
+    in it (a boolean, an enum's first value, a constant) may be a real result: never
+    refused as a placeholder."""
+    skeleton = output_skeleton(dict(schema)) if isinstance(schema, Mapping) else None
+    if skeleton is None or not _has_blank(skeleton):
+        return False
+    try:
+        return json.dumps(output, sort_keys=True) == json.dumps(skeleton, sort_keys=True)
+    except (TypeError, ValueError):
+        return False
+
+
+#: Why a placeholder is refused, in the person's words.
+PLACEHOLDER = ("This is the output's blank shape (\"\" and 0 in its required fields), not what"
+               " the operation produced: replays would hand it to the agent as the result."
+               " Enter the values the evidence shows.")
+
+
+def output_refusal(operation: Operation, output: Any) -> str | None:
+    """Why ``output`` cannot be what replays of ``operation`` return (None when it can):
+    not strict JSON, the untouched placeholder, or not valid against the output schema."""
+    problem = json_problem(output)
+    if problem:
+        return problem
+    definition = registry.find(operation.tool)
+    schema = definition.output_schema if definition is not None else None
+    if is_placeholder(schema, output):
+        return PLACEHOLDER
+    problems = output_problems(operation, output)
+    if problems:
+        return "The output does not match the tool's output schema: " + "; ".join(problems)
+    return None
+
+
+def output_to_start_from(operation: Operation) -> Any:
+    """The output the evidence holds, for a "Mark succeeded" form to start from: the
+    stored one (what ``verify`` refused), else the latest late result's (an owner that
+    lost its lease had produced it); None when there is none (the form starts empty)."""
+    if operation.output is not None:
+        return operation.output
+    late = JournalEntry.objects.filter(
+        operation_id=operation.pk, kind=JournalEntry.Kind.LATE_RESULT
+    ).order_by("-id").values_list("data", flat=True).first()
+    return late.get("output") if isinstance(late, dict) else None
+
+
 def json_problem(output: Any) -> str | None:
     """Why ``output`` is not strict JSON an agent could be sent (see ``parse_output``)."""
     try:
@@ -188,18 +248,16 @@ def json_problem(output: Any) -> str | None:
 def mark_succeeded(
     operation: Operation, user: Any, output: Any, note: str, *, fence: int
 ) -> Operation:
-    """The effect happened: store ``output`` (strict JSON, validated) for every replay.
+    """The effect happened: store ``output`` for every replay. It must be strict JSON,
+    valid against the tool's output schema and not its blank placeholder
+    (``output_refusal``): a person records what they found, never a made-up result.
 
     ``fence`` is the attempt the person decided on (``operation.fence`` as they saw it).
     """
     _check(user)
-    problem = json_problem(output)
-    if problem:
-        raise ReconcileRefused(problem)
-    problems = output_problems(operation, output)
-    if problems:
-        raise ReconcileRefused("The output does not match the tool's output schema: "
-                               + "; ".join(problems))
+    refusal = output_refusal(operation, output)
+    if refusal:
+        raise ReconcileRefused(refusal)
     return _decide(
         operation, user, AuditEntry.Action.MARK_SUCCEEDED, note, fence,
         state=OperationState.SUCCEEDED, output=storable_json(output), error=None,
@@ -213,7 +271,8 @@ def mark_not_executed(operation: Operation, user: Any, note: str, *, fence: int)
     release does: the retry reserves again, and the effect counts once."""
     with transaction.atomic(using=router.db_for_write(Operation)):
         released = _decide(operation, user, AuditEntry.Action.MARK_NOT_EXECUTED, note, fence,
-                           state=OperationState.RELEASED)
+                           state=OperationState.RELEASED,
+                           release_reason=ReleaseReason.NOT_EXECUTED)
         definition = registry.find(released.tool)
         if definition is not None:
             gt_settings.PIPELINE_CLASS(definition).released_by_a_person(released, fence)
@@ -277,6 +336,8 @@ def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
     elif row.kind == Kind.JOURNAL_REMOVED:
         title = f"Journal entries removed ({details.get('entries', '?')})"
         detail = f"by {details.get('by', '?')}"
+    elif row.kind == Kind.RELEASED and details.get("reason"):
+        title = f"Released: {release_reason_label(details['reason'])}"
     elif row.kind == Kind.RECOVERED:
         title = f"Recovery by the {details.get('by', 'sweep')}: {details.get('outcome', '?')}"
     elif row.kind == Kind.DECISION:
@@ -293,6 +354,14 @@ def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
         detail = f"{detail} ({BACKFILLED})" if detail else BACKFILLED
     return Event(at=row.at, kind=row.kind, title=title, detail=detail, fence=row.fence,
                  actor=row.actor, data=data, failure=failure, evidence=evidence)
+
+
+def release_reason_label(reason: str) -> str:
+    """A release reason in words (an unknown value as it is stored)."""
+    try:
+        return str(ReleaseReason(reason).label)
+    except ValueError:
+        return reason
 
 
 #: How the timeline marks an event written after the fact from the operation's own rows.

@@ -158,7 +158,7 @@ class OperationStore:
         ).update(
             state=OperationState.IN_FLIGHT, owner=token, fence=F("fence") + 1,
             fingerprint=fp, input=input, user=user_row(user), output=None, error=None,
-            recovered=False, attempts=F("attempts") + 1,
+            recovered=False, attempts=F("attempts") + 1, release_reason="",
             lease_expires_at=db_now_plus(lease_seconds), completed_at=None, updated_at=Now(),
         )
         if not updated:
@@ -328,10 +328,13 @@ class OperationStore:
         """Compare-and-set that this claim is still ours, locking its row until commit."""
         return bool(self.owned(claim).update(updated_at=Now()))
 
-    def release(self, claim: Claim) -> bool:
+    def release(self, claim: Claim, reason: str = "") -> bool:
+        """Release the claim without its effect; ``reason`` (a ``ReleaseReason``) says why,
+        on the row (in the same UPDATE) and on its event."""
         return self.recorded(bool(self.owned(claim).update(
-            state=OperationState.RELEASED, owner="", lease_expires_at=None, updated_at=Now(),
-        )), claim, Kind.RELEASED)
+            state=OperationState.RELEASED, release_reason=reason, owner="",
+            lease_expires_at=None, updated_at=Now(),
+        )), claim, Kind.RELEASED, reason=reason or None)
 
     def abandon(self, claim: Claim) -> bool:
         return self.recorded(bool(self.owned(claim).update(

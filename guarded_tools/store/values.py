@@ -109,6 +109,7 @@ def fresh_values(
         "recovered": False,
         "reconciled": False,
         "attempts": 1,
+        "release_reason": "",
     }
 
 

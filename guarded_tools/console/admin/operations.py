@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +38,7 @@ from guarded_tools.console.admin.rendering import (
 from guarded_tools.console.formatting import age, when
 from guarded_tools.core.catalog import CODE
 from guarded_tools.models import (
+    JournalEntry,
     Operation,
     OperationState,
     unknown_first,
@@ -90,7 +92,6 @@ class FailedForm(ReconcileForm):
                               initial="The operation failed and was reconciled by a person.")
 
 
-
 #: Each reconciliation: its action, what the person says by choosing it, its button.
 RECONCILIATIONS = (
     ("mark_succeeded", _("Mark succeeded"), _("marked succeeded")),
@@ -99,12 +100,148 @@ RECONCILIATIONS = (
 )
 
 
-#: What each outcome of a recovery means, in an operator's words.
+#: What a note must say, when a decision comes without one.
+NOTE_REQUIRED = _("A note is required: say how you established the outcome. Nothing was"
+                  " changed.")
+
+
+class DecisionForm(forms.Form):
+    """An operation page's reconcile form: one note, and what each decision records.
+
+    Every decision needs the note; "Mark succeeded" needs the output replays will return
+    (checked by ``reconciliation.output_refusal``), "Mark failed" an error code and
+    message. ``fence`` is the attempt the page showed.
+    """
+
+    action = forms.ChoiceField(choices=[(action, label) for action, label, _past
+                                        in RECONCILIATIONS])
+    fence = forms.IntegerField(min_value=1, widget=forms.HiddenInput)
+    note = forms.CharField(
+        label=_("Note"), max_length=2000, error_messages={"required": NOTE_REQUIRED},
+        widget=forms.Textarea(attrs={"rows": 2, "required": True}),
+        help_text=_("How did you establish the outcome? Recorded in the audit trail."))
+    output = forms.CharField(
+        label=_("Output (JSON)"), required=False, widget=forms.Textarea(attrs={"rows": 4}),
+        help_text=_("What replays return, checked against the tool's output schema."))
+    code = forms.RegexField(label=_("Error code"), regex=CODE, initial="operation_failed",
+                            required=False)
+    message = forms.CharField(label=_("Message for the agent"), max_length=500,
+                              required=False,
+                              initial="The operation failed and was reconciled by a person.")
+
+    def __init__(self, *args: Any, operation: Operation, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.operation = operation
+        hint = output_hint(operation)
+        if hint:
+            self.fields["output"].widget.attrs["placeholder"] = hint
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        action = data.get("action")
+        if action == "mark_succeeded":
+            text = data.get("output") or ""
+            if not text.strip():
+                self.add_error("output", _("Enter the output replays will return: what the"
+                                           " evidence shows the operation produced."))
+                return data
+            try:
+                data["output"] = reconciliation.parse_output(text)
+            except reconciliation.ReconcileRefused as exc:
+                self.add_error("output", str(exc))
+                return data
+            refusal = reconciliation.output_refusal(self.operation, data["output"])
+            if refusal:
+                self.add_error("output", refusal)
+        elif action == "mark_failed":
+            for name in ("code", "message"):
+                if not data.get(name):
+                    self.add_error(name, _("Mark failed records this for the agent's"
+                                           " replays: fill it in."))
+        return data
+
+
+def output_hint(operation: Operation) -> str:
+    """The output schema's required fields and their types, as a placeholder says it
+    (shown in an empty field, never sent as a value)."""
+    definition = registry.find(operation.tool)
+    schema = definition.output_schema if definition is not None else None
+    if not schema:
+        return ""
+    props = schema.get("properties") or {}
+
+    def kind(name: str) -> str:
+        spec = props.get(name)
+        return str(spec.get("type", "any")) if isinstance(spec, dict) else "any"
+
+    fields = [f"{name} ({kind(name)})" for name in schema.get("required") or ()
+              if isinstance(name, str)]
+    return gettext("Required: %s") % ", ".join(fields) if fields else ""
+
+
+#: The longest output (pretty JSON) a "Mark succeeded" form starts from: a longer one is
+#: downloaded, corrected and pasted instead of sent back with every page.
+OUTPUT_START_CHARS = 16 * 1024
+
+
+def start_output(operation: Operation, form: forms.Form) -> str:
+    """The output the evidence holds, as ``form``'s output field starts from it: empty
+    when there is none, or when it is too long for the page (its help then says where
+    to download it)."""
+    started = reconciliation.output_to_start_from(operation)
+    text = pretty_json(started) if started is not None else ""
+    if len(text) <= OUTPUT_START_CHARS:
+        return text
+    field = form.fields["output"]
+    field.help_text = format_html(
+        "{} {}", field.help_text, gettext("The stored output is too long to start from here:"
+                                          " download it, correct it and paste it."))
+    return ""
+
+
+#: The most journal entries the top of an operation's page lists (all are in the evidence).
+FACTS_SHOWN = 10
+
+
+def deciding_facts(operation: Operation) -> list[dict[str, Any]]:
+    """What the journal says, for the top of an unknown outcome's page: each live entry
+    (any means the effect may have happened) and each late result, in one line, with what
+    the tool's ``evidence`` hook says of its reference ("no ledger entry with this
+    reference")."""
+    definition = registry.find(operation.tool)
+    rows = JournalEntry.objects.filter(operation_id=operation.pk, removed=False).order_by(
+        "id").values_list("kind", "fence", "data")[:FACTS_SHOWN]
+    return [{"late": kind == JournalEntry.Kind.LATE_RESULT, "fence": fence,
+             "data": one_line(data),
+             "evidence": reconciliation.journal_evidence(data, operation, definition)}
+            for kind, fence, data in rows]
+
+
+def one_line(value: Any, limit: int = 300) -> str:
+    """``value`` as compact JSON on one line, cut at ``limit`` characters."""
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+#: What each outcome of a recovery means, in an operator's words, and the state it leaves.
 RECOVERY_OUTCOMES = {
-    "completed": _("the tool's recover hook established the outcome"),
-    "released": _("released: the journal proves it never ran"),
-    "unknown": _("still unknown, waiting for a person to reconcile it"),
+    "completed": (_("Recovery ran: the tool's recover hook established that the operation"
+                    " succeeded, and replays return its output."), OperationState.SUCCEEDED),
+    "released": (_("Recovery ran: the journal proves the operation never ran, so its key is"
+                   " released and the agent's next call runs it."), OperationState.RELEASED),
+    "unknown": (_("Recovery ran: nobody could prove what happened, so the operation waits for"
+                  " a person to reconcile it."), OperationState.OUTCOME_UNKNOWN),
 }
+
+
+def recovery_sentence(outcome: str, state: str) -> str:
+    """What "Recover now" did, in one sentence; the state only when the outcome does not
+    already say it (someone else moved the operation on meanwhile)."""
+    said, leaves = RECOVERY_OUTCOMES.get(outcome, (gettext("Recovery ran: %s.") % outcome, ""))
+    if state == leaves:
+        return str(said)
+    return f"{said} " + gettext("It is now %(state)s.") % {
+        "state": OperationState(state).label if state in OperationState.values else state}
 
 
 def evidence(operation: Operation) -> dict[str, Any]:
@@ -135,6 +272,8 @@ def evidence(operation: Operation) -> dict[str, Any]:
         # The warning before "Mark not executed" only where that decision is offered;
         # elsewhere the journal is evidence, shown as such.
         "journal_warns": unknown,
+        # The fence counts every claim and takeover; ``attempts`` the fresh claims.
+        "takeovers": max(operation.fence - operation.attempts, 0),
         "journal_matters": unknown or abandoned(operation),
         "error": shown("error") if operation.error is not None else None,
         "failure": error.get("failure", ""),
@@ -250,8 +389,12 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         if abandoned(obj):  # its owner's lease ran out: nobody runs it now
             return format_html('<span class="gt-badge gt-abandoned">{}</span>{}',
                                OperationState.ABANDONED.label, recovered)
-        return format_html('<span class="gt-badge gt-{}">{}</span>{}', obj.state,
-                           obj.get_state_display(), recovered)
+        # Why a released claim is released: waiting for approval is not "proved not run".
+        reason = format_html('<div class="gt-release-reason">{}</div>',
+                             obj.get_release_reason_display()) \
+            if obj.state == OperationState.RELEASED and obj.release_reason else ""
+        return format_html('<span class="gt-badge gt-{}">{}</span>{}{}', obj.state,
+                           obj.get_state_display(), reason, recovered)
 
     @admin.display(description=_("created at"), ordering="created_at")
     def created(self, obj: Operation) -> str:
@@ -275,15 +418,14 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "ev": ev,
                 "presented": ev["presented"],
                 "timeline": ev["timeline"],
-                "reconciliations": RECONCILIATIONS if can else (),
+                **self.decide_context(operation, ev,
+                                      self.decision_form(operation) if can else None),
                 "abandoned": abandoned(operation),
                 "next_sweep": next_sweep_sentence(next_sweep()) if abandoned(operation)
                 else "",
                 "can_recover": abandoned(operation) and self.has_reconcile_permission(request),
                 "recover_url": reverse("admin:guarded_tools_operation_recover",
                                        args=[operation.pk]),
-                "changelist_url": reverse("admin:guarded_tools_operation_changelist"),
-                "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
                 "confirmations": operation.confirmations.select_related(
                     "requested_by", "decided_by").order_by("created_at")[:20],
             }
@@ -295,6 +437,8 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                  name="guarded_tools_operation_download"),
             path("<uuid:pk>/recover/", self.admin_site.admin_view(self.recover_view),
                  name="guarded_tools_operation_recover"),
+            path("<uuid:pk>/reconcile/", self.admin_site.admin_view(self.reconcile_view),
+                 name="guarded_tools_operation_reconcile"),
             *super().get_urls(),
         ]
 
@@ -312,11 +456,91 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                          " retry has it)."), messages.WARNING)
         else:
             operation.refresh_from_db()
-            self.message_user(request, _("Recovered: %(outcome)s. It is now %(state)s.") % {
-                "outcome": RECOVERY_OUTCOMES.get(outcome, outcome),
-                "state": operation.get_state_display()}, messages.SUCCESS)
+            self.message_user(request, recovery_sentence(outcome, operation.state),
+                              messages.SUCCESS)
         return HttpResponseRedirect(reverse("admin:guarded_tools_operation_change",
                                             args=[operation.pk]))
+
+    # -- an unknown outcome's page and its reconcile form -----------------------------------
+    @staticmethod
+    def decision_form(operation: Operation, data: Any = None) -> DecisionForm:
+        """The form for ``operation`` as the page shows it (on the current attempt, its
+        output started from the evidence), or bound to what was posted."""
+        form = DecisionForm(data, operation=operation, initial={"fence": operation.fence})
+        if not form.is_bound:
+            form.initial["output"] = start_output(operation, form)
+        return form
+
+    @staticmethod
+    def decide_context(operation: Operation, ev: dict[str, Any],
+                       form: DecisionForm | None) -> dict[str, Any]:
+        """What the top of an unknown outcome's page shows: the facts the decision rests
+        on (the journal with what the tool's evidence hook says of it, what the handler,
+        recovery and ``verify`` said) and, for those who may reconcile, the form."""
+        if operation.state != OperationState.OUTCOME_UNKNOWN:
+            return {"facts": None, "decide_form": None}
+        # The journal is shown once, up here with its warning; the evidence below lists it.
+        ev["journal_warns"] = False
+        return {
+            "facts": deciding_facts(operation),
+            "decide_form": form,
+            "reconcile_url": reverse("admin:guarded_tools_operation_reconcile",
+                                     args=[operation.pk]),
+            "output_schema": OperationAdmin._output_schema([operation]),
+            "stored_output": one_line(operation.output) if operation.output is not None
+            else "",
+        }
+
+    @method_decorator(xframe_options_deny)
+    def reconcile_view(self, request: HttpRequest, pk: str) -> HttpResponse:
+        """The reconcile form's own address: GET shows it, POST decides (a note always;
+        the output or the error the decision records), or shows the form again with what
+        was typed and why it was refused. Only for those who may reconcile."""
+        if not self.has_reconcile_permission(request):
+            raise PermissionDenied
+        operation = get_object_or_404(Operation, pk=pk)
+        page = reverse("admin:guarded_tools_operation_change", args=[operation.pk])
+        if operation.state != OperationState.OUTCOME_UNKNOWN:
+            self.message_user(request, _(
+                "This operation is not waiting for reconciliation any more (now: %(state)s;"
+                " someone may have decided it since the form was opened): nothing was"
+                " changed.") % {"state": operation.get_state_display()},
+                messages.ERROR if request.method == "POST" else messages.WARNING)
+            return HttpResponseRedirect(page)
+        if request.method != "POST":
+            return self.reconcile_page(request, operation, self.decision_form(operation))
+        form = self.decision_form(operation, request.POST)
+        if not form.is_valid():
+            return self.reconcile_page(request, operation, form)
+        action = form.cleaned_data["action"]
+        try:
+            self._apply(action, operation, request.user, form.cleaned_data,
+                        form.cleaned_data["fence"])
+        except reconciliation.ReconcileRefused as exc:
+            return self.reconcile_page(request, operation, form, str(exc))
+        verb = {a: past for a, _label, past in RECONCILIATIONS}[action]
+        self.message_user(request, ngettext("%(n)d operation reconciled.",
+                                            "%(n)d operations reconciled.", 1) % {"n": 1}
+                          + f" {operation}: {verb}.", messages.SUCCESS)
+        return HttpResponseRedirect(page)
+
+    def reconcile_page(self, request: HttpRequest, operation: Operation, form: DecisionForm,
+                       error: str | None = None) -> TemplateResponse:
+        """The reconcile form on a page of its own: the facts and the form first, the
+        rest of the evidence below; a refused form keeps everything that was typed."""
+        ev = evidence(operation)
+        if error is None and form.is_bound and form.errors:
+            error = gettext("Nothing was changed: correct what is marked below.")
+        return TemplateResponse(request, "admin/guarded_tools/operation/reconcile.html", {
+            **self.admin_site.each_context(request),
+            "title": gettext("Reconcile %(operation)s") % {"operation": operation},
+            "opts": self.model._meta,
+            "operation": operation,
+            "presented": ev["presented"],
+            "ev": ev,
+            "error": error,
+            **self.decide_context(operation, ev, form),
+        })
 
     def download_view(self, request: HttpRequest, pk: str, part: str) -> HttpResponse:
         """An operation's whole input, output or error as a JSON file, for its viewers."""
@@ -364,10 +588,12 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             self.message_user(request, _("Mark one operation at a time as succeeded: each has"
                                          " its own output."), messages.WARNING)
             return None
-        initial = {}
-        if single and form_class is SucceededForm:
-            initial["output"] = self._output_to_start_from(eligible)
-        form = form_class(request.POST if "note" in request.POST else None, initial=initial)
+        form = form_class(request.POST if "note" in request.POST else None)
+        first = eligible.first() if single and form_class is SucceededForm else None
+        if first is not None:  # the evidence's output, else empty: never a made-up one
+            form.initial["output"] = start_output(first, form)
+            if output_hint(first):
+                form.fields["output"].widget.attrs["placeholder"] = output_hint(first)
         # The attempt each decision is made on: the fence the form showed, as posted back;
         # a form opened now shows the current one.
         fences = posted_fences(request) if form.is_bound else {
@@ -400,17 +626,6 @@ class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                                     args=[last]))
             return None
         return self._form_page(request, eligible, form, action, title, fences)
-
-    @staticmethod
-    def _output_to_start_from(eligible: QuerySet[Any]) -> str:
-        """The stored output (what verify refused, a late result), else the output
-        schema's required fields, typed: the person fills in values, not the shape."""
-        tool, stored = eligible.values_list("tool", "output").first() or ("", None)
-        if stored is not None:
-            return pretty_json(stored)
-        definition = registry.find(tool)
-        schema = definition.output_schema if definition is not None else None
-        return pretty_json(reconciliation.output_skeleton(schema)) if schema else ""
 
     def _form_page(self, request: HttpRequest, objects: QuerySet[Any], form: forms.Form,
                    action: str, title: str, fences: dict[str, int],
