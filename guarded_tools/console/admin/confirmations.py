@@ -220,7 +220,8 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         left = obj.expires_at - timezone.now()
         return format_html('{}<div class="gt-cell-note" title="{}" data-testid="time-left">{}'
                            '</div>', waited, when(obj.expires_at),
-                           _("%(left)s left") % {"left": age(left)}
+                           format_html(str(_("{left} left")), left=format_html(
+                               '<span class="gt-nowrap">{}</span>', age(left)))
                            if left.total_seconds() > 0 else _("expired"))
 
     # Decision pages refuse framing themselves (clickjacking), whatever the site's
