@@ -8,6 +8,7 @@ requests carry its policy's rules, approvals and precheck as in the demo.
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -156,7 +157,7 @@ def test_the_panel_counts_what_the_viewer_can_decide_and_what_waits_for_its_owne
     source, spare, savings = accounts
     owners = move(agent, source, spare)  # the oldest waiting request: only its owner decides
     Confirmation.objects.filter(pk=owners.pk).update(
-        created_at=timezone.now() - timezone.timedelta(hours=2))
+        created_at=timezone.now() - timedelta(hours=2))
     payment = pay(agent, source, savings)
     approver = staff(user_factory)
     for url in ("/admin/", CONF_LIST):
@@ -349,7 +350,7 @@ def test_the_audit_trail_reads_the_stored_summary_and_filters_by_person_and_date
     assert today is not None
     assert len(listed(today.group(1).replace("&amp;", "&"))) == 3
     midnight = timezone.localtime().replace(hour=0, minute=0, second=0, microsecond=0)
-    before = {"created_at__gte": (midnight - timezone.timedelta(days=1)).isoformat(),
+    before = {"created_at__gte": (midnight - timedelta(days=1)).isoformat(),
               "created_at__lt": midnight.isoformat()}
     response = approver.get(AUDIT_LIST, before)
     assert list(response.context["cl"].result_list) == []  # nothing happened yesterday
