@@ -464,3 +464,111 @@ def settings_sweep_every() -> int:
     from django.conf import settings
 
     return int(settings.CELERY_BEAT_SCHEDULE["guarded-tools-sweep"]["schedule"])
+
+
+def request_move(demo: dict[str, Any], amount: str = "75.00") -> Confirmation:
+    """A move between the agent's own accounts: its owner alone decides it."""
+    from guarded_tools.core.errors import ConfirmationRequired
+    from guarded_tools.tools.registry import registry
+
+    body = {"operationId": str(uuid.uuid4()), "sourceId": demo["source"].pk,
+            "receiverId": demo["receiver"].pk, "amount": amount}
+    with pytest.raises(ConfirmationRequired):
+        registry.get("move_between_my_accounts")(body, user=demo["agent"])
+    return Confirmation.objects.get(key=body["operationId"])
+
+
+def lines(page: Any, selector: str) -> list[int]:
+    """How many lines each element ``selector`` names takes (its inline boxes)."""
+    return page.evaluate("""(selector) => [...document.querySelectorAll(selector)]
+        .map(e => new Set([...e.getClientRects()].map(r => Math.round(r.top))).size)""",
+                         selector)
+
+
+def test_the_queue_fits_at_1280_px_and_keeps_each_request_to_three_lines(
+        page: Any, demo: dict[str, Any], user_factory: Any) -> None:
+    """The approver decides from the queue: the waiting requests alone by default, with
+    their amount, rule and approvals, a mark on those that would fail now, nothing cut
+    off at 1280 px (both sidebars open) and each sentence on at most three lines; every
+    status one click away, fitting too. (Before: every status by default, sentences on
+    six or seven lines, the table 18 px wider than its box.)"""
+    from guarded_tools.pipeline import confirmations
+
+    approver = type(demo["agent"]).objects.get(username="approver")
+    small, large = request_payment(demo, "120.00"), request_payment(demo, "1500.00")
+    confirmations.approve(large, approver)  # one of two
+    confirmations.decline(request_payment(demo, "130.00"), approver, "Not this month.")
+    waiting = [request_payment(demo, amount) for amount in ("140.00", "150.00")]
+    waiting.append(request_move(demo))  # only its owner decides it
+    Account.objects.filter(pk=demo["source"].pk).update(balance="145.00")  # 150 would fail
+    log_in(page, "approver")
+    page.goto(CONF_LIST)
+    rows = page.locator("#result_list tbody tr")
+    expect(rows.first).to_be_visible()
+    fits(page, "queue")
+    assert max(lines(page, "#result_list th.field-request a")) <= 3, lines(
+        page, "#result_list th.field-request a")
+    expect(rows).to_have_count(5)  # the declined request is not waiting
+    row = rows.filter(has_text="Pay 1,500.00")
+    expect(row.locator("td.field-amount")).to_have_text("1,500.00")
+    expect(row.get_by_test_id("approvals")).to_have_text("1 of 2")
+    expect(row.get_by_test_id("rule")).to_have_text("above 1,000.00")
+    expect(rows.filter(has_text="Pay 150.00").get_by_test_id("validity-mark")).to_have_text(
+        "would fail now")
+    expect(rows.filter(has_text="Pay 140.00").get_by_test_id("validity-mark")).to_have_count(0)
+    page.screenshot(path="/tmp/approvals-queue-1280.png", full_page=True)
+    page.get_by_role("link", name="all", exact=True).click()
+    expect(rows).to_have_count(6)
+    expect(rows.filter(has_text="Pay 130.00").locator(".gt-badge")).to_have_text("declined")
+    fits(page, "every status")
+    # Two more columns (the status and who decided): the longest sentence takes five lines.
+    assert max(lines(page, "#result_list th.field-request a")) <= 5
+    page.screenshot(path="/tmp/approvals-queue-all-1280.png", full_page=True)
+    assert {small.pk, *(c.pk for c in waiting)} <= set(Confirmation.objects.filter(
+        status="pending").values_list("pk", flat=True))
+
+
+def test_the_audit_trail_reads_each_time_on_one_line_and_fits(
+        page: Any, demo: dict[str, Any]) -> None:
+    from guarded_tools.pipeline import confirmations
+
+    approver = type(demo["agent"]).objects.get(username="approver")
+    confirmations.approve(request_payment(demo, "1500.00"), approver, "Invoice 88, checked.")
+    confirmations.decline(request_payment(demo, "120.00"), approver, "Not this month.")
+    log_in(page, "approver")
+    page.goto(AUDIT_LIST)
+    fits(page, "audit trail")
+    assert lines(page, "#result_list .field-at a") == [1, 1], lines(
+        page, "#result_list .field-at a")
+    expect(page.locator("#result_list td.field-subject").first).to_contain_text(
+        "Pay 120.00 EUR from agent's Checking")
+    expect(page.locator(".paginator")).to_contain_text("2 entries")
+    expect(page.locator("#changelist-filter")).to_contain_text("By person")
+    page.screenshot(path="/tmp/approvals-audit-1280.png", full_page=True)
+
+
+def test_the_request_page_shows_the_rule_and_what_an_approval_covers_above_the_fold(
+        page: Any, demo: dict[str, Any]) -> None:
+    """At 1280 x 900: the request once as the heading, the rule and "n of m" and, for a
+    request that would fail now, what an approval covers, all above the buttons, which
+    are on screen; Decline is the main button."""
+    confirmation = request_payment(demo, "1500.00")
+    source = Account.objects.get(pk=demo["source"].pk)
+    Account.objects.filter(pk=source.pk).update(version=source.version + 1)  # stale now
+    log_in(page, "approver")
+    page.goto(f"{CONF_LIST}{confirmation.pk}/change/")
+    expect(page.locator("#content h1")).to_have_count(1)
+    expect(page.locator("#content h1")).to_have_text(re.compile(r"^Pay 1,500\.00 EUR from"))
+    expect(page.locator("#content h2", has_text="send_payment by")).to_have_count(0)
+    expect(page.get_by_test_id("approvals")).to_have_text("0 of 2 approvals given")
+    expect(page.get_by_test_id("approval-covers")).to_contain_text("an approval given now is kept")
+    boxes = {name: page.get_by_test_id(name).bounding_box()
+             for name in ("policy-rule", "approvals", "approval-covers", "approve", "decline")}
+    assert all(box is not None for box in boxes.values()), boxes
+    assert boxes["approvals"]["y"] < boxes["approve"]["y"]  # type: ignore[index]
+    assert boxes["approve"]["y"] + boxes["approve"]["height"] <= 900  # type: ignore[index]
+    assert boxes["decline"]["x"] < boxes["approve"]["x"]  # type: ignore[index]
+    expect(page.get_by_test_id("decline")).to_have_class(re.compile(r"\bdefault\b"))
+    expect(page.get_by_test_id("approve")).to_have_text("Approve anyway")
+    fits(page, "request that would fail now")
+    page.screenshot(path="/tmp/approvals-request-fails-1280.png")

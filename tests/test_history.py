@@ -77,17 +77,17 @@ def test_the_timeline_keeps_every_event_through_a_sweep_a_decision_and_a_retry(
     page = operator.get(f"{OPS_LIST}{operation.pk}/change/").content.decode()
     timeline = rows(page)
     assert [(what, attempt, who) for _when, what, attempt, who in timeline] == [
-        ("Claimed", "1", "agent alice"),
-        ("Journal: entry", "1", "agent alice"),
-        ("Abandoned (lease given up)", "1", "agent alice"),
+        ("Claimed", "1", "agent (for user alice)"),
+        ("Journal: entry", "1", "agent (for user alice)"),
+        ("Abandoned (lease given up)", "1", "agent (for user alice)"),
         ("Taken over for recovery", "2", "sweep"),
         ("Outcome unknown", "2", "sweep"),
         ("Recovery by the sweep: unknown", "2", "sweep"),
         ("Journal entries removed (1)", "2", "staffer"),
         ("Marked operation not executed", "2", "staffer"),
-        ("Claimed again (a retry)", "3", "agent alice"),
-        ("Journal: entry", "3", "agent alice"),
-        ("Succeeded", "3", "agent alice"),
+        ("Claimed again (a retry)", "3", "agent (for user alice)"),
+        ("Journal: entry", "3", "agent (for user alice)"),
+        ("Succeeded", "3", "agent (for user alice)"),
     ], timeline
     # The time to the millisecond, with its zone; the rows within one second in their
     # recording order, whatever the clock says.

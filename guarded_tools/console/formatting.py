@@ -19,8 +19,10 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.core.times import LOCAL_TIME_FORMAT, local_time
+
 #: The one date format of the console's pages: to the second, with the time zone.
-TIME_FORMAT = "Y-m-d H:i:s T"
+TIME_FORMAT = LOCAL_TIME_FORMAT
 #: A timeline's times: to the millisecond, with the zone.
 PRECISE_TIME_FORMAT = r"Y-m-d H:i:s.\M\M\M T"  # MMM: the milliseconds
 
@@ -38,9 +40,7 @@ def when(value: datetime | str | None) -> str:
         if parsed is None:
             return value
         value = parsed
-    if timezone.is_aware(value):
-        value = timezone.localtime(value)
-    return dateformat.format(value, TIME_FORMAT)
+    return local_time(value)
 
 
 def when_precisely(value: datetime | None) -> str:

@@ -12,6 +12,7 @@ from django.db.models import Q
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.core.times import local_time
 from guarded_tools.models.confirmations import Confirmation
 from guarded_tools.models.operations import Operation
 
@@ -74,7 +75,9 @@ class AuditEntry(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_action_display()} by {self.actor}"
+        who = f" by {self.actor}" if self.actor_id is not None else ""
+        when = f", {local_time(self.created_at)}" if self.created_at else ""
+        return f"{self.get_action_display()}{who}{when}"
 
 
 def record_in_admin_history(user: Any, obj: models.Model, message: str) -> None:

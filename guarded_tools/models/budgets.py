@@ -8,6 +8,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.core.times import local_time
+
 
 class BudgetCounter(models.Model):
     """One principal's use of one budget in one window: the row a reservation locks."""
@@ -23,7 +25,7 @@ class BudgetCounter(models.Model):
                                                name="gt_budget_counter_unique")]
 
     def __str__(self) -> str:
-        return f"{self.budget} · {self.scope} · {self.window_start:%Y-%m-%d %H:%M}"
+        return f"{self.budget} · {self.scope} · {local_time(self.window_start)}"
 
 
 class Reservation(models.Model):

@@ -14,6 +14,7 @@ from django.db.models.functions import Now
 from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.core.times import local_time
 from guarded_tools.models.operations import Operation
 
 
@@ -208,9 +209,10 @@ class Confirmation(models.Model):
         permissions = [("approve_confirmation", _("Can approve or decline confirmations"))]
 
     def __str__(self) -> str:
-        who = self.requester
-        when = f", {self.created_at:%Y-%m-%d %H:%M}" if self.created_at else ""
-        return f"{self.tool} by {who}{when} ({self.get_status_display()})"
+        # Titles, breadcrumbs and *Recent actions* (Django keeps this text when it logs a
+        # decision): the time to the second, with its zone, as every page shows times.
+        when = f", {local_time(self.created_at)}" if self.created_at else ""
+        return f"{self.tool} by {self.requester}{when} ({self.get_status_display()})"
 
     @property
     def requester(self) -> Any:

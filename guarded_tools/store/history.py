@@ -29,11 +29,13 @@ DETAILS_LIMIT = 20
 
 
 def actor_label(user: Any, *, agent: bool = False) -> str:
-    """Who did it, as the timeline's WHO column says it: a person, or ``agent <name>``."""
+    """Who did it, as the timeline's WHO column says it: a person's name, or an agent and
+    the user it acts for, ``agent (for user alice)`` (never "agent agent" for a user named
+    agent)."""
     if user is None or getattr(user, "pk", None) is None:
         return "agent (anonymous)" if agent else ""
     name = str(user.get_username() if hasattr(user, "get_username") else user)
-    return f"agent {name}"[:200] if agent else name[:200]
+    return f"agent (for user {name})"[:200] if agent else name[:200]
 
 
 def _bounded(value: Any, depth: int = 0) -> Any:

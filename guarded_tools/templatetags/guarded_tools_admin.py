@@ -28,13 +28,18 @@ register.filter("gt_counted", in_words)
 def guarded_tools_panel(
     context: Any, confirmations: Any = None, operations: Any = None
 ) -> dict[str, Any]:
-    """Render the panel; with no arguments it computes both sets of numbers."""
-    from guarded_tools.pipeline import confirmations as confirmation_queue
+    """Render the panel; with no arguments it computes both sets of numbers.
+
+    ``confirmations`` is the queue as the viewer reads it
+    (:func:`guarded_tools.console.queue.waiting_for`): what they can decide, apart from
+    what waits for its owner or for other approvers.
+    """
+    from guarded_tools.console.queue import waiting_for
     from guarded_tools.pipeline import reconciliation
 
     user = context["request"].user
     if confirmations is None and user.has_perm("guarded_tools.view_confirmation"):
-        confirmations = confirmation_queue.stats()
+        confirmations = waiting_for(user)
     if operations is None and user.has_perm("guarded_tools.view_operation"):
         operations = reconciliation.dashboard()
     return {"confirmations": confirmations or None, "operations": operations or None,

@@ -71,6 +71,8 @@ class SafeLookupsMixin:
 
     # Exact up to CONSOLE_COUNT_EXACTLY_UP_TO rows, PostgreSQL's estimate past it.
     paginator: ClassVar[type] = EstimatingPaginator
+    # An empty cell reads as the console's own placeholder, as its columns write it.
+    empty_value_display = "—"
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return SafeChangeList
@@ -142,7 +144,6 @@ class ToolFilter(admin.SimpleListFilter):
         if not value:
             return queryset
         return queryset.none() if unmatchable(value) else queryset.filter(tool=value)
-
 
 
 def stacked_time(value: Any) -> str:

@@ -15,24 +15,26 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.decorators import method_decorator
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from django.views.decorators.clickjacking import xframe_options_deny
 
+from guarded_tools.console import queue
 from guarded_tools.console.admin.common import (
     ReadOnlyMixin,
     ReasonForm,
     SafeLookupsMixin,
     ToolFilter,
 )
+from guarded_tools.console.admin.records import audit_action
 from guarded_tools.console.admin.rendering import (
     JSON_SHOWN_CHARS,
     input_rows,
     json_download,
 )
 from guarded_tools.console.formatting import age, when
-from guarded_tools.console.validity import check_now
+from guarded_tools.console.validity import Validity, check_now
 from guarded_tools.models import (
     Confirmation,
     ConfirmationStatus,
@@ -44,11 +46,63 @@ from guarded_tools.tools.registry import registry
 
 
 # -- confirmations ---------------------------------------------------------------------------
+def approvals_line(confirmation: Confirmation) -> str:
+    """Where the request stands, in words: "1 of 2 approvals given" (an approval by one
+    person counts as given once it is approved), or who decides a request its owner
+    decides."""
+    counted = queue.approvals_given(confirmation)
+    if counted is None:
+        return confirmations.approvals_text(confirmation)
+    return _("%(given)d of %(needed)d approvals given") % {"given": counted[0],
+                                                           "needed": counted[1]}
+
+
 class ConfirmationToolFilter(ToolFilter):
     """By tool, listing the registered tools that ask for confirmation."""
 
     def offered(self) -> set[str]:
         return {t.name for t in registry if t.confirm_mode}
+
+
+class StatusFilter(admin.SimpleListFilter):
+    """By status, the pending requests unless told otherwise: the queue is what waits
+    for a decision; "all" (or another status) lists the others.
+
+    Its parameter is the field's own (``status__exact``), so links to one status keep
+    working.
+    """
+
+    title = _("status")
+    parameter_name = "status__exact"
+    ALL = "all"
+    DEFAULT = ConfirmationStatus.PENDING
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, Any]]:
+        return [*ConfirmationStatus.choices, (self.ALL, _("all"))]
+
+    def value(self) -> str:
+        return super().value() or self.DEFAULT
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == self.ALL:
+            return queryset
+        if value not in ConfirmationStatus.values:
+            return queryset.none()
+        return queryset.filter(status=value)
+
+    def choices(self, changelist: Any) -> Any:
+        # Django's "All" removes the parameter, which here means the default: "all" is
+        # a value of its own, and the default is marked as chosen.
+        counts = self.get_facet_queryset(changelist) if changelist.add_facets else None
+        for i, (lookup, title) in enumerate(self.lookup_choices):
+            if counts is not None:
+                title = f"{title} ({counts.get(f'{i}__c', '-')})"
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
 
 
 class ExpiresFilter(admin.SimpleListFilter):
@@ -67,10 +121,17 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     # The summary names the tool's action; the sidebar filters by tool.
     # The summary as the request read when it was asked (stored with it): a page costs
     # the same queries however many rows it shows and whatever their tools' hooks do.
-    list_display = ["request", "requester", "status_badge", "age", "time_left",
-                    "decided_by"]
+    # A pending request's precheck runs as its row is shown (its "would fail now" mark),
+    # as on its page: a page of the queue is at most ``list_per_page`` of them. Two facts
+    # share a cell where one explains the other (the approvals and the rule that asks
+    # them, the status and who decided, the wait and the time left), so that the
+    # columns fit the content area at 1280 px and the sentence keeps its room.
+    list_display = ["request", "amount", "approvals_given", "requester", "status_badge", "age"]
+    #: The columns of the pending requests' list (the default): all waiting, none decided.
+    pending_list_display = ["request", "amount", "approvals_given", "requester", "age"]
     list_display_links = ["request"]
-    list_filter = ["status", ExpiresFilter, ConfirmationToolFilter]
+    list_filter = [StatusFilter, ExpiresFilter, ConfirmationToolFilter]
+    list_per_page = 25
     search_fields = ["requested_by__username", "requested_by__email", "requested_by_label"]
     list_select_related = ["requested_by", "decided_by"]
     # The queue: oldest first, the request that has waited longest at the top.
@@ -84,45 +145,92 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                                 "decided_by", "decided_at", "reason", "created_at",
                                 "expires_at", "reported_at")
 
+    @staticmethod
+    def pending_only(request: HttpRequest) -> bool:
+        """Whether the list shows the pending requests alone (the default)."""
+        return (request.GET.get(StatusFilter.parameter_name) or StatusFilter.DEFAULT
+                ) == StatusFilter.DEFAULT
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        return self.pending_list_display if self.pending_only(request) else self.list_display
+
     def has_approve_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(confirmations.APPROVE_PERMISSION)
-
-    @admin.display(description=_("status"), ordering="status")
-    def status_badge(self, obj: Confirmation) -> str:
-        return format_html('<span class="gt-badge gt-{}">{}</span>', obj.status,
-                           obj.get_status_display())
 
     @admin.display(description=_("request"))
     def request(self, obj: Confirmation) -> str:
         # A request only its owner decides says so in the queue (the registry knows: no
-        # query per row), so no approver takes it for one of theirs.
-        if confirmations.owner_decides(obj):
-            return format_html('{} <span class="gt-badge gt-owner" data-testid="owner-only">{}'
-                               '</span>', requested_summary(obj), _("its owner decides"))
-        return requested_summary(obj)
+        # query per row), so no approver takes it for one of theirs; a pending request
+        # the tool's precheck would refuse now says so too (the reason on hover).
+        marks = [format_html('<span class="gt-badge gt-owner" data-testid="owner-only">{}'
+                             '</span>', _("its owner decides"))] \
+            if confirmations.owner_decides(obj) else []
+        validity = self.validity(obj)
+        if validity is not None and validity.state != "passes":
+            marks.append(format_html(
+                '<span class="gt-badge gt-validity-mark gt-validity-{}" title="{}"'
+                ' data-testid="validity-mark">{}</span>', validity.state, validity.text,
+                _("would fail now") if validity.fails else _("not checked")))
+        return format_html('<span class="gt-summary">{}</span>{}', requested_summary(obj),
+                           format_html_join("", " {}", ((mark,) for mark in marks)))
+
+    def validity(self, obj: Confirmation) -> Validity | None:
+        """The tool's precheck of a request still waiting, run now; None otherwise."""
+        if obj.status != ConfirmationStatus.PENDING or obj.expires_at <= timezone.now():
+            return None
+        return check_now(obj)
+
+    @admin.display(description=_("amount"))
+    def amount(self, obj: Confirmation) -> str | None:
+        return queue.amount(obj)
+
+    @admin.display(description=_("approvals"), ordering="approvals_required")
+    def approvals_given(self, obj: Confirmation) -> str:
+        """"1 of 2" (who gave them on hover), over the policy's rule that asks them."""
+        counted = queue.approvals_given(obj)
+        names = ", ".join(str(given.get("label", "")) for given in obj.approvals)
+        given = _("owner") if counted is None else _("%(given)d of %(needed)d") % {
+            "given": counted[0], "needed": counted[1]}
+        rule = format_html('<div class="gt-cell-note" data-testid="rule">{}</div>',
+                           obj.policy_rule) if obj.policy_rule else ""
+        return format_html('<span class="gt-nowrap" title="{}" data-testid="approvals">{}'
+                           '</span>{}', names, given, rule)
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_badge(self, obj: Confirmation) -> str:
+        """The status, over who decided (and when, on hover)."""
+        decided = format_html('<div class="gt-cell-note" title="{}">{}</div>',
+                              when(obj.decided_at), obj.decided_by) \
+            if obj.decided_by is not None else ""
+        return format_html('<span class="gt-badge gt-{}">{}</span>{}', obj.status,
+                           obj.get_status_display(), decided)
 
     @admin.display(description=_("requested by"), ordering="requested_by_label")
     def requester(self, obj: Confirmation) -> str:
         return str(obj.requester)
 
     @admin.display(description=_("waiting"), ordering="created_at")
-    def age(self, obj: Confirmation) -> str:  # the exact time on hover
-        return format_html('<span title="{}">{}</span>', when(obj.created_at),
-                           age(timezone.now() - obj.created_at))
-
-    @admin.display(description=_("time left"), ordering="expires_at")
-    def time_left(self, obj: Confirmation) -> str:
+    def age(self, obj: Confirmation) -> str:
+        """How long it has waited, over the time left to decide it (or to use its
+        approval); the exact times on hover."""
+        waited = format_html('<span class="gt-nowrap" title="{}">{}</span>', when(obj.created_at),
+                             age(timezone.now() - obj.created_at))
         if obj.status not in (ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED):
-            return "—"
+            return waited
         left = obj.expires_at - timezone.now()
-        return age(left) if left.total_seconds() > 0 else str(_("expired"))
+        return format_html('{}<div class="gt-cell-note" title="{}" data-testid="time-left">{}'
+                           '</div>', waited, when(obj.expires_at),
+                           format_html(str(_("{left} left")), left=format_html(
+                               '<span class="gt-nowrap">{}</span>', age(left)))
+                           if left.total_seconds() > 0 else _("expired"))
 
     # Decision pages refuse framing themselves (clickjacking), whatever the site's
     # middleware: the list (its approve/decline actions and their forms), the detail page
     # and its Decide target.
     @method_decorator(xframe_options_deny)
     def changelist_view(self, request: HttpRequest, extra_context: Any = None) -> HttpResponse:
-        extra_context = {**(extra_context or {}), "gt_stats": confirmations.stats()}
+        extra_context = {**(extra_context or {}), "gt_waiting": queue.waiting_for(request.user),
+                         "gt_pending_only": self.pending_only(request)}
         return super().changelist_view(request, extra_context)
 
     def _decide_many(self, request: HttpRequest, queryset: QuerySet[Any], approved: bool,
@@ -306,10 +414,11 @@ class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
                 "can_decide": open_ and refusal is None,
                 "refusal": refusal if open_ else None,
                 "owner_decides": confirmations.owner_decides(confirmation),
-                "approvals_text": confirmations.approvals_text(confirmation),
+                "approvals_text": approvals_line(confirmation),
                 "still_can": confirmations.who_still_can(confirmation) if open_ else (),
                 "decide_url": reverse("admin:guarded_tools_confirmation_decide",
                                       args=[confirmation.pk]),
-                "audit": confirmation.audit.select_related("actor", "operation"),
+                "audit": [(row, audit_action(row, about_confirmation=True)) for row in
+                          confirmation.audit.select_related("actor", "operation")],
             }
         return super().change_view(request, object_id, form_url, extra_context)
