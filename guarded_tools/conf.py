@@ -29,7 +29,11 @@ DEFAULTS: dict[str, Any] = {
     "CONFIRMATION_TTL_SECONDS": 24 * 3600,
     "CONFIRMATION_APPROVAL_TTL_SECONDS": 3600,
     "CONFIRMATION_MAX_WAIT_SECONDS": 30,
-    "CONFIRMATION_POLL_INTERVAL": 0.5,
+    "CONFIRMATION_POLL_INTERVAL": 0.5,  # how often a call held by `Prefer: wait` looks again
+    # How long an agent is told to wait before asking again about a request that waits for
+    # a person (REST's Retry-After, MCP's retry_after, an MCP task's pollInterval): a
+    # person decides in minutes or hours, so asking every second only adds load.
+    "CONFIRMATION_RETRY_AFTER_SECONDS": 30,
     # A person may approve their own call of a tool with confirm="always" or
     # "effect-only"; never a policy's Approvers(n) (never the requester).
     "CONFIRMATION_ALLOW_SELF_APPROVAL": False,

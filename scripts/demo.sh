@@ -15,6 +15,8 @@ export PORT="$port" PYTHONUNBUFFERED=1
 export GT_OAUTH="${GT_OAUTH:-1}"
 # Every call to OpenTelemetry, metrics for Prometheus at /metrics (GT_TELEMETRY=0: off).
 export GT_TELEMETRY="${GT_TELEMETRY:-1}"
+# Absolute links (approvers' emails, demo_incident's output) name the port the site is on.
+export GT_CONSOLE_BASE_URL="${GT_CONSOLE_BASE_URL:-http://127.0.0.1:$port}"
 
 # Ctrl-C while setting up: stop, and die of SIGINT as the convention is (make says "Interrupt").
 trap 'echo "demo.sh: interrupted" >&2; trap - INT; kill -INT $$' INT
@@ -56,7 +58,8 @@ cat <<BANNER
   Agent tools:  $url/agent/tools/   (send: Authorization: Token $token)
   Errors:       $url/agent/errors.json  and  $url/agent/llms.txt
   Metrics:      $url/metrics   (Prometheus: log in as staff, or send: Authorization: Bearer $metrics_token)
-  Admin:        $url/admin/   log in as staff/staff or approver/approver
+  Admin:        $url/admin/   log in as staff/staff (the operator), or approver/approver
+                and approver2/approver2 (approvers: a payment above 1,000.00 needs both)
   Agent user:   agent/agent   token $token
   Database:     $database
   Worker:       Celery (broker: $broker); beat runs guarded_tools.tasks.sweep every ${GT_SWEEP_EVERY:-30} s
@@ -75,9 +78,9 @@ BANNER
 # however the demo is stopped: Ctrl-C (the terminal signals honcho too), or SIGTERM to this
 # script or to make (a process manager, an IDE's stop button: make passes SIGTERM on to
 # its child, this script). honcho then stops both processes (they run in sessions of their
-# own) and exits 130 or 143; nothing is left running and the port is free again. Ctrl-C is
-# the way to stop the demo, so the script then ends quietly, with status 0 (make, which got
-# the Ctrl-C too, then exits 130 without a message).
+# own) and exits 130 or 143; nothing is left running and the port is free again. Either is
+# the way to stop the demo, not a failure, so the script then ends quietly, with status 0
+# (make, which got the signal too, then ends by it without an "Error" message).
 # The handlers pass the signal to $! (honcho, the only background job), set as soon as it
 # is started; before that there is nothing to stop and the script exits.
 forward() { if [[ -n "${!:-}" ]]; then kill -"$1" "$!" 2>/dev/null || :; else exit "$2"; fi; }
@@ -92,6 +95,6 @@ while kill -0 "$honcho" 2>/dev/null; do
 done
 case "$rc" in
   130) echo "demo.sh: stopped (Ctrl-C)" >&2; exit 0 ;;
-  143) echo "demo.sh: stopped (SIGTERM)" >&2; exit 143 ;;
+  143) echo "demo.sh: stopped (SIGTERM)" >&2; exit 0 ;;
 esac
 exit "$rc"

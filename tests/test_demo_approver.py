@@ -163,3 +163,34 @@ def test_the_demo_policy_runs_small_payments_and_asks_two_for_large(
         "message"]
     confirmations.approve(pending, people.get(username="approver2"))
     assert call(agent, "send_payment", body).status_code == 200
+
+
+def test_the_login_page_and_the_home_page_name_every_demo_user(agent: Any) -> None:
+    """Both approvers the walk-through needs, not only agent and staff; each logs in with
+    the password shown."""
+    for url in ("/accounts/login/", "/"):
+        page = Client().get(url)
+        assert page.status_code == 200
+        text = page.content.decode()
+        for name in ("agent", "staff", "approver", "approver2"):
+            assert f"<code>{name}</code> / <code>{name}</code>" in text, (url, name)
+    for name in ("approver", "approver2"):
+        assert Client().login(username=name, password=name)
+
+
+@pytest.mark.parametrize("kind", ["unknown", "abandoned"])
+def test_demo_incident_prints_a_link_that_opens_the_operation(agent: Any, kind: str) -> None:
+    from urllib.parse import urlsplit
+
+    from guarded_tools.models import Operation
+
+    out = StringIO()
+    call_command("demo_incident", kind, stdout=out)
+    operation = Operation.objects.get(tool="send_payment", key__startswith="incident-")
+    link = f"http://127.0.0.1:8000/admin/guarded_tools/operation/{operation.pk}/change/"
+    printed = out.getvalue().strip()
+    assert printed.endswith(f" {link}"), printed  # the demo's address, not a bare path
+    staff = Client()
+    staff.force_login(__import__("django.contrib.auth", fromlist=["get_user_model"])
+                      .get_user_model().objects.get(username="staff"))
+    assert staff.get(urlsplit(link).path).status_code == 200

@@ -73,7 +73,8 @@ def answers(port: int) -> bool:
                          ids=["demo.sh", "make-demo"])
 def test_sigterm_stops_the_demo_leaving_no_process_and_the_port_free(
         tmp_path: Path, command: list[str]) -> None:
-    """Issue 25 item 17: SIGTERM to `make demo` or demo.sh stops honcho, web and worker."""
+    """SIGTERM to `make demo` or demo.sh stops honcho, web and worker, and is no failure:
+    the script exits 0, so make reports no error. The banner names every demo user."""
     port, marker, log = free_port(), uuid.uuid4().hex, tmp_path / "demo.log"
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATABASE_URL", "CELERY_BROKER_URL", "DJANGO_SETTINGS_MODULE")}
@@ -91,9 +92,17 @@ def test_sigterm_stops_the_demo_leaving_no_process_and_the_port_free(
         wait_for(lambda: demo.poll() is not None, 120, "the demo to exit", log)
         wait_for(lambda: not marked(marker), 120, "every demo process to exit", log)
         wait_for(lambda: port_free(port), 120, "the port to be free", log)
-        # demo.sh exits 143 (SIGTERM's status); make re-raises the signal it got.
-        assert demo.returncode == (143 if command[0] == "bash" else -signal.SIGTERM)
-        assert "SIGTERM received" in log.read_text()  # honcho's: it stopped its processes
+        # demo.sh exits 0 after the clean stop; make ends by the signal it got, and says
+        # nothing of an error (it did, "make: *** [Makefile:…: demo] Error 143", when the
+        # script exited 143).
+        assert demo.returncode == (0 if command[0] == "bash" else -signal.SIGTERM)
+        output = log.read_text()
+        assert "SIGTERM received" in output  # honcho's: it stopped its processes
+        assert "demo.sh: stopped (SIGTERM)" in output
+        assert "Error 143" not in output and "make: ***" not in output
+        # The banner names the approvers the walk-through needs, and the operator.
+        assert "staff/staff" in output
+        assert "approver/approver" in output and "approver2/approver2" in output
     finally:
         for pid in marked(marker):  # only what this test started
             try:

@@ -308,7 +308,7 @@ def test_a_pending_confirmation_says_where_to_poll_and_when(
     from guarded_tools.models import Confirmation
 
     settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),
-                              "CONFIRMATION_POLL_INTERVAL": 2.5}
+                              "CONFIRMATION_RETRY_AFTER_SECONDS": 3}
     options: dict[str, Any] = {} if keyed else {"read_only": True, "idempotency_key": None}
     definition = make_tool(confirm="always", **options)
     client = client_for(alice)

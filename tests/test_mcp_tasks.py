@@ -174,6 +174,23 @@ def test_approval_completes_the_task_with_the_calls_result(
     assert get_task(agent, task_id)["result"] == done["result"] and handler.count == 1
 
 
+def test_a_task_waiting_for_a_person_is_polled_at_a_persons_pace(
+        agent: APIClient, make_tool: Any, approver: Any) -> None:
+    """A person decides in minutes or hours: while the task waits for one, its pollInterval
+    is CONFIRMATION_RETRY_AFTER_SECONDS (30 s), not the guard's own poll of Prefer: wait
+    (CONFIRMATION_POLL_INTERVAL, 0.5 s: 1 s at least), which paces a call that runs."""
+    definition = make_tool(Effects(), confirm="always", input_schema=ITEM)
+    created = call(agent, definition.name, {"operationId": key(), "qty": 1})
+    assert created["status"] == "working" and created["pollIntervalMs"] == 30_000
+    waiting = get_task(agent, created["taskId"])
+    assert waiting["status"] == "working" and waiting["pollIntervalMs"] == 30_000
+    confirmations.approve(Confirmation.objects.get(), approver)  # no worker has run it yet
+    approved = get_task(agent, created["taskId"])
+    assert approved["status"] == "working" and approved["pollIntervalMs"] == 1000
+    queued = make_tool(Effects(), long_running=True, input_schema=ITEM)  # nobody to wait for
+    assert call(agent, queued.name, {"operationId": key(), "qty": 1})["pollIntervalMs"] == 1000
+
+
 def test_a_poll_is_one_indexed_read_and_a_finished_task_then_the_replay_cache(
         agent: APIClient, make_tool: Any, approver: Any, eager: Any, settings: Any) -> None:
     from django.db import connection
@@ -182,10 +199,10 @@ def test_a_poll_is_one_indexed_read_and_a_finished_task_then_the_replay_cache(
     from guarded_tools.store.replays import replays
 
     settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}),
-                              "CONFIRMATION_POLL_INTERVAL": 3}
+                              "CONFIRMATION_RETRY_AFTER_SECONDS": 3}
     definition = make_tool(Effects(), confirm="effect-only", input_schema=ITEM)
     created = call(agent, definition.name, {"operationId": key(), "qty": 1})
-    assert created["pollIntervalMs"] == 3000  # the site's interval, told to every poller
+    assert created["pollIntervalMs"] == 3000  # the site's pace, told to every poller
     with CaptureQueriesContext(connection) as pending:
         polled = get_task(agent, created["taskId"])
     assert polled["status"] == "working" and polled["pollIntervalMs"] == 3000

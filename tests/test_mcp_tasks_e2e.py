@@ -32,6 +32,12 @@ pytestmark = [pytest.mark.browser, pytest.mark.one_django,
               pytest.mark.django_db(transaction=True)]
 
 
+@pytest.fixture(autouse=True)
+def brisk_polls(settings: Any) -> None:
+    """The client polls at the server's pace for a person (30 s by default): 1 s here."""
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "CONFIRMATION_RETRY_AFTER_SECONDS": 1}
+
+
 class TasksClient:
     """One run of ``tasks_client.mjs``: a scenario, its lines, and its exit."""
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from jsonschema import Draft202012Validator
 from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
 from guarded_tools.tools.registry import registry
 
@@ -172,3 +173,50 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(live_server: Any,
                                    checks=checks)
 
         run()
+
+
+# -- a site that follows the README: no DEFAULT_SCHEMA_CLASS, or no drf-spectacular ----------
+@pytest.mark.django_db
+def test_the_document_needs_no_default_schema_class(
+        alice: Any, client_for: Any, session_client_for: Any, settings: Any) -> None:
+    """A site that never set REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"] (DRF's own AutoSchema
+    then, which drf-spectacular refuses) gets the document, by token and by session."""
+    from drf_spectacular.validation import validate_schema
+
+    settings.REST_FRAMEWORK = {k: v for k, v in settings.REST_FRAMEWORK.items()
+                               if k != "DEFAULT_SCHEMA_CLASS"}
+    from rest_framework.settings import api_settings
+
+    assert api_settings.DEFAULT_SCHEMA_CLASS.__module__ == "rest_framework.schemas.openapi"
+    token = APIClient()
+    token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+    for client in (token, session_client_for(alice), client_for(alice)):
+        answer = client.get("/agent/openapi.json")
+        assert answer.status_code == 200, answer.content[:600]
+        document = answer.json()
+        assert document["openapi"] == "3.1.0"
+        assert "/agent/tools/list_orders/" in document["paths"]
+        assert document["paths"]["/agent/operations/{id}/"]["get"]["tags"] == ["guarded_tools"]
+        validate_schema(document)  # against the OpenAPI 3.1 specification's JSON Schema
+
+
+@pytest.mark.django_db
+def test_without_drf_spectacular_the_document_says_what_to_install(
+        alice: Any, session_client_for: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    for name in [n for n in sys.modules if n.split(".")[0] == "drf_spectacular"]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.delitem(sys.modules, "guarded_tools.transports.rest.openapi", raising=False)
+    monkeypatch.setitem(sys.modules, "drf_spectacular", None)  # not importable
+    with pytest.raises(ImportError):
+        import drf_spectacular  # noqa: F401
+    token = APIClient()
+    token.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+    for client in (token, session_client_for(alice), APIClient()):
+        answer = client.get("/agent/openapi.json")
+        assert answer.status_code == 501, answer.content[:600]
+        error = answer.json()["error"]
+        assert error["code"] == "openapi_not_installed" and error["retry"] == "never"
+        assert 'pip install "guarded-tools[openapi]"' in error["message"]
+        assert "GET tools/" in error["fix"]

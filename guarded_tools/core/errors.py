@@ -8,7 +8,7 @@ store, handler or verifier raises keeps its identity in Python; over HTTP it bec
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from guarded_tools.core.catalog import (
@@ -260,9 +260,13 @@ class ValidationError(GuardError):
     error_type = "validation_error"
     key_advice = "unused"  # validation runs before the claim; the key may be a bad field
 
-    def __init__(self, issues: list[dict[str, Any]], message: str | None = None) -> None:
+    def __init__(self, issues: list[dict[str, Any]], message: str | None = None, *,
+                 fields: Sequence[str] | None = None) -> None:
+        """``fields``: the input fields to change, in order (a missing property among
+        them); by default each issue's path (:func:`_issue_fields`)."""
         self.issues = issues
-        repair = Repair(action="change_input", fields=_issue_fields(issues))
+        names = _issue_fields(issues) if fields is None else tuple(dict.fromkeys(fields))[:8]
+        repair = Repair(action="change_input", fields=names)
         super().__init__(message, repair=repair)
         self.extra["issues"] = issues
 

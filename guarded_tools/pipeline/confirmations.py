@@ -12,7 +12,6 @@ runs: an approval that gives less than that rule asks sends the request back to 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections.abc import Mapping
 from datetime import timedelta
@@ -57,6 +56,7 @@ from guarded_tools.pipeline.requests import (
     asks_the_owner,
     describe,
     live_credential,
+    pending_why,
     requested,
 )
 from guarded_tools.store import db_now_plus, user_row
@@ -399,8 +399,8 @@ def _where(confirmation: Confirmation, path: str) -> str:
 
 
 def retry_after() -> int:
-    """The seconds a caller waits before asking again about a pending confirmation."""
-    return max(math.ceil(gt_settings.CONFIRMATION_POLL_INTERVAL), 1)
+    """The seconds a caller waits before asking again about a request a person decides."""
+    return int(gt_settings.CONFIRMATION_RETRY_AFTER_SECONDS)
 
 
 def _owner_consent(confirmation: Confirmation) -> bool:
@@ -428,7 +428,8 @@ def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
         headers = {"Retry-After": str(retry_after())}
         if not _owner_consent(confirmation):
             return ConfirmationRequired(
-                _pending_message(confirmation), extra=summary, headers=headers,
+                _pending_message(confirmation), why=pending_why(confirmation), extra=summary,
+                headers=headers,
             )
         url = consent_url(request, confirmation)
         summary["confirmation"]["url"] = url
@@ -437,9 +438,9 @@ def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
         return ConfirmationRequired(
             f"{rule}The user must approve this call themself, signed in to the site at {url} ;"
             " nothing has run yet.",
-            why="This tool asks the user it acts for to approve each call themself, on a"
-            " page of the site where they are signed in; nobody else can approve it for"
-            " them. Nothing has run yet.",
+            why=pending_why(confirmation) or "This tool asks the user it acts for to approve"
+            " each call themself, on a page of the site where they are signed in; nobody else"
+            " can approve it for them. Nothing has run yet.",
             fix="Give the user the URL in confirmation.url to open; once they have"
             " approved there, repeat the identical call.{keep_key}",
             repair={"action": "retry_same_operation", "instruction": "Ask the user to open"

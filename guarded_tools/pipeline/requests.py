@@ -76,6 +76,25 @@ def _pending_message(confirmation: Confirmation) -> str:
             f" {approvals_text(confirmation)}; nothing has run yet.")
 
 
+def pending_why(confirmation: Confirmation) -> str | None:
+    """Why a call under an approval policy waits, in words true of a policy: its rules
+    decide call by call (some may run at once), and this call's rule asks for this much.
+    None for a tool with a confirmation mode: its catalog entry says it (every call)."""
+    rule = confirmation.policy_rule
+    if not rule:
+        return None
+    lead = ("This tool's approval policy decides call by call whether a call runs at once or"
+            f" waits for approval; its rule \"{rule}\" makes this call wait for")
+    if asks_the_owner(confirmation):
+        return (f"{lead} the user it acts for to approve it themself, on a page of the site"
+                " where they are signed in; nobody else can approve it for them. Nothing has"
+                " run yet.")
+    required = confirmation.approvals_required
+    people = ("one staff member's approval" if required == 1
+              else f"the approvals of {required} distinct staff members")
+    return f"{lead} {people} in the site's admin. Nothing has run yet."
+
+
 #: The longest requester label kept (``Confirmation.requested_by_label``).
 LABEL_MAX_CHARS = 200
 

@@ -325,7 +325,24 @@ def validate(
         more = f" (and over {scan - 3} more issues)"
     elif len(found) > 3:
         more = f" (and {len(found) - 3} more issues)"
-    raise ValidationError(issues, f"The input is invalid: {first}{more}.")
+    fields = [_field(error, known) for error in errors[:max_issues]]
+    raise ValidationError(issues, f"The input is invalid: {first}{more}.",
+                          fields=[name for name in fields if name])
+
+
+def _field(error: SchemaError, known: frozenset[str]) -> str:
+    """The input field an issue asks the agent to change: its path up to the first name
+    the schema does not declare, and for a missing required property, that property
+    (jsonschema reports it at the object that lacks it)."""
+    parts: list[str] = []
+    for part in safe_path(error.absolute_path, known):
+        if part == "<property>":
+            return ".".join(parts)
+        parts.append(str(part))
+    missing = _missing(error) if _keyword(error) == "required" else None
+    if missing is not None and missing in known and _IDENT.match(missing):
+        parts.append(missing)
+    return ".".join(parts)
 
 
 def _order(path: Iterable[Any]) -> list[tuple[int, int, str]]:

@@ -70,7 +70,7 @@ def _awaiting(ex: Exchange, params: dict[str, Any], definition: Tool, inv: Any,
         "resultType": "task",
         **_task_fields(ref.task_id, ref, tasks_ext.TaskState(
             tasks_ext.WORKING, "Waiting for a person to approve the call; nothing has run yet.",
-            confirmation.created_at)),
+            confirmation.created_at, waits_for_person=True)),
     }
 
 

@@ -48,10 +48,35 @@ def error_result(definition: Tool, error: GuardError, docs: str = "") -> dict[st
     return error_result_from(definition, structured)
 
 
+def _request_text(structured: dict[str, Any]) -> str:
+    """Which request a ``confirmation_required`` waits on, until when, and where it stands.
+
+    Over MCP the structured error may travel only in ``_meta``, which many hosts never show
+    the model: the text it reads must say what the agent needs to follow the request up.
+    """
+    summary = structured.get("confirmation")
+    if structured.get("code") != "confirmation_required" or not isinstance(summary, dict):
+        return ""
+    text = f"Request {summary.get('id')} waits until {summary.get('expires_at')}"
+    approvals = summary.get("approvals")
+    if summary.get("decides") == "owner" or summary.get("url"):
+        text += " for the user this call acts for to approve it themself."
+    elif isinstance(approvals, dict):
+        text += (f" for approval: {approvals.get('given')} of {approvals.get('required')}"
+                 " approvals given.")
+    else:  # a tool's own confirmation: one person's approval, none given while it waits
+        text += " for approval: 0 of 1 approvals given."
+    if isinstance(structured.get("retry_after"), int):
+        text += f" Ask again in {structured['retry_after']} seconds at the earliest."
+    return text
+
+
 def error_result_from(definition: Tool, structured: dict[str, Any]) -> dict[str, Any]:
     """The tool result of a structured error (:func:`error_result`)."""
+    message = " ".join(part for part in (structured["message"], _request_text(structured))
+                       if part)
     data: dict[str, Any] = {
-        "content": [_text(structured["message"])],
+        "content": [_text(message)],
         "isError": True,
         "_meta": {ERROR_META: structured},
     }

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
+from guarded_tools.conf import gt_settings
 from guarded_tools.core.errors import GuardError
 from guarded_tools.core.repair import Audience
 from guarded_tools.pipeline import GuardResult, confirmations
@@ -22,8 +24,12 @@ from guarded_tools.transports.mcp.results import error_result_from, success_resu
 from guarded_tools.transports.rest.exception_handler import docs_url, timestamp
 
 
-def _poll_interval_ms() -> int:
-    return confirmations.retry_after() * 1000
+def _poll_interval_ms(waits_for_person: bool = True) -> int:
+    """How long a client waits between polls: a person's pace while the task waits for
+    one (``CONFIRMATION_RETRY_AFTER_SECONDS``), else the guard's own poll, at least 1 s."""
+    if waits_for_person:
+        return confirmations.retry_after() * 1000
+    return max(math.ceil(gt_settings.CONFIRMATION_POLL_INTERVAL), 1) * 1000
 
 
 def _task_fields(task_id: str, ref: tasks_ext.TaskRef, st: tasks_ext.TaskState) -> dict[str, Any]:
@@ -34,7 +40,7 @@ def _task_fields(task_id: str, ref: tasks_ext.TaskRef, st: tasks_ext.TaskState) 
         "createdAt": timestamp(ref.created_at),
         "lastUpdatedAt": timestamp(max(st.updated_at, ref.created_at)),
         "ttlMs": None,  # kept as long as the call's own rows are
-        "pollIntervalMs": _poll_interval_ms(),
+        "pollIntervalMs": _poll_interval_ms(st.waits_for_person),
     }
 
 

@@ -108,6 +108,8 @@ class TaskState:
     operation: dict[str, Any] | None = None
     recovered: bool = False
     error: GuardError | dict[str, Any] | None = field(default=None)
+    #: Whether the call waits for a person's decision: polls then come at a person's pace.
+    waits_for_person: bool = False
 
 
 def new_ref(definition: Tool, scope: str, key: str, fingerprint: str,
@@ -226,7 +228,7 @@ def state(ref: TaskRef, definition: Tool) -> TaskState | None:
         changed = confirmation.decided_at or confirmation.created_at
         if status == ConfirmationStatus.PENDING and not lapsed:
             return TaskState(WORKING, "Waiting for a person to approve the call; nothing has"
-                             " run yet.", changed)
+                             " run yet.", changed, waits_for_person=True)
         if status == ConfirmationStatus.WITHDRAWN:
             return TaskState(CANCELLED, "Cancelled before the call ran; nothing ran.", changed)
         if status in _DECIDED or (lapsed and status in (ConfirmationStatus.PENDING,

@@ -16,6 +16,7 @@ from django.shortcuts import resolve_url
 from django.urls import NoReverseMatch, include, path, reverse
 from drf_spectacular.extensions import OpenApiViewExtension
 from drf_spectacular.generators import SchemaGenerator
+from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 
@@ -92,7 +93,12 @@ def _errors(*codes: str) -> dict[str, Any]:
 
 
 class _DocumentedView(OpenApiViewExtension):
-    """Annotate a guarded_tools view with raw schemas, without touching the view."""
+    """Annotate a guarded_tools view with raw schemas, without touching the view.
+
+    The annotated view carries drf-spectacular's ``AutoSchema`` itself: the document does
+    not depend on the site's ``REST_FRAMEWORK["DEFAULT_SCHEMA_CLASS"]``, which a site that
+    never used drf-spectacular leaves at DRF's own (which drf-spectacular refuses).
+    """
 
     responses: dict[Any, Any] = {}
     request_schema: Any = None
@@ -102,7 +108,7 @@ class _DocumentedView(OpenApiViewExtension):
         @extend_schema(request=self.request_schema, responses=self.responses,
                        summary=self.summary, tags=["guarded_tools"])
         class Documented(self.target_class):  # type: ignore[name-defined,misc]
-            pass
+            schema = AutoSchema()
 
         return Documented
 

@@ -13,6 +13,7 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from guarded_tools.core import hosts
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.pipeline import principal_scope
 from guarded_tools.store import fingerprint, history
@@ -68,7 +69,9 @@ class Command(BaseCommand):
                 events.append(history.event(operation, history.Kind.OUTCOME_UNKNOWN, agent_label,
                                             fence=1, **INCIDENT_ERROR))
             history.record_all(events)
-        url = reverse("admin:guarded_tools_operation_change", args=[operation.pk])
+        path = reverse("admin:guarded_tools_operation_change", args=[operation.pk])
+        # A link the terminal opens: on the address the site names (the demo's own).
+        url = hosts.site_url(path) or path
         what = ("Outcome unknown: decide it at" if unknown
                 else "Abandoned (lease expired): run `manage.py guarded_tools_sweep`, or look at")
         self.stdout.write(self.style.SUCCESS(f"{what} {url}"))
