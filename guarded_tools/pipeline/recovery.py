@@ -28,7 +28,6 @@ from guarded_tools.models import (
     Confirmation,
     ConfirmationStatus,
     Operation,
-    ReleaseReason,
     record_in_admin_history,
 )
 from guarded_tools.store import Claim, OperationHandle, OperationStore
