@@ -55,8 +55,10 @@ def estimate(queryset: QuerySet[Any]) -> int | None:
     plans the query and runs nothing); None on other databases."""
     if connections[queryset.db].vendor != "postgresql":
         return None
-    plan = json.loads(queryset.order_by().values("pk").explain(format="json"))
-    return int(plan[0]["Plan"]["Plan Rows"])
+    plan = queryset.order_by().values("pk").explain(format="json")
+    if not plan:  # a query Django knows matches nothing (``pk__in=[]``) is never sent
+        return 0
+    return int(json.loads(plan)[0]["Plan"]["Plan Rows"])
 
 
 def count_up_to(queryset: QuerySet[Any], limit: int | None = None) -> RowCount:
