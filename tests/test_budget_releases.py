@@ -135,7 +135,7 @@ def recover_now(operation: Operation, user_factory: Any) -> str:
     token = csrf(person, page)
     done = person.post(f"{OPS_LIST}{operation.pk}/recover/", {"csrfmiddlewaretoken": token},
                        follow=True)
-    assert done.status_code == 200 and "Recovered:" in done.content.decode()
+    assert done.status_code == 200 and "Recovery ran:" in done.content.decode()
     return "released"
 
 
