@@ -7,7 +7,8 @@ must send cost; with the permission query and a journal entry it is F-D
 R-guarded's claim and completion around the realistic handler; ``floor_replay`` is F-C
 (``/floor-replay/``), a replay answered from memory with no guard at all. The statements
 are the store's own, written by the store in use, so the database does for a floor what
-it does for the guarded call; ``tests/test_sql_counts.py`` checks that F, F-D and F-R send what the
+it does for the guarded call; ``tests/store/test_sql_counts.py`` checks that F, F-D and F-R send
+what the
 guarded calls send, round trip for round trip.
 """
 

@@ -5,7 +5,7 @@ token lookup so that only the guard's and the effect's statements are counted:
 a fresh call, a replay, an in-flight duplicate and a validation failure, for the
 plain guarded tool (B) and the fully featured one (D). Transaction control
 (BEGIN, COMMIT, SAVEPOINT) is listed too: each is a round trip. The same figures are
-asserted by tests/test_sql_counts.py. Prints one JSON object.
+asserted by tests/store/test_sql_counts.py. Prints one JSON object.
 """
 
 from __future__ import annotations

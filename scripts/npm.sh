@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `scripts/npm.sh DIR...`: `npm ci` in each DIR (tests/js, tests/conformance) unless its node_modules was installed from
+# `scripts/npm.sh DIR...`: `npm ci` in each DIR (tests/integration/js, tests/integration/conformance) unless its node_modules was installed from
 # the package-lock.json it has now (a marker holds the lock's hash). One install at a time per DIR (flock): pytest-xdist's
 # workers and a second run beside this one find it done instead of racing `npm ci`, which empties node_modules first.
 set -euo pipefail

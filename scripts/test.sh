@@ -30,7 +30,7 @@ xdist=(-n "$workers" --dist loadgroup)
 scripts/venv.sh main || { echo "test.sh: could not set up .venv" >&2; exit 1; }
 # The Node clients' packages, once, before the workers start (each would else run npm ci itself).
 if command -v npm >/dev/null; then
-  scripts/npm.sh tests/js tests/conformance || echo "test.sh: WARNING: npm ci failed; the Node tests say why" >&2
+  scripts/npm.sh tests/integration/js tests/integration/conformance || echo "test.sh: WARNING: npm ci failed; the Node tests say why" >&2
 fi
 
 # PostgreSQL: the given DATABASE_URL, else a throwaway cluster removed on exit.

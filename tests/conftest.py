@@ -418,8 +418,8 @@ def subprocess_env(test_database_url: str, tmp_path: Any) -> dict[str, str]:
     return env
 
 
-# -- the TypeScript SDK's clients (tests/js) ---------------------------------------------------
-JS_DIR = REPO_ROOT / "tests" / "js"
+# -- the TypeScript SDK's clients (tests/integration/js) -------------------------------------------
+JS_DIR = REPO_ROOT / "tests" / "integration" / "js"
 
 
 def unavailable(reason: str) -> None:
@@ -431,7 +431,8 @@ def unavailable(reason: str) -> None:
 
 @pytest.fixture(scope="session")
 def typescript_sdk() -> Any:
-    """``tests/js`` with its packages (the TypeScript SDK, the Tasks client) from the lock file."""
+    """``tests/integration/js`` with its packages (the TypeScript SDK, the Tasks client) from the
+    lock file."""
     import json
     import shutil
     import subprocess
@@ -443,7 +444,7 @@ def typescript_sdk() -> Any:
         done = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=JS_DIR,
                               capture_output=True, text=True, timeout=600)
         if done.returncode != 0:
-            unavailable(f"npm ci failed in tests/js (offline?): {done.stderr[-300:]}")
+            unavailable(f"npm ci failed in tests/integration/js (offline?): {done.stderr[-300:]}")
     return JS_DIR
 
 

@@ -36,7 +36,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-#: Where each process tells what it did (one JSON line each), for tests/test_dbcache.py.
+#: Where each process tells what it did (one JSON line each), for tests/integration/test_dbcache.py.
 REPORT_ENV = "GT_TEST_DB_CACHE_REPORT"
 
 

@@ -1,4 +1,4 @@
-"""What tests/test_dbcache.py runs in a pytest of its own (not collected by the suite).
+"""What tests/integration/test_dbcache.py runs in a pytest of its own (not collected by the suite).
 
 Each test needs the database, in a group of its own, so that two workers set one up each.
 """

@@ -72,7 +72,7 @@ def spectacular_components(
     which ``spectacular --fail-on-warn`` counts): :func:`_reported` listens there for the
     one derivation and passes every message on, so drf-spectacular's own counts are
     unchanged. The components are read with the registry's ``build`` and item lookup.
-    ``tests/test_serializers.py`` checks that an unmappable field is still reported, so
+    ``tests/tools/test_serializers.py`` checks that an unmappable field is still reported, so
     a change there fails a test instead of loosening a schema.
     """
     try:

@@ -1,0 +1,1 @@
+"""Tests of guarded_tools.core: errors, the catalog, repairs, JSON Schema, definitions."""

@@ -1,0 +1,1 @@
+"""End-to-end tests: live servers, browsers, processes, the demo, the bench."""

@@ -1,0 +1,89 @@
+"""docs/architecture.md's examples, run as written: a site adds a stage and a class-based tool
+by following that page alone (issue 26's "Done when")."""
+
+from __future__ import annotations
+
+import re
+import sys
+import types
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from guarded_tools.tools.registry import registry
+
+pytestmark = pytest.mark.django_db
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
+
+
+def example(first_line: str) -> str:
+    """The page's code block that opens with ``first_line`` (a file name, as a comment)."""
+    found = [block for block in BLOCKS if block.startswith(first_line + "\n")]
+    assert len(found) == 1, f"docs/architecture.md has no single block for {first_line}"
+    return found[0]
+
+
+def load(name: str, code: str) -> types.ModuleType:
+    """``code`` as the module ``name`` (and its package), as the site's file would be."""
+    package = name.rpartition(".")[0]
+    sys.modules.setdefault(package, types.ModuleType(package))
+    module = types.ModuleType(name)
+    sys.modules[name] = module
+    exec(compile(code, str(DOC), "exec"), module.__dict__)
+    return module
+
+
+@pytest.fixture
+def shop() -> Iterator[None]:
+    yield
+    for name in ("shop.stages", "shop.tools", "shop"):
+        sys.modules.pop(name, None)
+    if "add_note" in registry:
+        registry.unregister("add_note")
+
+
+def test_the_stage_of_the_page_refuses_calls_outside_its_hours(
+    shop: None, settings: Any, client_for: Any, alice: Any,
+) -> None:
+    stages = load("shop.stages", example("# shop/stages.py"))
+    namespace: dict[str, Any] = {}
+    settings_block = next(b for b in BLOCKS if "GUARDED_TOOLS = {\"STAGES\"" in b)
+    exec(settings_block, namespace)
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, **namespace["GUARDED_TOOLS"]}
+    assert "shop.stages.OpeningHours" in settings.GUARDED_TOOLS["STAGES"]
+    load("shop.tools", example("# shop/tools.py"))
+    client = client_for(alice)
+    call = {"operationId": str(uuid.uuid4()), "text": "ring twice"}
+
+    stages.OpeningHours.hours = range(0)  # closed all day
+    refused = client.post("/agent/tools/add_note/", call, format="json")
+    assert refused.status_code == 403, refused.content
+    assert "from 8:00 to 20:00" in refused.json()["error"]["message"]
+
+    stages.OpeningHours.hours = range(24)  # open all day
+    answered = client.post("/agent/tools/add_note/", call, format="json")
+    assert answered.status_code == 200, answered.content
+    assert answered.json()["output"] == {"kept": "ring twice"}
+
+
+def test_the_class_based_tool_of_the_page_is_listed_validated_and_replayed(
+    shop: None, client_for: Any, session_client_for: Any, alice: Any,
+) -> None:
+    load("shop.tools", example("# shop/tools.py"))
+    for client in (client_for(alice), session_client_for(alice)):
+        listed = {t["name"]: t for t in client.get("/agent/tools/").json()["tools"]}
+        assert listed["add_note"]["inputSchema"]["required"] == ["operationId", "text"]
+        call = {"operationId": str(uuid.uuid4()), "text": "leave at the door"}
+        first = client.post("/agent/tools/add_note/", call, format="json")
+        again = client.post("/agent/tools/add_note/", call, format="json")
+        assert first.status_code == again.status_code == 200, first.content
+        assert first.json()["output"] == {"kept": "leave at the door"}
+        assert again.json()["operation"]["replayed"] is True
+        invalid = client.post("/agent/tools/add_note/", {**call, "text": ""}, format="json")
+        assert invalid.status_code == 422
+        assert invalid.json()["error"]["code"] == "invalid_input"

@@ -1,0 +1,1 @@
+"""Tests of guarded_tools.pipeline: stages, confirmations, policies, recovery."""

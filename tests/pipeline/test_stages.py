@@ -1,0 +1,202 @@
+"""A site's own stages: added or replaced in ``STAGES``, or listed by a tool, over REST and MCP.
+
+Each stage is a class with hooks (``guarded_tools.pipeline.stages.base``); the pipeline
+walks them in the list's order. Both transports, with a token and in a session.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from guarded_tools.conf import DEFAULTS
+from guarded_tools.core.errors import AuthorizationError
+from guarded_tools.models import Operation
+from guarded_tools.pipeline.stages import Call, Stage
+from guarded_tools.pipeline.stages.execution import ExecutionStage
+from guarded_tools.tools.registry import Tool, registry
+from tests.conftest import OBJECT, Effects, SessionClient, key
+
+pytestmark = pytest.mark.django_db
+
+DEFAULT = list(DEFAULTS["STAGES"])
+#: (stage, hook, tool) as the recording stage saw them.
+SEEN: list[tuple[str, str, str]] = []
+EVENTS: list[str] = []
+
+
+class ClosedForTheNight(Stage):
+    """Refuses every call before anything is claimed or asked of a person."""
+
+    name = "closed"
+
+    def before_claim(self, call: Call) -> None:
+        raise AuthorizationError("The service is closed for the night.")
+
+
+class Recording(Stage):
+    """Records what it sees of the call, and an event of its own for the observers."""
+
+    name = "recording"
+
+    def before_claim(self, call: Call) -> None:
+        SEEN.append((self.name, "before_claim", self.tool.name))
+        call.events.emit("recorded")
+
+    def after_claim(self, call: Call, claim: Any) -> None:
+        SEEN.append((self.name, "after_claim", self.tool.name))
+
+    def after_execute(self, call: Call, result: Any) -> None:
+        SEEN.append((self.name, "after_execute", self.tool.name))
+
+    def on_replay(self, call: Call, result: Any) -> None:
+        SEEN.append((self.name, "on_replay", self.tool.name))
+
+
+class Wrapped(ExecutionStage):
+    """Replaces the execution stage: runs the handler, and says so in the output."""
+
+    def execute(self, call: Call, ctx: Any) -> Any:
+        return {"wrapped": super().execute(call, ctx)}
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class StagedTool(Tool):
+    """A tool with its own stage list (``stages``, as the tool definition will carry it)."""
+
+    stages: tuple[Any, ...] | None = None
+
+
+def observe(event: Any) -> None:
+    EVENTS.append(event.stage)
+
+
+@pytest.fixture(autouse=True)
+def _forget() -> Iterator[None]:
+    SEEN.clear()
+    EVENTS.clear()
+    yield
+    SEEN.clear()
+    EVENTS.clear()
+
+
+def stages(settings: Any, listed: list[Any]) -> None:
+    settings.GUARDED_TOOLS = {**getattr(settings, "GUARDED_TOOLS", {}), "STAGES": listed,
+                              "OBSERVERS": ["tests.pipeline.test_stages.observe"]}
+
+
+def with_stage(stage: str, before: str) -> list[str]:
+    at = next(i for i, path in enumerate(DEFAULT) if path.endswith(before))
+    return [*DEFAULT[:at], stage, *DEFAULT[at:]]
+
+
+@pytest.fixture(params=["token", "session"])
+def client(request: pytest.FixtureRequest, user_factory: Any,
+           session_client_for: Callable[[Any], SessionClient]) -> APIClient:
+    user = user_factory()
+    if request.param == "session":
+        return session_client_for(user)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=user).key}")
+    return client
+
+
+def call(client: APIClient, transport: str, name: str, body: dict[str, Any]) -> tuple[Any, ...]:
+    """(ok, output or error code, replayed) of one call over ``transport``."""
+    if transport == "rest":
+        response = client.post(f"/agent/tools/{name}/", body, format="json")
+        data = response.json()
+        if response.status_code != 200:
+            return False, data["error"]["code"], False
+        return True, data["output"], data["operation"]["replayed"]
+    message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": name, "arguments": body}}
+    response = client.post("/agent/mcp/", json.dumps(message), content_type="application/json",
+                           headers={"MCP-Protocol-Version": "2025-11-25"})
+    assert response.status_code == 200, response.content
+    result = response.json()["result"]
+    if result["isError"]:
+        return False, result["structuredContent"]["code"], False
+    meta = result.get("_meta") or {}
+    replayed = any(isinstance(v, dict) and v.get("replayed") for v in meta.values())
+    return True, result["structuredContent"], replayed
+
+
+TRANSPORTS = ["rest", "mcp"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_stage_added_in_settings_refuses_calls_before_anything_runs(
+    transport: str, client: APIClient, make_tool: Any, settings: Any
+) -> None:
+    effects = Effects()
+    definition = make_tool(effects)
+    stages(settings,
+           with_stage("tests.pipeline.test_stages.ClosedForTheNight", "AuthorizationStage"))
+    assert call(client, transport, definition.name, {"operationId": key()}) == (
+        False, "authorization_denied", False)
+    assert effects.count == 0
+    assert not Operation.objects.filter(tool=definition.name).exists()
+    assert "failed" in EVENTS
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_stage_added_in_settings_sees_each_hook_and_emits_its_event(
+    transport: str, client: APIClient, make_tool: Any, settings: Any
+) -> None:
+    effects = Effects()
+    definition = make_tool(effects)
+    stages(settings, with_stage("tests.pipeline.test_stages.Recording", "ExecutionStage"))
+    body = {"operationId": key()}
+    assert call(client, transport, definition.name, body)[:2] == (True, {"done": 1})
+    assert [hook for _, hook, _ in SEEN] == ["before_claim", "after_claim", "after_execute"]
+    assert EVENTS.index("started") < EVENTS.index("recorded") < EVENTS.index("executed")
+    SEEN.clear()
+    assert call(client, transport, definition.name, dict(body)) == (True, {"done": 1}, True)
+    assert [hook for _, hook, _ in SEEN] == ["before_claim", "on_replay"]  # never after_claim
+    assert effects.count == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_stage_replaced_in_settings_runs_in_its_place(
+    transport: str, client: APIClient, make_tool: Any, settings: Any
+) -> None:
+    effects = Effects()
+    definition = make_tool(effects)
+    listed = [("tests.pipeline.test_stages.Wrapped" if p.endswith("ExecutionStage") else p)
+              for p in DEFAULT]
+    stages(settings, listed)
+    body = {"operationId": key()}
+    assert call(client, transport, definition.name, body)[:2] == (True, {"wrapped": {"done": 1}})
+    assert call(client, transport, definition.name, dict(body)) == (
+        True, {"wrapped": {"done": 1}}, True)  # the stored result, as executed
+    assert effects.count == 1
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_tool_lists_its_own_stages(transport: str, client: APIClient) -> None:
+    effects = Effects()
+    listed = (*DEFAULT[:-3], Recording, *DEFAULT[-3:])
+    staged = registry.register(StagedTool(
+        name=f"t_{uuid.uuid4().hex[:10]}", handler=effects, input_schema=OBJECT,
+        idempotency_key="operationId", stages=listed))
+    closed = registry.register(StagedTool(
+        name=f"t_{uuid.uuid4().hex[:10]}", handler=effects, input_schema=OBJECT,
+        idempotency_key="operationId", stages=(ClosedForTheNight, *DEFAULT)))
+    try:
+        assert call(client, transport, staged.name, {"operationId": key()})[:2] == (
+            True, {"done": 1})
+        assert {tool for _, _, tool in SEEN} == {staged.name}
+        assert call(client, transport, closed.name, {"operationId": key()}) == (
+            False, "authorization_denied", False)
+        assert effects.count == 1  # only the first tool's call ran
+    finally:
+        registry.unregister(staged.name)
+        registry.unregister(closed.name)

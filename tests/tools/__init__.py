@@ -1,0 +1,1 @@
+"""Tests of guarded_tools.tools: tool classes, sources (serializers, Pydantic, viewsets)."""
