@@ -267,9 +267,9 @@ def key_lock_free(tool: str, scope: str, key: str) -> bool:
     """
     from django.db import connection
 
-    from guarded_tools.store import LOCK_CLASS, _key_hash
+    from guarded_tools.store import LOCK_CLASS, key_hash
 
-    lock = [LOCK_CLASS, _key_hash(tool, scope, key)]
+    lock = [LOCK_CLASS, key_hash(tool, scope, key)]
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_try_advisory_lock(%s, %s)", lock)
         free = bool(cursor.fetchone()[0])

@@ -20,7 +20,7 @@ from guarded_tools.core.catalog import (
     site_text,
     status_problem,
 )
-from guarded_tools.core.codes import BUILTIN, GuardCatalog  # noqa: F401 - they lived here
+from guarded_tools.core.codes import BUILTIN
 from guarded_tools.core.repair import (
     ANY_AUDIENCE,
     RETRY_POLICIES,
@@ -263,15 +263,15 @@ class ValidationError(GuardError):
     def __init__(self, issues: list[dict[str, Any]], message: str | None = None, *,
                  fields: Sequence[str] | None = None) -> None:
         """``fields``: the input fields to change, in order (a missing property among
-        them); by default each issue's path (:func:`_issue_fields`)."""
+        them); by default each issue's path (:func:`issue_fields`)."""
         self.issues = issues
-        names = _issue_fields(issues) if fields is None else tuple(dict.fromkeys(fields))[:8]
+        names = issue_fields(issues) if fields is None else tuple(dict.fromkeys(fields))[:8]
         repair = Repair(action="change_input", fields=names)
         super().__init__(message, repair=repair)
         self.extra["issues"] = issues
 
 
-def _issue_fields(issues: list[dict[str, Any]]) -> tuple[str, ...]:
+def issue_fields(issues: list[dict[str, Any]]) -> tuple[str, ...]:
     """The fields to change: each issue's path up to its first undisclosed segment.
 
     A root-level issue (or one under a property the schema does not declare) names no

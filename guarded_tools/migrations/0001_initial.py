@@ -2,7 +2,7 @@
 
 import django.core.serializers.json
 import django.db.models.deletion
-import guarded_tools.models
+import guarded_tools.models.confirmations
 import uuid
 from django.conf import settings
 from django.db import migrations, models
@@ -76,7 +76,7 @@ class Migration(migrations.Migration):
                 ('decided_at', models.DateTimeField(blank=True, null=True, verbose_name='decided at')),
                 ('reason', models.TextField(blank=True, verbose_name='reason')),
                 ('created_at', models.DateTimeField(auto_now_add=True, verbose_name='requested at')),
-                ('expires_at', models.DateTimeField(default=guarded_tools.models._default_expiry, verbose_name='expires at')),
+                ('expires_at', models.DateTimeField(default=guarded_tools.models.confirmations.default_expiry, verbose_name='expires at')),
                 ('decided_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL, verbose_name='decided by')),
                 ('requested_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL, verbose_name='requested by')),
                 ('operation', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='confirmations', to='guarded_tools.operation', verbose_name='operation')),

@@ -11,7 +11,7 @@ from guarded_tools.models.confirmations import (
     Confirmation,
     ConfirmationQuerySet,
     ConfirmationStatus,
-    _default_expiry,
+    default_expiry,
 )
 from guarded_tools.models.operations import (
     CoveringIndex,
@@ -41,7 +41,7 @@ __all__ = [
     "OperationState",
     "ReleaseReason",
     "Reservation",
-    "_default_expiry",
+    "default_expiry",
     "record_in_admin_history",
     "unknown_first",
 ]

@@ -53,7 +53,7 @@ class ConfirmationQuerySet(models.QuerySet["Confirmation"]):
                                 expires_at__gt=Now()).update(status=ConfirmationStatus.CONSUMED))
 
 
-def _default_expiry() -> Any:
+def default_expiry() -> Any:
 
     from guarded_tools.conf import gt_settings
 
@@ -178,7 +178,7 @@ class Confirmation(models.Model):
         help_text=_("The approvals given so far while more are needed: who, and when."),
     )
     created_at = models.DateTimeField(_("requested at"), auto_now_add=True)
-    expires_at = models.DateTimeField(_("expires at"), default=_default_expiry)
+    expires_at = models.DateTimeField(_("expires at"), default=default_expiry)
 
     objects = ConfirmationQuerySet.as_manager()
 

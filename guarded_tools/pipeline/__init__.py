@@ -43,9 +43,8 @@ from django.db import connections, router, transaction
 
 from guarded_tools.conf import gt_settings
 
-# The call's words live in core (below every layer); re-exported for existing imports.
+# The call's words, defined in ``core.call``, public here.
 from guarded_tools.core.call import (
-    TRACE_KEYS,
     GuardEvent,
     GuardResult,
     Invocation,
@@ -65,9 +64,9 @@ from guarded_tools.core.errors import (
 )
 from guarded_tools.models import Operation, OperationState, ReleaseReason
 from guarded_tools.pipeline.events import Events
-from guarded_tools.pipeline.failures import FailureHandling, evidence, release_reason
+from guarded_tools.pipeline.failures import FailureHandling, release_reason
 from guarded_tools.pipeline.stages import Call, Stage, stage_classes
-from guarded_tools.pipeline.stages.base import overriding, principal_kwargs
+from guarded_tools.pipeline.stages.base import overriding
 from guarded_tools.store import (
     Claim,
     OperationHandle,
@@ -83,7 +82,6 @@ if TYPE_CHECKING:
     from guarded_tools.core.definition import Tool
 
 __all__ = [
-    "TRACE_KEYS",
     "GuardEvent",
     "GuardResult",
     "Invocation",
@@ -515,7 +513,3 @@ class Pipeline(FailureHandling):
 def get_pipeline(definition: Tool) -> Pipeline:
     cls = gt_settings.PIPELINE_CLASS
     return cls(definition)  # type: ignore[no-any-return]
-
-
-__all__ = ["Events", "GuardEvent", "GuardResult", "Invocation", "Pipeline", "ToolContext",
-           "evidence", "get_pipeline", "principal_kwargs", "principal_scope", "trace_carrier"]

@@ -49,13 +49,13 @@ from guarded_tools.pipeline.credentials import DRF_TOKEN as DRF_TOKEN  # the con
 from guarded_tools.pipeline.credentials import CredentialRevoked as CredentialRevoked
 from guarded_tools.pipeline.presentation import requested_summary
 from guarded_tools.pipeline.requests import (
-    _call,
-    _pending_message,
     approvals_text,
     approved_fingerprint,
     asks_the_owner,
+    call_filter,
     describe,
     live_credential,
+    pending_message,
     pending_why,
     requested,
 )
@@ -116,7 +116,7 @@ _USED = (ConfirmationStatus.APPROVED, ConfirmationStatus.CONSUMED)
 def open_request(definition: Tool, inv: Invocation) -> bool:
     """Whether this exact call has a request pending or approved and unused."""
     return Confirmation.objects.using(router.db_for_write(Confirmation)).filter(
-        _call(definition, inv), expires_at__gt=Now(),
+        call_filter(definition, inv), expires_at__gt=Now(),
         status__in=[ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED]).exists()
 
 
@@ -136,7 +136,7 @@ def _stricter(confirmations: Any, call: Q, policy: Mapping[str, Any] | None) -> 
 
 def _consume_or_request(definition: Tool, inv: Invocation, operation_id: Any = None,
                         policy: Mapping[str, Any] | None = None) -> Confirmation:
-    call = _call(definition, inv)
+    call = call_filter(definition, inv)
     # From the primary: a replica behind it could miss the approval, or the request.
     using = router.db_for_write(Confirmation)
     confirmations = Confirmation.objects.using(using)
@@ -299,7 +299,7 @@ def _request(definition: Tool, inv: Invocation,
     except IntegrityError:
         # Another identical call asked at the same moment: share its request.
         return Confirmation.objects.using(using).get(
-            _call(definition, inv), status=ConfirmationStatus.PENDING
+            call_filter(definition, inv), status=ConfirmationStatus.PENDING
         )
     confirmation.refresh_from_db(using=using)
     _announce(confirmation, using)
@@ -428,7 +428,7 @@ def error_for(confirmation: Confirmation, request: Any = None) -> GuardError:
         headers = {"Retry-After": str(retry_after())}
         if not _owner_consent(confirmation):
             return ConfirmationRequired(
-                _pending_message(confirmation), why=pending_why(confirmation), extra=summary,
+                pending_message(confirmation), why=pending_why(confirmation), extra=summary,
                 headers=headers,
             )
         url = consent_url(request, confirmation)

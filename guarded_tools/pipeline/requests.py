@@ -34,7 +34,7 @@ def approved_fingerprint(definition: Tool, inv: Invocation) -> str:
                         if name in inv.input})
 
 
-def _call(definition: Tool, inv: Invocation) -> Q:
+def call_filter(definition: Tool, inv: Invocation) -> Q:
     return Q(tool=definition.name, scope=inv.scope, key=inv.key or "",
              fingerprint=approved_fingerprint(definition, inv))
 
@@ -69,7 +69,7 @@ def approvals_text(confirmation: Confirmation) -> str:
     return f"{len(confirmation.approvals)} of {confirmation.approvals_required} approvals given"
 
 
-def _pending_message(confirmation: Confirmation) -> str:
+def pending_message(confirmation: Confirmation) -> str:
     if not confirmation.policy_rule:
         return "A person must approve this call before it runs; nothing has run yet."
     return (f"The approval policy's rule \"{confirmation.policy_rule}\" applies:"

@@ -25,8 +25,6 @@ from guarded_tools.store.values import (
     user_row,
 )
 
-_key_hash = key_hash  # (the tests' name for it)
-
 __all__ = [
     "COMPLETED", "JSON_ENCODER", "LOCK_CLASS", "NESTED_TRANSACTION", "Claim", "ClaimKind",
     "LockState", "Locked", "NestedTransaction", "OperationHandle", "OperationStore",

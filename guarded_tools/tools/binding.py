@@ -20,7 +20,8 @@ from typing import Any, Protocol
 from django.utils.module_loading import import_string
 from django.utils.text import capfirst
 
-from guarded_tools.core.errors import BUILTIN, ToolError, _issue_fields
+from guarded_tools.core.codes import BUILTIN
+from guarded_tools.core.errors import ToolError, issue_fields
 from guarded_tools.core.repair import Repair
 from guarded_tools.core.schema.validation import safe_path, schema_names
 
@@ -103,7 +104,7 @@ class InputRejected(ToolError):
             entry.code,
             message or _summary(issues),
             retry="after_repair",
-            repair=Repair(action="change_input", fields=_issue_fields(issues)),
+            repair=Repair(action="change_input", fields=issue_fields(issues)),
             status=entry.status,
             why=entry.why,
             fix=entry.fix,

@@ -19,7 +19,8 @@ from guarded_tools.catalog import (
     export_llms_txt,
     resolve_link,
 )
-from guarded_tools.core.errors import BUILTIN, ToolError
+from guarded_tools.core.codes import BUILTIN
+from guarded_tools.core.errors import ToolError
 from guarded_tools.core.repair import Repair, RepairPlan
 
 SLOT = {

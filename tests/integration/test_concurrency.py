@@ -597,7 +597,7 @@ def test_a_held_key_lock_refuses_fresh_calls_but_never_replays(make_tool: Any) -
     completed: a key's row decides by itself, whoever holds the lock."""
     from django.db import connections
 
-    from guarded_tools.store import LOCK_CLASS, _key_hash
+    from guarded_tools.store import LOCK_CLASS, key_hash
     from guarded_tools.store.replays import replays
 
     handler = CountingHandler(sleep=0)
@@ -610,7 +610,7 @@ def test_a_held_key_lock_refuses_fresh_calls_but_never_replays(make_tool: Any) -
         with other.cursor() as cursor:
             for body in (done, fresh):
                 cursor.execute("SELECT pg_advisory_lock(%s, %s)",
-                               [LOCK_CLASS, _key_hash(definition.name, "principal:svc",
+                               [LOCK_CLASS, key_hash(definition.name, "principal:svc",
                                                       body["operationId"])])
         assert definition(done, principal="svc").replayed
         with pytest.raises(OperationInFlight):

@@ -17,6 +17,7 @@ from rest_framework.request import Request
 
 from guarded_tools.core import hosts
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
+from guarded_tools.pipeline.agent_errors import to_guard_error
 from guarded_tools.transports.mcp.approvals import (
     CONSENT_REQUEST,
     answers_with_task,
@@ -86,7 +87,7 @@ from guarded_tools.transports.mcp.task_methods import (
 )
 from guarded_tools.transports.mcp.tool_methods import _call_tool, _list_tools, describe_tool
 from guarded_tools.transports.rest.base import GuardedAPIView, prefer_wait, visible_tools
-from guarded_tools.transports.rest.exception_handler import docs_url, log_once, to_guard_error
+from guarded_tools.transports.rest.exception_handler import docs_url, log_once
 
 __all__ = [
     "BATCH_VERSION", "CAPABILITIES", "CAPABILITIES_META", "CONSENT_REQUEST",

@@ -8,6 +8,7 @@ from typing import Any
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.errors import GuardError
 from guarded_tools.core.repair import Audience
+from guarded_tools.core.times import timestamp
 from guarded_tools.pipeline import GuardResult, confirmations
 from guarded_tools.tools.registry import Tool
 from guarded_tools.transports.mcp import tasks as tasks_ext
@@ -21,7 +22,7 @@ from guarded_tools.transports.mcp.protocol import (
     declares_tasks,
 )
 from guarded_tools.transports.mcp.results import error_result_from, success_result
-from guarded_tools.transports.rest.exception_handler import docs_url, timestamp
+from guarded_tools.transports.rest.exception_handler import docs_url
 
 
 def _poll_interval_ms(waits_for_person: bool = True) -> int:

@@ -7,6 +7,7 @@ from typing import Any
 
 from guarded_tools.core.errors import ConfirmationRequired, NotAuthenticated, ToolNotFound
 from guarded_tools.pipeline import get_pipeline, trace_carrier
+from guarded_tools.pipeline.agent_errors import to_guard_error
 from guarded_tools.tools.registry import Tool, registry
 from guarded_tools.transports.mcp import tasks as tasks_ext
 from guarded_tools.transports.mcp.approvals import _awaiting, answers_with_task
@@ -24,7 +25,7 @@ from guarded_tools.transports.mcp.protocol import (
 from guarded_tools.transports.mcp.results import error_result, success_result
 from guarded_tools.transports.mcp.task_methods import _task_fields
 from guarded_tools.transports.rest.base import invocation_for, visible_tools
-from guarded_tools.transports.rest.exception_handler import docs_url, to_guard_error
+from guarded_tools.transports.rest.exception_handler import docs_url
 
 
 def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:

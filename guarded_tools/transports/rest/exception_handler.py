@@ -1,5 +1,4 @@
-"""Provides the one exception handler that renders every error for agents (and re-exports
-the one timestamp form the agent surface uses, defined in :mod:`guarded_tools.core.times`)."""
+"""Provides the one exception handler that renders every error for agents."""
 
 from __future__ import annotations
 
@@ -18,9 +17,7 @@ from guarded_tools.core.errors import (
     InternalError,
 )
 from guarded_tools.core.repair import Audience
-from guarded_tools.core.times import timestamp as timestamp  # the REST views import it here
-from guarded_tools.pipeline.agent_errors import csrf_failed as csrf_failed  # moved there
-from guarded_tools.pipeline.agent_errors import to_guard_error as to_guard_error
+from guarded_tools.pipeline.agent_errors import to_guard_error
 
 logger = logging.getLogger("guarded_tools")
 

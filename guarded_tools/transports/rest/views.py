@@ -30,6 +30,7 @@ from guarded_tools.core.errors import (
     ToolNotFound,
 )
 from guarded_tools.core.repair import Audience
+from guarded_tools.core.times import timestamp
 from guarded_tools.models import Confirmation, Operation
 from guarded_tools.pipeline import (
     GuardResult,
@@ -44,7 +45,7 @@ from guarded_tools.transports.rest.base import (  # the views' base, shared with
     invocation_for,
     visible_tools,
 )
-from guarded_tools.transports.rest.exception_handler import docs_url, timestamp
+from guarded_tools.transports.rest.exception_handler import docs_url
 
 
 def success_payload(result: GuardResult) -> dict[str, Any]:
