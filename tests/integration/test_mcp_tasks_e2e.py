@@ -20,7 +20,13 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
-from guarded_tools.transports.mcp import server as gt_mcp
+from guarded_tools.transports.mcp.protocol import (
+    INVALID_PARAMS,
+    OPERATION_META,
+    TASK_CALL_FAILED,
+    TASK_NOT_CANCELLABLE,
+)
+from guarded_tools.transports.mcp.task_methods import poll_interval_ms
 from tests.conftest import Effects, Lines
 from tests.integration.test_browser import browser, expect, log_in, page, staff  # noqa: F401
 from tests.integration.test_mcp_tasks_browser import decide_in_the_admin, eager_celery  # noqa: F401
@@ -109,17 +115,17 @@ def test_the_tasks_client_settles_with_the_decision_made_in_the_admin(
         assert outcome["result"]["isError"] is False
         assert outcome["result"]["structuredContent"] == {"done": 1}
         operation = Operation.objects.get()
-        assert outcome["result"]["_meta"][gt_mcp.OPERATION_META]["id"] == str(operation.pk)
+        assert outcome["result"]["_meta"][OPERATION_META]["id"] == str(operation.pk)
     else:
         assert outcome["status"] == "failed" and handler.count == 0
         error = outcome["error"]
-        assert error["code"] == gt_mcp.TASK_CALL_FAILED
+        assert error["code"] == TASK_CALL_FAILED
         assert error["data"]["code"] == "confirmation_declined"
         assert "declined" in error["message"]
     # The client waited the server's pollIntervalMs between its polls (never faster).
     polls = settled["polls"]
     assert len(polls) >= 1
-    interval = gt_mcp._poll_interval_ms()
+    interval = poll_interval_ms()
     assert all(b - a >= interval * 0.9 for a, b in itertools.pairwise(polls))
 
 
@@ -179,7 +185,7 @@ def test_the_tasks_client_is_told_why_a_started_call_is_not_cancelled_and_gets_i
         release.set()
         for thread in workers:
             thread.join(30)
-    assert refused["code"] == gt_mcp.TASK_NOT_CANCELLABLE and "started" in refused["message"]
+    assert refused["code"] == TASK_NOT_CANCELLABLE and "started" in refused["message"]
     outcome = client.next("outcome")["outcome"]
     client.finish()
     assert outcome["status"] == "completed" and outcome["result"]["structuredContent"] == {
@@ -203,7 +209,7 @@ def test_another_principals_snapshot_reads_as_an_unknown_task(run: Any, user_fac
     assert seen["own"] == {"snapshot": {"status": "working", "statusMessage": seen["own"][
         "snapshot"]["statusMessage"]}}
     assert "error" in seen["theirs"] and seen["theirs"] == seen["unknown"]
-    assert seen["theirs"]["error"]["code"] == gt_mcp.INVALID_PARAMS
+    assert seen["theirs"]["error"]["code"] == INVALID_PARAMS
     assert Confirmation.objects.get().status == ConfirmationStatus.PENDING
 
 

@@ -18,7 +18,7 @@ from guarded_tools import confirmations
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
 from guarded_tools.pipeline.policies import Approvers, Budget, Owner, Policy, Refuse, Rule, Run
 from guarded_tools.store.replays import replays
-from guarded_tools.transports.mcp import server as gt_mcp
+from guarded_tools.transports.mcp.approvals import CONSENT_REQUEST
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA as PAYMENT
 from tests.pipeline.policy_support import URL, alice_agent, call  # noqa: F401 (the fixture)
@@ -149,7 +149,7 @@ def test_an_owner_rule_over_mcp_is_a_url_elicitation_not_a_task(
     arguments = {"operationId": key(), "amount": 400}
     asked = mcp_call(agent, definition.name, arguments)
     assert asked["resultType"] == "input_required", asked  # the client declares Tasks too
-    request = asked["inputRequests"][gt_mcp.CONSENT_REQUEST]
+    request = asked["inputRequests"][CONSENT_REQUEST]
     assert request["method"] == "elicitation/create" and request["params"]["mode"] == "url"
     stored = Confirmation.objects.get()
     assert stored.task is False and stored.policy_rule == "yours"
@@ -159,7 +159,7 @@ def test_an_owner_rule_over_mcp_is_a_url_elicitation_not_a_task(
         confirmations.approve(stored, staff)
     assert consent(alice, page).status_code == 302
     retry = mcp_call(agent, definition.name, arguments,
-                     inputResponses={gt_mcp.CONSENT_REQUEST: {"action": "accept"}})
+                     inputResponses={CONSENT_REQUEST: {"action": "accept"}})
     assert retry["isError"] is False and retry["structuredContent"] == {"done": 1}
     assert handler.count == 1
 
@@ -186,7 +186,7 @@ def test_a_declined_elicitation_withdraws_an_owner_rule_request(
     arguments = {"operationId": key(), "amount": 400}
     mcp_call(agent, definition.name, arguments)
     answer = mcp_call(agent, definition.name, arguments,
-                      inputResponses={gt_mcp.CONSENT_REQUEST: {"action": "decline"}})
+                      inputResponses={CONSENT_REQUEST: {"action": "decline"}})
     assert answer["isError"] is True
     assert Confirmation.objects.get().status == ConfirmationStatus.WITHDRAWN
     assert handler.count == 0

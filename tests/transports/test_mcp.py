@@ -27,6 +27,8 @@ from rest_framework.throttling import BaseThrottle
 from guarded_tools import ToolError
 from guarded_tools.models import Operation
 from guarded_tools.transports.mcp import server as gt_mcp
+from guarded_tools.transports.mcp.headers import decode_header_value
+from guarded_tools.transports.mcp.protocol import MAX_BATCH
 from project.demo.models import Slot
 from tests.conftest import key
 
@@ -269,11 +271,11 @@ def test_prefer_wait_bounds_a_whole_batch(agent: APIClient, make_tool: Any, sett
     definition = make_tool(confirm="always")
     calls = [request("tools/call", {"name": definition.name,
                                     "arguments": {"operationId": key()}}, rid=i)
-             for i in range(gt_mcp.MAX_BATCH)]
+             for i in range(MAX_BATCH)]
     response = post_raw(agent, calls, Prefer="wait=600")
     assert response.status_code == 200, response.content[:300]
     replies = response.json()
-    assert [r["id"] for r in replies] == list(range(gt_mcp.MAX_BATCH))
+    assert [r["id"] for r in replies] == list(range(MAX_BATCH))
     codes = {r["result"]["structuredContent"]["code"] for r in replies}
     assert codes == {"confirmation_required"}
     assert 0 < clock.slept <= 30  # the site's bound, for the whole POST
@@ -601,10 +603,10 @@ def test_mcp_param_headers_must_match_the_arguments(agent: APIClient, make_tool:
 
 
 def test_header_value_decoding() -> None:
-    assert gt_mcp.decode_header_value("plain") == "plain"
-    assert gt_mcp.decode_header_value("=?base64?SGk=?=") == "Hi"
-    assert gt_mcp.decode_header_value("=?base64?not base64?=") is None
-    assert gt_mcp.decode_header_value(None) is None
+    assert decode_header_value("plain") == "plain"
+    assert decode_header_value("=?base64?SGk=?=") == "Hi"
+    assert decode_header_value("=?base64?not base64?=") is None
+    assert decode_header_value(None) is None
 
 
 # -- end to end: the official mcp client against a live server -----------------------------------

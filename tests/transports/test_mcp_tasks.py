@@ -16,8 +16,18 @@ from rest_framework.test import APIClient
 
 from guarded_tools import confirmations
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
-from guarded_tools.transports.mcp import server as gt_mcp
 from guarded_tools.transports.mcp import tasks as tasks_ext
+from guarded_tools.transports.mcp.approvals import CONSENT_REQUEST
+from guarded_tools.transports.mcp.protocol import (
+    ERROR_META,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    MISSING_CAPABILITY,
+    OPERATION_META,
+    TASK_CALL_FAILED,
+    TASK_META,
+    TASK_NOT_CANCELLABLE,
+)
 from tests import forkserver
 from tests.conftest import Effects, key
 from tests.transports import mcp_tasks_schema as ext
@@ -133,7 +143,7 @@ def test_discover_and_tools_list_advertise_the_extension(agent: APIClient,
     assert discovered["capabilities"]["extensions"] == {TASKS: {}}
     listed = result(send(agent, "tools/list", {}))
     validate_call_result("tools/list", listed)
-    flags = {t["name"]: t["_meta"].get(gt_mcp.TASK_META) for t in listed["tools"]}
+    flags = {t["name"]: t["_meta"].get(TASK_META) for t in listed["tools"]}
     assert flags[queued.name] is True
     assert flags[owner.name] is None and flags[plain.name] is None
 
@@ -170,7 +180,7 @@ def test_approval_completes_the_task_with_the_calls_result(
     assert done["result"]["isError"] is False
     assert done["result"]["structuredContent"] == {"done": 1}
     operation = Operation.objects.get()
-    assert done["result"]["_meta"][gt_mcp.OPERATION_META]["id"] == str(operation.pk)
+    assert done["result"]["_meta"][OPERATION_META]["id"] == str(operation.pk)
     assert get_task(agent, task_id)["result"] == done["result"] and handler.count == 1
 
 
@@ -229,7 +239,7 @@ def test_without_the_extension_a_pending_call_is_unchanged(agent: APIClient,
     answer = call(agent, definition.name, {"operationId": key(), "qty": 1}, tasks=False)
     validate_call_result("tools/call", answer)
     assert answer["isError"] is True and answer["resultType"] == "complete"
-    assert answer["_meta"][gt_mcp.ERROR_META]["code"] == "confirmation_required"
+    assert answer["_meta"][ERROR_META]["code"] == "confirmation_required"
     assert Confirmation.objects.get().task is False
 
 
@@ -240,7 +250,7 @@ def test_decline_and_expiry_fail_the_task(agent: APIClient, make_tool: Any,
     declined = call(agent, definition.name, {"operationId": key(), "qty": 1})["taskId"]
     confirmations.decline(Confirmation.objects.get(), approver, "Not this week.")
     failed = get_task(agent, declined)
-    assert failed["status"] == "failed" and failed["error"]["code"] == gt_mcp.TASK_CALL_FAILED
+    assert failed["status"] == "failed" and failed["error"]["code"] == TASK_CALL_FAILED
     assert failed["error"]["data"]["code"] == "confirmation_declined"
     assert "declined" in failed["error"]["message"]
     lapsed = call(agent, definition.name, {"operationId": key(), "qty": 1})["taskId"]
@@ -293,7 +303,7 @@ def test_a_tool_error_completes_the_task_with_an_error_result(
     done = get_task(agent, task_id)
     assert done["status"] == "completed" and done["result"]["isError"] is True
     validate_call_result("tools/call", done["result"])
-    assert done["result"]["_meta"][gt_mcp.ERROR_META]["code"] == "out_of_stock"
+    assert done["result"]["_meta"][ERROR_META]["code"] == "out_of_stock"
 
 
 # -- cancel ------------------------------------------------------------------------------------
@@ -318,7 +328,7 @@ def test_cancel_before_the_call_runs_withdraws_it(agent: APIClient, make_tool: A
     assert Confirmation.objects.filter(status="pending").count() == 1 and handler.count == 0
     # Cancelling what has ended is refused, and says why.
     refused = rpc_error(send(agent, "tasks/cancel", {"taskId": task_id}))
-    assert refused["code"] == gt_mcp.TASK_NOT_CANCELLABLE and "ended" in refused["message"]
+    assert refused["code"] == TASK_NOT_CANCELLABLE and "ended" in refused["message"]
 
 
 def test_cancel_after_the_call_started_is_refused(agent: APIClient, make_tool: Any,
@@ -334,7 +344,7 @@ def test_cancel_after_the_call_started_is_refused(agent: APIClient, make_tool: A
     definition = make_tool(handler, confirm="effect-only", input_schema=ITEM)
     seen["task"] = call(agent, definition.name, {"operationId": key(), "qty": 1})["taskId"]
     eager(confirmations.approve, Confirmation.objects.get(), approver)
-    assert seen["reply"]["error"]["code"] == gt_mcp.TASK_NOT_CANCELLABLE
+    assert seen["reply"]["error"]["code"] == TASK_NOT_CANCELLABLE
     assert "started" in seen["reply"]["error"]["message"] and seen["state"] == "working"
     assert get_task(agent, seen["task"])["status"] == "completed"
     assert Confirmation.objects.get().status == ConfirmationStatus.CONSUMED
@@ -363,7 +373,7 @@ def test_another_principals_task_reads_as_an_unknown_one(
         unknown = send(other, method, {"taskId": forged, **extra})
         assert theirs.status_code == unknown.status_code
         assert rpc_error(theirs) == rpc_error(unknown)
-        assert rpc_error(theirs)["code"] == gt_mcp.INVALID_PARAMS
+        assert rpc_error(theirs)["code"] == INVALID_PARAMS
     assert Confirmation.objects.get().status == ConfirmationStatus.PENDING
     assert get_task(agent, task_id)["status"] == "working"
 
@@ -372,14 +382,14 @@ def test_tasks_methods_need_the_extension(agent: APIClient, make_tool: Any) -> N
     definition = make_tool(confirm="effect-only", input_schema=ITEM)
     task_id = call(agent, definition.name, {"operationId": key(), "qty": 1})["taskId"]
     error = rpc_error(send(agent, "tasks/get", {"taskId": task_id}, tasks=False))
-    assert error["code"] == gt_mcp.MISSING_CAPABILITY
+    assert error["code"] == MISSING_CAPABILITY
     assert error["data"] == {"requiredCapabilities": {"extensions": {TASKS: {}}}}
     # The handshake era has no such methods at all.
     legacy = agent.post(URL, data=json.dumps({"jsonrpc": "2.0", "id": 1, "method": "tasks/get",
                                               "params": {"taskId": task_id}}),
                         content_type="application/json",
                         headers={"MCP-Protocol-Version": "2025-11-25"})
-    assert legacy.json()["error"]["code"] == gt_mcp.METHOD_NOT_FOUND
+    assert legacy.json()["error"]["code"] == METHOD_NOT_FOUND
 
 
 # -- consent by the user themself ---------------------------------------------------------------
@@ -397,7 +407,7 @@ def test_owner_consent_over_mrtr_page_and_retry(
     asked = call(agent, definition.name, arguments, url_elicitation=True)
     validate_call_result("tools/call", asked)
     assert asked["resultType"] == "input_required"
-    request = asked["inputRequests"][gt_mcp.CONSENT_REQUEST]
+    request = asked["inputRequests"][CONSENT_REQUEST]
     assert request["method"] == "elicitation/create" and request["params"]["mode"] == "url"
     confirmation = Confirmation.objects.get()
     page = _consent_page(request["params"]["url"])
@@ -430,7 +440,7 @@ def test_owner_consent_over_mrtr_page_and_retry(
     # The client's retry of the same request, with the elicitation's answer, runs it once.
     retry = result(send(agent, "tools/call", {
         "name": definition.name, "arguments": arguments,
-        "inputResponses": {gt_mcp.CONSENT_REQUEST: {"action": "accept"}}},
+        "inputResponses": {CONSENT_REQUEST: {"action": "accept"}}},
         rid=2, url_elicitation=True))
     validate_call_result("tools/call", retry)
     assert retry["isError"] is False and retry["structuredContent"] == {"done": 1}
@@ -446,7 +456,7 @@ def test_owner_consent_declined_in_the_client_withdraws(agent: APIClient, alice:
     call(agent, definition.name, arguments, url_elicitation=True)
     answer = result(send(agent, "tools/call", {
         "name": definition.name, "arguments": arguments,
-        "inputResponses": {gt_mcp.CONSENT_REQUEST: {"action": "decline"}}},
+        "inputResponses": {CONSENT_REQUEST: {"action": "decline"}}},
         url_elicitation=True))
     assert answer["isError"] is True
     assert Confirmation.objects.get().status == ConfirmationStatus.WITHDRAWN
@@ -516,11 +526,11 @@ def test_the_demos_move_between_my_accounts_asks_its_owner_over_rest_and_mcp(
     arguments = {**body, "operationId": key(), "amount": "25.00"}
     elicited = call(agent, name, arguments, url_elicitation=True)
     assert elicited["resultType"] == "input_required"
-    url = elicited["inputRequests"][gt_mcp.CONSENT_REQUEST]["params"]["url"]
+    url = elicited["inputRequests"][CONSENT_REQUEST]["params"]["url"]
     _approve_on_the_page(alice, url, "Move 25.00 EUR from your Checking (balance 950.00 EUR)")
     retried = result(send(agent, "tools/call", {
         "name": name, "arguments": arguments,
-        "inputResponses": {gt_mcp.CONSENT_REQUEST: {"action": "accept"}}}, url_elicitation=True))
+        "inputResponses": {CONSENT_REQUEST: {"action": "accept"}}}, url_elicitation=True))
     validate_call_result("tools/call", retried)
     assert retried["isError"] is False and retried["structuredContent"]["amount"] == "25.00"
     checking.refresh_from_db()
@@ -628,7 +638,7 @@ def test_sixteen_clients_polling_and_retrying_run_the_effect_once(
         while time.monotonic() < deadline:
             if i % 2:  # half retry the call itself, half poll the task
                 answer = call(agent, definition.name, arguments)
-                error = answer.get("_meta", {}).get(gt_mcp.ERROR_META, {})
+                error = answer.get("_meta", {}).get(ERROR_META, {})
                 if answer.get("resultType") != "task" and error.get("retry") != "as_is":
                     assert answer["isError"] is False, answer
                     return dict(answer["structuredContent"])
@@ -814,7 +824,7 @@ def test_a_long_running_tool_answers_a_task_and_runs_on_celery(
     handler = Effects()
     definition = make_tool(handler, long_running=True, input_schema=ITEM)
     listed = result(send(agent, "tools/list", {}))
-    assert [t["_meta"].get(gt_mcp.TASK_META) for t in listed["tools"]
+    assert [t["_meta"].get(TASK_META) for t in listed["tools"]
             if t["name"] == definition.name] == [True]
     arguments = {"operationId": key(), "qty": 2}
     app.conf.task_always_eager = True

@@ -14,7 +14,7 @@ from guarded_tools.transports.mcp.protocol import (
     declares_tasks,
 )
 from guarded_tools.transports.mcp.results import error_result
-from guarded_tools.transports.mcp.task_methods import _task_fields
+from guarded_tools.transports.mcp.task_methods import task_fields
 from guarded_tools.transports.rest.exception_handler import docs_url
 
 #: The key of the URL elicitation that asks the user to approve on the consent page.
@@ -30,8 +30,8 @@ def answers_with_task(definition: Tool) -> bool:
 
 
 
-def _awaiting(ex: Exchange, params: dict[str, Any], definition: Tool, inv: Any,
-              error: ConfirmationRequired) -> dict[str, Any] | None:
+def awaiting(ex: Exchange, params: dict[str, Any], definition: Tool, inv: Any,
+             error: ConfirmationRequired) -> dict[str, Any] | None:
     """A pending confirmation the MCP way, when the client supports it; else None.
 
     ``confirm="owner"`` (or a policy's ``Owner()`` rule): an ``input_required`` result
@@ -68,7 +68,7 @@ def _awaiting(ex: Exchange, params: dict[str, Any], definition: Tool, inv: Any,
     ref = tasks_ext.new_ref(definition, inv.scope, inv.key or "", inv.fingerprint, confirmation)
     return {
         "resultType": "task",
-        **_task_fields(ref.task_id, ref, tasks_ext.TaskState(
+        **task_fields(ref.task_id, ref, tasks_ext.TaskState(
             tasks_ext.WORKING, "Waiting for a person to approve the call; nothing has run yet.",
             confirmation.created_at, waits_for_person=True)),
     }

@@ -37,7 +37,7 @@ def _server_version() -> str:
         return VERSION
 
 
-def _server_info() -> dict[str, str]:
+def server_info() -> dict[str, str]:
     return {"name": gt_settings.SERVER_NAME, "version": _server_version()}
 
 
@@ -62,7 +62,7 @@ def instructions(request: Request) -> str:
     )
 
 
-def _initialize(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def initialize(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     requested = params.get("protocolVersion")
     if not isinstance(requested, str):
         raise RpcError(INVALID_PARAMS, "initialize needs params.protocolVersion (a string).")
@@ -70,16 +70,16 @@ def _initialize(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "protocolVersion": version,
         "capabilities": CAPABILITIES,
-        "serverInfo": _server_info(),
+        "serverInfo": server_info(),
         "instructions": instructions(ex.request),
     }
 
 
-def _ping(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def ping(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _discover(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def discover(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     return {
         "supportedVersions": list(MODERN_VERSIONS),
         "capabilities": MODERN_CAPABILITIES,

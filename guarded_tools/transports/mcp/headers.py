@@ -27,13 +27,13 @@ _INTEGRAL = re.compile(r"^-?[0-9]+(\.0+)?$")
 _HEADER_TYPES = ("string", "integer", "boolean")
 
 
-def _has_envelope(body: Any) -> bool:
+def has_envelope(body: Any) -> bool:
     params = body.get("params") if isinstance(body, dict) else None
     meta = params.get("_meta") if isinstance(params, dict) else None
     return isinstance(meta, dict) and VERSION_META in meta
 
 
-def _check_envelope(ex: Exchange, method: str, params: dict[str, Any]) -> None:
+def check_envelope(ex: Exchange, method: str, params: dict[str, Any]) -> None:
     """Per-request metadata must be present and every mirrored header must match the body."""
     meta = params.get("_meta")
     if not isinstance(meta, dict) or VERSION_META not in meta or CAPABILITIES_META not in meta:

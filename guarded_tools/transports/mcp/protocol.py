@@ -98,25 +98,25 @@ class Exchange:
 
 
 # -- JSON-RPC framing -----------------------------------------------------------------------
-def _json(payload: Any, status: int = 200) -> HttpResponse:
+def json_response(payload: Any, status: int = 200) -> HttpResponse:
     body = json.dumps(payload, cls=JSONEncoder, ensure_ascii=False)
     return HttpResponse(body.encode("utf-8"), status=status, content_type="application/json")
 
 
-def _error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
+def rpc_error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:
     error: dict[str, Any] = {"code": code, "message": message}
     if data is not None:
         error["data"] = data
     return {"jsonrpc": "2.0", "id": rid, "error": error}
 
 
-def _is_id(value: Any) -> bool:
+def is_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def _id_of(message: Any) -> Any:
+def id_of(message: Any) -> Any:
     rid = message.get("id") if isinstance(message, dict) else None
-    return rid if _is_id(rid) else None
+    return rid if is_id(rid) else None
 
 
 def _status(ex: Exchange, reply: dict[str, Any]) -> int:
@@ -126,11 +126,11 @@ def _status(ex: Exchange, reply: dict[str, Any]) -> int:
     return table.get(reply["error"]["code"], 200)
 
 
-def _respond(ex: Exchange, reply: dict[str, Any] | None) -> HttpResponse:
+def respond(ex: Exchange, reply: dict[str, Any] | None) -> HttpResponse:
     """202 with no body for an accepted notification, else the reply with its status."""
     if reply is None:
         return HttpResponse(status=202)
-    return _json(reply, status=_status(ex, reply))
+    return json_response(reply, status=_status(ex, reply))
 
 
 

@@ -2,8 +2,8 @@
 
 Here are the view and the dispatch table; each method lives in its own module
 (:mod:`~guarded_tools.transports.mcp.discovery`, ``tool_methods``, ``task_methods``), on
-:mod:`~guarded_tools.transports.mcp.protocol` (codes, framing) and ``headers``. The names
-tests and sites import from here are re-exported.
+:mod:`~guarded_tools.transports.mcp.protocol` (codes, framing) and ``headers``. Each name
+is imported from the module that defines it.
 """
 
 from __future__ import annotations
@@ -18,111 +18,69 @@ from rest_framework.request import Request
 from guarded_tools.core import hosts
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
 from guarded_tools.pipeline.agent_errors import to_guard_error
-from guarded_tools.transports.mcp.approvals import (
-    CONSENT_REQUEST,
-    answers_with_task,
-)
 from guarded_tools.transports.mcp.discovery import (
-    CAPABILITIES,
-    DISCOVER_TTL_MS,
-    MODERN_CAPABILITIES,
-    _discover,
-    _initialize,
-    _ping,
-    _server_info,
-    instructions,
+    discover,
+    initialize,
+    ping,
+    server_info,
 )
 from guarded_tools.transports.mcp.headers import (
-    NAME_PARAMS,
-    _check_envelope,
-    _has_envelope,
-    decode_header_value,
-    param_header_problem,
+    check_envelope,
+    has_envelope,
 )
 from guarded_tools.transports.mcp.protocol import (
     BATCH_VERSION,
-    CAPABILITIES_META,
-    ERROR_META,
-    HANDSHAKE_VERSIONS,
-    HEADER_MISMATCH,
     INTERNAL_ERROR,
     INVALID_PARAMS,
     INVALID_REQUEST,
     MAX_BATCH,
-    META_PREFIX,
     METHOD_NOT_FOUND,
-    MISSING_CAPABILITY,
     MODERN_VERSIONS,
     NO_TOOL,
-    OPERATION_META,
     PARSE_ERROR,
     REQUEST_REFUSED,
     SERVER_INFO_META,
     SUPPORTED_VERSIONS,
-    TASK_CALL_FAILED,
-    TASK_META,
-    TASK_NOT_CANCELLABLE,
     UNSUPPORTED_VERSION,
-    VERSION_META,
     Exchange,
     RpcError,
-    _error,
-    _id_of,
-    _is_id,
-    _json,
-    _respond,
-    accepts_url_elicitation,
-    declares_tasks,
-)
-from guarded_tools.transports.mcp.results import (
-    error_result,
-    error_result_from,
-    success_result,
+    id_of,
+    is_id,
+    json_response,
+    respond,
+    rpc_error,
 )
 from guarded_tools.transports.mcp.task_methods import (
-    _cancel_task,
-    _get_task,
-    _poll_interval_ms,
-    _update_task,
+    cancel_task,
+    get_task,
+    update_task,
 )
-from guarded_tools.transports.mcp.tool_methods import _call_tool, _list_tools, describe_tool
+from guarded_tools.transports.mcp.tool_methods import call_tool, list_tools
 from guarded_tools.transports.rest.base import GuardedAPIView, prefer_wait, visible_tools
 from guarded_tools.transports.rest.exception_handler import docs_url, log_once
 
-__all__ = [
-    "BATCH_VERSION", "CAPABILITIES", "CAPABILITIES_META", "CONSENT_REQUEST",
-    "DISCOVER_TTL_MS", "ERROR_META", "HANDSHAKE_VERSIONS", "HEADER_MISMATCH",
-    "INTERNAL_ERROR", "INVALID_PARAMS", "INVALID_REQUEST", "MAX_BATCH", "META_PREFIX",
-    "METHOD_NOT_FOUND", "MISSING_CAPABILITY", "MODERN_CAPABILITIES", "MODERN_VERSIONS",
-    "NAME_PARAMS", "NO_TOOL", "OPERATION_META", "PARSE_ERROR", "REQUEST_REFUSED",
-    "SERVER_INFO_META", "SUPPORTED_VERSIONS", "TASK_CALL_FAILED", "TASK_META",
-    "TASK_NOT_CANCELLABLE", "UNSUPPORTED_VERSION", "VERSION_META", "Exchange", "McpView",
-    "Method", "RpcError", "_poll_interval_ms", "accepts_url_elicitation",
-    "answers_with_task", "check_origin", "declares_tasks", "decode_header_value",
-    "describe_tool", "error_result", "error_result_from", "instructions",
-    "param_header_problem", "serve", "success_result", "transport_error",
-]
+__all__ = ["McpView", "check_origin", "serve", "transport_error"]
 
 # -- one message ----------------------------------------------------------------------------
 def _reply(ex: Exchange, message: Any) -> dict[str, Any] | None:
     """The JSON-RPC reply to one message, or None when nothing is owed."""
     if not isinstance(message, dict):
-        return _error(None, INVALID_REQUEST, "Each message must be a JSON-RPC object.")
+        return rpc_error(None, INVALID_REQUEST, "Each message must be a JSON-RPC object.")
     if "method" not in message:
         if not ex.modern and "id" in message and ("result" in message or "error" in message):
             return None  # a response to a server request we never sent: accepted, ignored
-        return _error(_id_of(message), INVALID_REQUEST, "A JSON-RPC request needs a method.")
+        return rpc_error(id_of(message), INVALID_REQUEST, "A JSON-RPC request needs a method.")
     if message.get("jsonrpc") != "2.0" or not isinstance(message["method"], str):
-        return _error(_id_of(message), INVALID_REQUEST, 'Send {"jsonrpc": "2.0", "method": ...}.')
+        return rpc_error(id_of(message), INVALID_REQUEST, 'Send {"jsonrpc": "2.0", "method": ...}.')
     if "id" not in message:
         return None  # a notification: accepted, nothing to answer
     rid = message["id"]
-    if not _is_id(rid):
-        return _error(None, INVALID_REQUEST, "The id must be a string or an integer.")
+    if not is_id(rid):
+        return rpc_error(None, INVALID_REQUEST, "The id must be a string or an integer.")
     try:
         result = _dispatch(ex, message["method"], message.get("params"))
     except RpcError as exc:
-        return _error(rid, exc.code, exc.message, exc.data)
+        return rpc_error(rid, exc.code, exc.message, exc.data)
     return {"jsonrpc": "2.0", "id": rid, "result": result}
 
 
@@ -131,7 +89,7 @@ def _dispatch(ex: Exchange, method: str, params: Any) -> dict[str, Any]:
         raise RpcError(INVALID_PARAMS, "params must be an object.")
     params = params or {}
     if ex.modern:
-        _check_envelope(ex, method, params)
+        check_envelope(ex, method, params)
     handler = (_MODERN_METHODS if ex.modern else _HANDSHAKE_METHODS).get(method)
     if handler is None:
         raise RpcError(METHOD_NOT_FOUND, "Method not found.")
@@ -142,44 +100,45 @@ def _finish(ex: Exchange, result: dict[str, Any]) -> dict[str, Any]:
     """2026-07-28 results carry ``resultType`` and the server's identity in ``_meta``."""
     if ex.modern:
         result.setdefault("resultType", "complete")
-        result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_META: _server_info()}
+        result["_meta"] = {**result.get("_meta", {}), SERVER_INFO_META: server_info()}
     return result
 
 
 def _batch(ex: Exchange, messages: list[Any]) -> HttpResponse:
     if ex.modern or ex.version != BATCH_VERSION:
-        return _json(_error(None, INVALID_REQUEST, "JSON-RPC batches are not accepted in"
-                            f" protocol version {ex.version}: send one message per POST."), 400)
+        return json_response(rpc_error(
+            None, INVALID_REQUEST, "JSON-RPC batches are not accepted in"
+            f" protocol version {ex.version}: send one message per POST."), 400)
     if not messages or len(messages) > MAX_BATCH:
-        return _json(_error(None, INVALID_REQUEST,
-                            f"A batch holds 1 to {MAX_BATCH} messages."), 400)
+        return json_response(rpc_error(None, INVALID_REQUEST,
+                                       f"A batch holds 1 to {MAX_BATCH} messages."), 400)
     replies = [r for r in (_batch_reply(ex, m) for m in messages) if r is not None]
-    return _json(replies) if replies else HttpResponse(status=202)
+    return json_response(replies) if replies else HttpResponse(status=202)
 
 
 def _batch_reply(ex: Exchange, message: Any) -> dict[str, Any] | None:
     if isinstance(message, dict) and message.get("method") == "initialize":
-        return _error(_id_of(message), INVALID_REQUEST, "initialize must not be part of a batch.")
+        return rpc_error(id_of(message), INVALID_REQUEST, "initialize must not be part of a batch.")
     return _reply(ex, message)
 
 
 
 Method = Callable[[Exchange, dict[str, Any]], dict[str, Any]]
 _HANDSHAKE_METHODS: dict[str, Method] = {
-    "initialize": _initialize,
-    "ping": _ping,
-    "tools/list": _list_tools,
-    "tools/call": _call_tool,
+    "initialize": initialize,
+    "ping": ping,
+    "tools/list": list_tools,
+    "tools/call": call_tool,
 }
 # ping and initialize are gone from 2026-07-28; server/discover replaces initialize.
 _MODERN_METHODS: dict[str, Method] = {
-    "server/discover": _discover,
-    "tools/list": _list_tools,
-    "tools/call": _call_tool,
+    "server/discover": discover,
+    "tools/list": list_tools,
+    "tools/call": call_tool,
     # The Tasks extension (io.modelcontextprotocol/tasks), for clients that declare it.
-    "tasks/get": _get_task,
-    "tasks/update": _update_task,
-    "tasks/cancel": _cancel_task,
+    "tasks/get": get_task,
+    "tasks/update": update_task,
+    "tasks/cancel": cancel_task,
 }
 
 
@@ -215,7 +174,8 @@ def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
     """DRF's exception handler for this view: a JSON-RPC error with the HTTP status."""
     error = to_guard_error(exc)
     data = error.as_dict(docs_url(context.get("request")), NO_TOOL)
-    response = _json(_error(None, _rpc_code(error), data["message"], data), error.status_code)
+    response = json_response(rpc_error(None, _rpc_code(error), data["message"], data),
+                             error.status_code)
     for name, value in error.headers.items():
         response[name] = value
     if error.status_code == 401:
@@ -245,15 +205,15 @@ def serve(request: Request, body: Any) -> HttpResponse:
     header = request.headers.get("MCP-Protocol-Version")
     if header is not None and header not in SUPPORTED_VERSIONS:
         data = {"supported": list(SUPPORTED_VERSIONS), "requested": header}
-        return _json(_error(_id_of(body), UNSUPPORTED_VERSION, "Unsupported protocol version.",
-                            data), 400)
-    modern = header in MODERN_VERSIONS or (header is None and _has_envelope(body))
+        return json_response(rpc_error(id_of(body), UNSUPPORTED_VERSION,
+                                       "Unsupported protocol version.", data), 400)
+    modern = header in MODERN_VERSIONS or (header is None and has_envelope(body))
     version = header or (MODERN_VERSIONS[0] if modern else BATCH_VERSION)
     ex = Exchange(request=request, version=version, modern=modern,
                   wait_until=time.monotonic() + prefer_wait(request), clock=time.monotonic)
     if isinstance(body, list):
         return _batch(ex, body)
-    return _respond(ex, _reply(ex, body))
+    return respond(ex, _reply(ex, body))
 
 
 class McpView(GuardedAPIView):

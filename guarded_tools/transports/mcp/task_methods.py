@@ -25,7 +25,7 @@ from guarded_tools.transports.mcp.results import error_result_from, success_resu
 from guarded_tools.transports.rest.exception_handler import docs_url
 
 
-def _poll_interval_ms(waits_for_person: bool = True) -> int:
+def poll_interval_ms(waits_for_person: bool = True) -> int:
     """How long a client waits between polls: a person's pace while the task waits for
     one (``CONFIRMATION_RETRY_AFTER_SECONDS``), else the guard's own poll, at least 1 s."""
     if waits_for_person:
@@ -33,7 +33,7 @@ def _poll_interval_ms(waits_for_person: bool = True) -> int:
     return max(math.ceil(gt_settings.CONFIRMATION_POLL_INTERVAL), 1) * 1000
 
 
-def _task_fields(task_id: str, ref: tasks_ext.TaskRef, st: tasks_ext.TaskState) -> dict[str, Any]:
+def task_fields(task_id: str, ref: tasks_ext.TaskRef, st: tasks_ext.TaskState) -> dict[str, Any]:
     return {
         "taskId": task_id,
         "status": st.status,
@@ -41,7 +41,7 @@ def _task_fields(task_id: str, ref: tasks_ext.TaskRef, st: tasks_ext.TaskState) 
         "createdAt": timestamp(ref.created_at),
         "lastUpdatedAt": timestamp(max(st.updated_at, ref.created_at)),
         "ttlMs": None,  # kept as long as the call's own rows are
-        "pollIntervalMs": _poll_interval_ms(st.waits_for_person),
+        "pollIntervalMs": poll_interval_ms(st.waits_for_person),
     }
 
 
@@ -68,12 +68,12 @@ def _structured(ex: Exchange, definition: Tool,
                                                         keyed=definition.idempotent))
 
 
-def _get_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def get_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     task_id, ref, definition = _require_tasks(ex, params)
     st = tasks_ext.state(ref, definition)
     if st is None:
         raise RpcError(INVALID_PARAMS, "Failed to retrieve task: Task not found")
-    data = _task_fields(task_id, ref, st)
+    data = task_fields(task_id, ref, st)
     if st.status == tasks_ext.COMPLETED:
         if st.error is not None:
             call = error_result_from(definition, _structured(ex, definition, st.error))
@@ -91,7 +91,7 @@ def _get_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     return data
 
 
-def _update_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def update_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     # No task of this server asks its client for input (a person approves in the admin):
     # any inputResponses answer no outstanding request, and are ignored, as the
     # extension says.
@@ -99,7 +99,7 @@ def _update_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     return {}
 
 
-def _cancel_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def cancel_task(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     _, ref, _definition = _require_tasks(ex, params)
     try:
         tasks_ext.cancel(ref, ex.request.user)

@@ -10,7 +10,7 @@ from guarded_tools.pipeline import get_pipeline, trace_carrier
 from guarded_tools.pipeline.agent_errors import to_guard_error
 from guarded_tools.tools.registry import Tool, registry
 from guarded_tools.transports.mcp import tasks as tasks_ext
-from guarded_tools.transports.mcp.approvals import _awaiting, answers_with_task
+from guarded_tools.transports.mcp.approvals import answers_with_task, awaiting
 from guarded_tools.transports.mcp.headers import param_header_problem
 from guarded_tools.transports.mcp.protocol import (
     HEADER_MISMATCH,
@@ -23,7 +23,7 @@ from guarded_tools.transports.mcp.protocol import (
     declares_tasks,
 )
 from guarded_tools.transports.mcp.results import error_result, success_result
-from guarded_tools.transports.mcp.task_methods import _task_fields
+from guarded_tools.transports.mcp.task_methods import task_fields
 from guarded_tools.transports.rest.base import invocation_for, visible_tools
 from guarded_tools.transports.rest.exception_handler import docs_url
 
@@ -50,7 +50,7 @@ def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
 
 
 
-def _list_tools(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def list_tools(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "tools": [describe_tool(t, ex.modern) for t in visible_tools(ex.request.user, ex.request)
                   if t.reachable_over_mcp]
@@ -86,7 +86,7 @@ def _find_tool(ex: Exchange, name: str, arguments: dict[str, Any]) -> Tool:
     return definition
 
 
-def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
+def call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     name, arguments = _call_arguments(params)
     definition = _find_tool(ex, name, arguments)
     # Agents cannot set a header per call over MCP: the key is an input field. The
@@ -102,7 +102,7 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
                 ex, params):
             started = tasks_ext.start(definition, invocation)
             if isinstance(started, tasks_ext.TaskRef):
-                return {"resultType": "task", **_task_fields(started.task_id, started,
+                return {"resultType": "task", **task_fields(started.task_id, started,
                         tasks_ext.TaskState(tasks_ext.WORKING, "Queued; the call runs soon.",
                                             started.created_at))}
             result = started
@@ -115,7 +115,7 @@ def _call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
         if isinstance(error, NotAuthenticated) or "WWW-Authenticate" in error.headers:
             raise error from exc
         if isinstance(error, ConfirmationRequired):
-            waiting = _awaiting(ex, params, definition, invocation, error)
+            waiting = awaiting(ex, params, definition, invocation, error)
             if waiting is not None:
                 return waiting
         return error_result(definition, error, docs_url(ex.request))
