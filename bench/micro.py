@@ -30,10 +30,10 @@ def main() -> None:
     from jsonschema import Draft202012Validator
 
     from bench.tools import STRICT
+    from guarded_tools import registry
     from guarded_tools.core.errors import ToolError, ValidationError
     from guarded_tools.core.repair import Repair, RepairPlan, render_message
     from guarded_tools.core.schema.validation import validate
-    from guarded_tools.tools.registry import registry
 
     definition = registry.get("bench_insert_full")  # the STRICT schema, compiled once
     good = {"operationId": "op-12345678", "value": 42}

@@ -19,6 +19,7 @@ __all__ = [
     "OutcomeUnknownError",
     "Repair",
     "RepairPlan",
+    "Tool",
     "ToolError",
     "ValidationError",
     "VerificationError",
@@ -39,13 +40,15 @@ _LAZY = {
     "RepairPlan": "guarded_tools.core.repair",
     "CancelSignal": "guarded_tools.core.cancellation",
     "GuardedTool": "guarded_tools.tools.classes",
+    "Tool": "guarded_tools.core.definition",
     "guard": "guarded_tools.tools.registry",
-    "registry": "guarded_tools.tools.registry",
+    "registry": "guarded_tools.core.registry",
     "tool": "guarded_tools.tools.registry",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from guarded_tools.core.cancellation import CancelSignal
+    from guarded_tools.core.definition import Tool
     from guarded_tools.core.errors import (
         AuthorizationError,
         ConfirmationError,
@@ -55,9 +58,10 @@ if TYPE_CHECKING:  # pragma: no cover
         ValidationError,
         VerificationError,
     )
+    from guarded_tools.core.registry import registry
     from guarded_tools.core.repair import Repair, RepairPlan
     from guarded_tools.tools.classes import GuardedTool
-    from guarded_tools.tools.registry import guard, registry, tool
+    from guarded_tools.tools.registry import guard, tool
 
 
 def __getattr__(name: str) -> Any:

@@ -177,8 +177,8 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 @checks.register(checks.Tags.compatibility)
 def check_isolation(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Atomic tools claim first on a PostgreSQL database above READ COMMITTED."""
+    from guarded_tools.core.registry import registry
     from guarded_tools.store import reads_committed
-    from guarded_tools.tools.registry import registry
 
     if not gt_settings.ATOMIC_SINGLE_TRANSACTION or not any(t.atomic for t in registry):
         return []
@@ -203,7 +203,7 @@ def check_isolation(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 
 @checks.register()
 def check_tools(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from guarded_tools.tools.registry import registry
+    from guarded_tools.core.registry import registry
 
     messages: list[checks.CheckMessage] = []
     known = _known_permissions()
@@ -314,7 +314,7 @@ def check_budget_amounts(app_configs: Any = None, **kwargs: Any) -> list[checks.
     something other than a number: such calls are refused when they come (``invalid_input``,
     before anything is reserved), so the schema should say so to the agent first."""
     from guarded_tools.core.policy import Policy
-    from guarded_tools.tools.registry import registry
+    from guarded_tools.core.registry import registry
 
     messages: list[checks.CheckMessage] = []
     for definition in registry:
@@ -361,7 +361,7 @@ def _celery_setting(name: str, default: Any) -> Any:
 
 def _longest_lease() -> tuple[int, str]:
     """The longest lease a claim can get, and where it comes from."""
-    from guarded_tools.tools.registry import registry
+    from guarded_tools.core.registry import registry
 
     longest, source = int(gt_settings.LEASE_SECONDS), "GUARDED_TOOLS['LEASE_SECONDS']"
     for definition in registry:
@@ -454,7 +454,7 @@ def check_derived_schemas(app_configs: Any = None, **kwargs: Any) -> list[checks
     drf-spectacular maps such a field to a bare ``string``: served as it is, the schema
     would be looser than the serializer, so it is an error until the field says its type.
     """
-    from guarded_tools.tools.registry import registry
+    from guarded_tools.core.registry import registry
 
     return [
         checks.Error(
@@ -475,8 +475,8 @@ def check_published_routes(app_configs: Any = None, **kwargs: Any) -> list[check
     Its route runs no guard: the agent's token would delete through it what the tool asks
     a person to approve.
     """
+    from guarded_tools.core.registry import registry
     from guarded_tools.credentials import RefuseAgentCredentials, accepts_agent_credentials
-    from guarded_tools.tools.registry import registry
 
     published: dict[type, list[str]] = {}
     for definition in registry:

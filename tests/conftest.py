@@ -12,9 +12,9 @@ import pytest
 from django.contrib.auth.models import Permission
 from rest_framework.test import APIClient
 
+from guarded_tools import Tool, registry
+from guarded_tools import tool as tool_decorator
 from guarded_tools.catalog import ErrorCatalog, catalogs
-from guarded_tools.tools.registry import Tool, registry
-from guarded_tools.tools.registry import tool as tool_decorator
 
 OBJECT = {"type": "object", "properties": {"operationId": {"type": "string"}}}
 

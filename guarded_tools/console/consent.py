@@ -35,9 +35,9 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.debug import sensitive_post_parameters
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core.registry import registry
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from guarded_tools.pipeline import confirmations
-from guarded_tools.tools.registry import registry
 
 URL_NAME = confirmations.CONSENT_URL_NAME
 REASON_MAX_CHARS = 2000

@@ -22,9 +22,9 @@ from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 
 from guarded_tools.core.policy import Policy
+from guarded_tools.core.registry import registry
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from guarded_tools.pipeline import confirmations
-from guarded_tools.tools.registry import registry
 
 #: The most waiting requests the panel reads (the oldest first) to count them per viewer.
 EXAMINED = 1000

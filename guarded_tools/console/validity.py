@@ -26,10 +26,10 @@ from django.utils.translation import gettext as _
 from guarded_tools.core.call import Invocation
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import ToolError
+from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Repair, RepairPlan
 from guarded_tools.models import Confirmation
 from guarded_tools.pipeline import get_pipeline
-from guarded_tools.tools.registry import registry
 
 logger = logging.getLogger("guarded_tools.console")
 

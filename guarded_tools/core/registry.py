@@ -3,7 +3,7 @@
 As Django's ``apps`` registry lets any module find an installed app, this registry lets
 the pipeline (recovery, confirmations, reconciliation, presentation) find the definition
 of a stored call without importing the tools layer that fills it (``@tool``,
-``autodiscover()`` in ``guarded_tools.tools.registry``, which re-exports these names).
+``autodiscover()`` in ``guarded_tools.tools.registry``).
 """
 
 from __future__ import annotations

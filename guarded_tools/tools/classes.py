@@ -16,8 +16,9 @@ from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from guarded_tools.core.definition import Tool
-from guarded_tools.tools.registry import ToolRegistry, define
-from guarded_tools.tools.registry import registry as default_registry
+from guarded_tools.core.registry import ToolRegistry
+from guarded_tools.core.registry import registry as default_registry
+from guarded_tools.tools.registry import define
 
 #: What a class may declare: ``@tool``'s options (the definition's own fields, less
 #: those ``@tool`` derives itself).

@@ -1,10 +1,9 @@
-"""Provides the registry of tool definitions, the ``@tool`` decorator and ``guard()``.
+"""Provides the ``@tool`` decorator, ``guard()`` and the autodiscovery of tools.
 
-The registry registers, unregisters, resets and finds definitions; autodiscovery fills
-it from every installed app's ``tools`` module. The registry object lives in
-``guarded_tools.core.registry`` (so the pipeline finds definitions without importing this
-layer) and the definition itself (``Tool``) in ``guarded_tools.core.definition``; both
-are re-exported here for existing imports.
+``@tool`` registers a definition (``guarded_tools.core.definition.Tool``) in the registry
+(``guarded_tools.core.registry``), which lives below this layer so that the pipeline finds
+definitions without importing it; autodiscovery fills it from every installed app's
+``tools`` module.
 """
 
 from __future__ import annotations
@@ -12,40 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from guarded_tools.core.definition import (
-    AFTER_CLAIM_MODES,
-    CONFIRM_MODES,
-    Handler,
-    Tool,
-)
-from guarded_tools.core.registry import (
-    AlreadyRegistered,
-    NotRegistered,
-    ToolRegistry,
-    registry,
-)
+from guarded_tools.core.definition import Handler, Tool
+from guarded_tools.core.registry import ToolRegistry
+from guarded_tools.core.registry import registry as default_registry
 from guarded_tools.tools.binding import bound_options
 
-__all__ = [
-    "AFTER_CLAIM_MODES",
-    "CONFIRM_MODES",
-    "AlreadyRegistered",
-    "Handler",
-    "NotRegistered",
-    "Tool",
-    "ToolRegistry",
-    "autodiscover",
-    "guard",
-    "registry",
-    "tool",
-]
+__all__ = ["autodiscover", "define", "guard", "tool"]
 
 
 def tool(
     name: str | None = None, *, registry: ToolRegistry | None = None, **options: Any
 ) -> Callable[[Handler], Tool]:
     """Register the decorated ``handler(input, ctx)`` as an agent-callable tool."""
-    target = registry if registry is not None else globals()["registry"]
+    target = registry if registry is not None else default_registry
 
     def decorator(handler: Handler) -> Tool:
         description = options.pop("description", None) or (handler.__doc__ or "").strip()

@@ -126,7 +126,7 @@ def test_a_tool_call_and_the_tool_list_ask_the_sites_backends(
     """Another backend decides too: the guard asks ``user.has_perms``, nothing of its own."""
     from rest_framework.test import APIClient
 
-    from guarded_tools.tools.registry import registry
+    from guarded_tools import registry
 
     settings.AUTHENTICATION_BACKENDS = ["tests.core.test_auth_backends.EveryoneMayAddOrderNotes",
                                         ONE_QUERY]

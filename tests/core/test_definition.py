@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from guarded_tools import guard
+from guarded_tools import guard, registry
 from guarded_tools.checks import check_tools
-from guarded_tools.tools.registry import registry
 from tests.conftest import Effects, key
 
 pytestmark = pytest.mark.django_db

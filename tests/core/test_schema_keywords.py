@@ -16,11 +16,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 
+from guarded_tools import guard, tool
 from guarded_tools.core.errors import ValidationError
 from guarded_tools.core.schema.validation import compile_schema, schema_names, validate
 from guarded_tools.models import Confirmation, Operation, OperationState
 from guarded_tools.store import fingerprint
-from guarded_tools.tools.registry import guard, tool
 from project.demo.models import Account, LedgerEntry, PaymentAuthorization
 from tests.conftest import key
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from guarded_tools.tools.registry import registry
+from guarded_tools import registry
 
 pytestmark = pytest.mark.django_db
 

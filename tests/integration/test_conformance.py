@@ -26,7 +26,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.decorators.csrf import csrf_exempt
 
-from guarded_tools.tools.registry import Tool, registry
+from guarded_tools import Tool, registry
 from guarded_tools.transports.mcp.server import McpView
 from tests.conftest import unavailable
 

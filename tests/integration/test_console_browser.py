@@ -101,8 +101,8 @@ def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
 
 def request_payment(demo: dict[str, Any], amount: str = "500.00") -> Confirmation:
     """What the agent's call leaves: a pending request (through the real pipeline)."""
+    from guarded_tools import registry
     from guarded_tools.core.errors import ConfirmationRequired
-    from guarded_tools.tools.registry import registry
 
     source = demo["source"]
     auth = PaymentAuthorization.objects.create(source=source, source_version=source.version)
@@ -468,8 +468,8 @@ def settings_sweep_every() -> int:
 
 def request_move(demo: dict[str, Any], amount: str = "75.00") -> Confirmation:
     """A move between the agent's own accounts: its owner alone decides it."""
+    from guarded_tools import registry
     from guarded_tools.core.errors import ConfirmationRequired
-    from guarded_tools.tools.registry import registry
 
     body = {"operationId": str(uuid.uuid4()), "sourceId": demo["source"].pk,
             "receiverId": demo["receiver"].pk, "amount": amount}

@@ -20,11 +20,10 @@ from typing import Any
 
 import pytest
 
-from guarded_tools import confirmations
+from guarded_tools import confirmations, registry
 from guarded_tools.core.errors import ConfirmationRequired
 from guarded_tools.models import Confirmation, JournalEntry, Operation, OperationState
 from guarded_tools.pipeline.recovery import sweep
-from guarded_tools.tools.registry import registry
 from project.demo.models import Account, LedgerEntry, PaymentAuthorization
 from tests import forkserver
 from tests.conftest import REPO_ROOT, key, wait_until
@@ -36,7 +35,7 @@ CHILD = (
     "import django\n"
     "django.setup()\n"
     "from django.contrib.auth import get_user_model\n"
-    "from guarded_tools.tools.registry import registry\n"
+    "from guarded_tools import registry\n"
     "user = get_user_model().objects.get(pk=int(sys.argv[1]))\n"
     "result = registry.get('send_payment')(json.loads(sys.argv[2]), user=user)\n"
     "print(json.dumps(result.output))\n"

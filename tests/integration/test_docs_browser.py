@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from guarded_tools.tools.registry import registry
+from guarded_tools import registry
 from tests.integration.test_browser import browser, expect, log_in, page, screenshot, staff
 
 __all__ = ["browser", "page", "staff"]  # fixtures, shared with test_browser.py

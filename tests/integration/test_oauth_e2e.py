@@ -34,7 +34,7 @@ from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata, OAuthT
 from oauth2_provider.models import get_access_token_model, get_application_model
 from playwright import async_api
 
-from guarded_tools.tools.registry import Tool
+from guarded_tools import Tool
 from tests.conftest import Effects, Lines, key
 
 CHROMIUM = Path("/usr/bin/chromium")

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.utils import timezone
 
-from guarded_tools.tools.registry import Tool, registry, tool
+from guarded_tools import Tool, registry, tool
 
 EFFECT_TOOL = "process_effect"
 RECOVERABLE_TOOL = "process_recoverable"

@@ -14,11 +14,10 @@ from typing import Any
 import pytest
 from django.test import Client as DjangoClient
 
-from guarded_tools import confirmations
+from guarded_tools import confirmations, registry
 from guarded_tools.core.registry import registry as core_registry
 from guarded_tools.models import Confirmation, ConfirmationStatus, Operation
 from guarded_tools.pipeline import credentials
-from guarded_tools.tools.registry import registry
 from tests.conftest import Effects, key
 from tests.transports.test_mcp_tasks import ITEM, approver, call, eager  # noqa: F401 - fixtures
 

@@ -236,7 +236,7 @@ def test_problems_accept_owner_and_refuse_an_escalation_to_no_one() -> None:
     assert odd.problems() == ["budget 'day' escalates to Run(), not to people (Owner() or"
                               " Approvers(n))"]
     with pytest.raises(ValueError, match="escalates to Run"):
-        from guarded_tools.tools.registry import tool
+        from guarded_tools import tool
 
         tool(name=f"t_odd_{key()[:6]}", confirm=odd, input_schema=SCHEMA,
              idempotency_key="operationId")(lambda input, ctx: {})

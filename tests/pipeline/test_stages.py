@@ -16,12 +16,12 @@ import pytest
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from guarded_tools import Tool, registry
 from guarded_tools.conf import DEFAULTS
 from guarded_tools.core.errors import AuthorizationError
 from guarded_tools.models import Operation
 from guarded_tools.pipeline.stages import Call, Stage
 from guarded_tools.pipeline.stages.execution import ExecutionStage
-from guarded_tools.tools.registry import Tool, registry
 from tests.conftest import OBJECT, Effects, SessionClient, key
 
 pytestmark = pytest.mark.django_db

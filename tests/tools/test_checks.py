@@ -119,7 +119,7 @@ def test_a_published_route_that_takes_agent_tokens_is_warned_of(refuse: bool) ->
     from rest_framework.authentication import SessionAuthentication
     from rest_framework.permissions import IsAuthenticated
 
-    from guarded_tools.tools.registry import registry
+    from guarded_tools import registry
     from guarded_tools.viewsets import guarded_viewset
     from project.demo.api import OrderViewSet
 

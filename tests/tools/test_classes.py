@@ -16,9 +16,8 @@ from typing import Any
 
 import pytest
 
-from guarded_tools import GuardedTool, tool
+from guarded_tools import GuardedTool, Tool, registry, tool
 from guarded_tools.models import Confirmation
-from guarded_tools.tools.registry import Tool, registry
 from tests.conftest import key
 
 pytestmark = pytest.mark.django_db

@@ -12,11 +12,10 @@ from django.test.utils import CaptureQueriesContext
 from jsonschema import Draft202012Validator
 from rest_framework import serializers
 
-from guarded_tools import confirmations
+from guarded_tools import confirmations, registry
 from guarded_tools.checks import check_derived_schemas
 from guarded_tools.models import Confirmation, Operation
 from guarded_tools.serializers import spectacular_components
-from guarded_tools.tools.registry import registry
 from project.demo.api import OrderNoteInput, OrderNoteSerializer
 from project.demo.models import Order, OrderNote
 from tests.conftest import key

@@ -18,9 +18,8 @@ from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthentic
 from rest_framework.test import APIClient
 from rest_framework.throttling import BaseThrottle
 
-from guarded_tools import confirmations
+from guarded_tools import confirmations, registry
 from guarded_tools.models import Confirmation, Operation
-from guarded_tools.tools.registry import registry
 from guarded_tools.viewsets import guarded_view, guarded_viewset
 from project.demo.api import OrderViewSet
 from project.demo.models import Order

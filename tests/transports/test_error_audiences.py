@@ -15,11 +15,11 @@ from rest_framework import exceptions as drf
 from rest_framework import serializers
 from rest_framework.test import APIClient
 
+from guarded_tools import Tool
 from guarded_tools.core import errors as exc
 from guarded_tools.core.codes import BUILTIN
 from guarded_tools.core.errors import GuardError
 from guarded_tools.pipeline.agent_errors import to_guard_error
-from guarded_tools.tools.registry import Tool
 from tests.conftest import key
 
 pytestmark = pytest.mark.django_db

@@ -24,7 +24,7 @@ from oauth2_provider.models import (
 )
 from rest_framework.authtoken.models import Token
 
-from guarded_tools.tools.registry import Tool
+from guarded_tools import Tool
 from project.demo.models import Order
 from tests.conftest import Effects, key
 
@@ -364,7 +364,7 @@ def test_scope_per_app_scopes_pydantic_tools_and_plain_views_by_their_module(
     from django.http import JsonResponse
     from pydantic import BaseModel
 
-    from guarded_tools.tools.registry import registry
+    from guarded_tools import registry
     from guarded_tools.viewsets import guarded_view
 
     class Lookup(BaseModel):
@@ -638,7 +638,7 @@ def test_an_oauth_rest_client_polls_its_confirmation(alice: Any, issue: Any,
 @pytest.fixture
 def oauth_orders() -> Any:
     """``OAuthOrderViewSet`` published (its destroy asks a person) and routed for the test."""
-    from guarded_tools.tools.registry import registry
+    from guarded_tools import registry
     from guarded_tools.viewsets import guarded_viewset
     from tests.transports.urls_oauth_orders import OAuthOrderViewSet
 

@@ -10,7 +10,7 @@ from jsonschema import Draft202012Validator
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from guarded_tools.tools.registry import registry
+from guarded_tools import registry
 
 PERMS = ("demo.change_order", "demo.add_ledgerentry", "demo.add_order", "demo.delete_order")
 

@@ -21,8 +21,8 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from guarded_tools.console.formatting import when
+from guarded_tools.core.registry import registry
 from guarded_tools.store.counting import EstimatingPaginator
-from guarded_tools.tools.registry import registry
 
 
 class ReadOnlyMixin:

@@ -35,6 +35,7 @@ from guarded_tools.console.admin.rendering import (
 )
 from guarded_tools.console.formatting import age, when
 from guarded_tools.console.validity import Validity, check_now
+from guarded_tools.core.registry import registry
 from guarded_tools.models import (
     Confirmation,
     ConfirmationStatus,
@@ -42,7 +43,6 @@ from guarded_tools.models import (
 )
 from guarded_tools.pipeline import confirmations
 from guarded_tools.pipeline.presentation import present_request, requested_summary
-from guarded_tools.tools.registry import registry
 
 
 # -- confirmations ---------------------------------------------------------------------------

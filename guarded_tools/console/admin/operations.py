@@ -37,6 +37,7 @@ from guarded_tools.console.admin.rendering import (
 )
 from guarded_tools.console.formatting import age, when
 from guarded_tools.core.catalog import CODE
+from guarded_tools.core.registry import registry
 from guarded_tools.models import (
     JournalEntry,
     Operation,
@@ -46,7 +47,6 @@ from guarded_tools.models import (
 from guarded_tools.pipeline import reconciliation, recovery
 from guarded_tools.pipeline.presentation import present_request, summarize
 from guarded_tools.tasks import NextSweep, next_sweep
-from guarded_tools.tools.registry import registry
 
 # -- operations ------------------------------------------------------------------------------
 FENCE_FIELD = "fence-%s"

@@ -15,7 +15,7 @@ from guarded_tools.console.formatting import (
     highlighted,
     pretty_json,
 )
-from guarded_tools.tools.registry import registry
+from guarded_tools.core.registry import registry
 
 __all__ = ["JSON_SHOWN_CHARS", "highlight_json", "input_rows", "json_download", "pretty_json"]
 

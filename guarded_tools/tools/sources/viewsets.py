@@ -47,11 +47,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from guarded_tools.core.catalog import ErrorCatalog
+from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import AuthorizationError, NotAuthenticated, RateLimited
+from guarded_tools.core.registry import ToolRegistry
+from guarded_tools.core.registry import registry as default_registry
 from guarded_tools.credentials import RefuseAgentCredentials, mark_guarded
 from guarded_tools.tools.binding import InputRejected, field_title, issue
-from guarded_tools.tools.registry import Tool, ToolRegistry
-from guarded_tools.tools.registry import registry as default_registry
 from guarded_tools.tools.sources.serializers import issues_from_errors, json_schema
 
 logger = logging.getLogger("guarded_tools")

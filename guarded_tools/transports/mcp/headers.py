@@ -8,7 +8,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from guarded_tools.tools.registry import Tool
+from guarded_tools.core.definition import Tool
 from guarded_tools.transports.mcp.protocol import (
     CAPABILITIES_META,
     HEADER_MISMATCH,

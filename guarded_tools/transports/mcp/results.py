@@ -7,10 +7,10 @@ from typing import Any
 
 from rest_framework.utils.encoders import JSONEncoder
 
+from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError
 from guarded_tools.core.repair import Audience
 from guarded_tools.pipeline import GuardResult
-from guarded_tools.tools.registry import Tool
 from guarded_tools.transports.mcp.protocol import ERROR_META, OPERATION_META
 
 

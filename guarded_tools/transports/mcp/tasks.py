@@ -25,6 +25,7 @@ from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError
 from guarded_tools.models import (
     Confirmation,
@@ -34,7 +35,6 @@ from guarded_tools.models import (
 )
 from guarded_tools.store import fingerprint
 from guarded_tools.store.replays import replays
-from guarded_tools.tools.registry import Tool
 
 EXTENSION = "io.modelcontextprotocol/tasks"
 #: Longer ids are refused before any lookup (an id is 43 characters).
@@ -134,8 +134,8 @@ def _task_id(confirmation: Confirmation) -> str:
 
 def resolve(task_id: Any, user: Any) -> tuple[TaskRef, Tool] | None:
     """The call behind ``task_id`` and its tool, when it is a task of ``user``'s, else None."""
+    from guarded_tools.core.registry import registry
     from guarded_tools.pipeline import Invocation, get_pipeline
-    from guarded_tools.tools.registry import registry
 
     if not isinstance(task_id, str) or not task_id or len(task_id) > MAX_TASK_ID:
         return None

@@ -22,10 +22,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core.definition import Tool
+from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
 from guarded_tools.pipeline import Invocation, trace_carrier
-from guarded_tools.tools.registry import Tool, registry
 from guarded_tools.transports.asgi import request_signal
 from guarded_tools.transports.rest.exception_handler import exception_handler
 

@@ -22,7 +22,7 @@ from rest_framework.request import Request
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core import hosts
-from guarded_tools.tools.registry import Tool
+from guarded_tools.core.definition import Tool
 
 ERROR = {
     "type": "object",

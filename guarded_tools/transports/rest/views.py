@@ -22,6 +22,7 @@ from rest_framework.response import Response
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core import catalog, hosts
+from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import (
     ConfirmationNotFound,
     MalformedRequest,
@@ -29,6 +30,7 @@ from guarded_tools.core.errors import (
     OperationNotFound,
     ToolNotFound,
 )
+from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import Confirmation, Operation
@@ -39,7 +41,6 @@ from guarded_tools.pipeline import (
     principal_scope,
 )
 from guarded_tools.pipeline.confirmations import describe
-from guarded_tools.tools.registry import Tool, registry
 from guarded_tools.transports.rest.base import (  # the views' base, shared with MCP
     GuardedAPIView,
     invocation_for,
