@@ -11,14 +11,21 @@ from typing import TYPE_CHECKING, Any
 from guarded_tools.core.version import VERSION as __version__  # noqa: F401 - the package's version
 
 __all__ = [
+    "Approvers",
     "AuthorizationError",
+    "Budget",
     "CancelSignal",
     "ConfirmationError",
     "GuardError",
     "GuardedTool",
     "OutcomeUnknownError",
+    "Owner",
+    "Policy",
+    "Refuse",
     "Repair",
     "RepairPlan",
+    "Rule",
+    "Run",
     "Tool",
     "ToolError",
     "ValidationError",
@@ -36,6 +43,13 @@ _LAZY = {
     "ToolError": "guarded_tools.core.errors",
     "ValidationError": "guarded_tools.core.errors",
     "VerificationError": "guarded_tools.core.errors",
+    "Approvers": "guarded_tools.core.policy",
+    "Budget": "guarded_tools.core.policy",
+    "Owner": "guarded_tools.core.policy",
+    "Policy": "guarded_tools.core.policy",
+    "Refuse": "guarded_tools.core.policy",
+    "Rule": "guarded_tools.core.policy",
+    "Run": "guarded_tools.core.policy",
     "Repair": "guarded_tools.core.repair",
     "RepairPlan": "guarded_tools.core.repair",
     "CancelSignal": "guarded_tools.core.cancellation",
@@ -58,6 +72,7 @@ if TYPE_CHECKING:  # pragma: no cover
         ValidationError,
         VerificationError,
     )
+    from guarded_tools.core.policy import Approvers, Budget, Owner, Policy, Refuse, Rule, Run
     from guarded_tools.core.registry import registry
     from guarded_tools.core.repair import Repair, RepairPlan
     from guarded_tools.tools.classes import GuardedTool

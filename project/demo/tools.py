@@ -9,9 +9,8 @@ from django.db import transaction
 from django.db.models import F, Q
 from pydantic import Field
 
-from guarded_tools import GuardedTool, ToolError, tool
+from guarded_tools import Approvers, Budget, GuardedTool, Policy, Rule, Run, ToolError, tool
 from guarded_tools.catalog import ErrorCatalog
-from guarded_tools.pipeline.policies import Approvers, Budget, Policy, Rule, Run
 from guarded_tools.viewsets import guarded_viewset
 from project.demo import effects
 from project.demo.api import OrderNoteInput, OrderNoteSerializer, OrderViewSet

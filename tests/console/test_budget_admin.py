@@ -32,7 +32,7 @@ def override(make_tool: Any, alice: Any) -> BudgetOverride:
 
 @pytest.fixture
 def in_use(override: BudgetOverride, alice: Any) -> BudgetCounter:
-    from guarded_tools.pipeline.policies import Budget
+    from guarded_tools import Budget
     from guarded_tools.pipeline.stages.budget import window_start
 
     counter = BudgetCounter.objects.create(

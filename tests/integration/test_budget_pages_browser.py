@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import BudgetOverride
-from guarded_tools.pipeline.policies import Budget, Policy, Rule, Run
 from tests.conftest import Effects, key
 from tests.integration.test_browser import log_in, sync_api
 from tests.integration.test_console_browser import browser, fits, page, shoot  # noqa: F401 (fixtures)

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from guarded_tools.pipeline.policies import Budget, Policy, Rule, Run
+from guarded_tools import Budget, Policy, Rule, Run
 
 URL = "/agent/tools/{}/"
 SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},

@@ -17,8 +17,8 @@ import pytest
 from django.core import checks
 from django.core.management import call_command
 
+from guarded_tools import Approvers, Budget, Policy, Rule, Run
 from guarded_tools.models import BudgetCounter, Confirmation, Operation, Reservation
-from guarded_tools.pipeline.policies import Approvers, Budget, Policy, Rule, Run
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA, URL, alice_agent, budgeted  # noqa: F401 (the fixture)
 

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import Reservation
-from guarded_tools.pipeline.policies import Budget, Policy, Rule, Run
 from tests.conftest import Effects, key
 from tests.integration.test_concurrency import in_threads
 

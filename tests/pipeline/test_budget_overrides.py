@@ -20,8 +20,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import AuditEntry, BudgetCounter, BudgetOverride, Reservation
-from guarded_tools.pipeline.policies import Budget, Policy, Rule, Run
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA, URL, alice_agent, budgeted  # noqa: F401 (the fixture)
 

@@ -6,9 +6,8 @@ from typing import Any
 
 import pytest
 
-from guarded_tools import confirmations
+from guarded_tools import Approvers, Policy, Refuse, Rule, Run, confirmations
 from guarded_tools.models import Confirmation, ConfirmationStatus
-from guarded_tools.pipeline.policies import Approvers, Policy, Refuse, Rule, Run
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA, URL, alice_agent, budgeted, call  # noqa: F401 (the fixture)
 

@@ -14,9 +14,8 @@ from typing import Any
 import pytest
 from django.test import Client as DjangoClient
 
-from guarded_tools import confirmations
+from guarded_tools import Approvers, Budget, Owner, Policy, Refuse, Rule, Run, confirmations
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus
-from guarded_tools.pipeline.policies import Approvers, Budget, Owner, Policy, Refuse, Rule, Run
 from guarded_tools.store.replays import replays
 from guarded_tools.transports.mcp.approvals import CONSENT_REQUEST
 from tests.conftest import Effects, key

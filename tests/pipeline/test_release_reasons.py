@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from guarded_tools import Approvers, Budget, Policy, Rule, Run
 from guarded_tools.models import Confirmation, Operation, OperationEvent, ReleaseReason
-from guarded_tools.pipeline.policies import Approvers, Budget, Policy, Rule, Run
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA, URL
 

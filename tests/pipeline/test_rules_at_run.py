@@ -19,7 +19,7 @@ import pytest
 from django.db.models import Sum
 from django.test import Client
 
-from guarded_tools import confirmations
+from guarded_tools import Approvers, Budget, Policy, Rule, Run, confirmations
 from guarded_tools.core.errors import ToolError
 from guarded_tools.models import (
     Confirmation,
@@ -28,7 +28,6 @@ from guarded_tools.models import (
     OperationState,
     Reservation,
 )
-from guarded_tools.pipeline.policies import Approvers, Budget, Policy, Rule, Run
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA, alice_agent, call  # noqa: F401 (the fixture)
 from tests.pipeline.test_policies import payments

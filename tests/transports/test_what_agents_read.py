@@ -20,8 +20,8 @@ from django.core.management import call_command
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from guarded_tools import Approvers, Policy, Rule
 from guarded_tools.models import Confirmation
-from guarded_tools.pipeline.policies import Approvers, Policy, Rule
 from project.demo.management.commands.demo_seed import AGENT_TOKEN
 from tests.conftest import key
 
