@@ -26,7 +26,8 @@ class GuardedToolsConfig(AppConfig):
             logger.addFilter(LoggedOnce())
 
         if apps.is_installed("oauth2_provider"):  # its tokens' scopes, on every call
-            from guarded_tools.pipeline import credentials, stages
+            from guarded_tools.core import credentials
+            from guarded_tools.pipeline import stages
 
             stages.insert_before("authorization", "guarded_tools.contrib.oauth.ScopeStage")
             # The grant a waiting call was requested with, re-checked when its approval runs.

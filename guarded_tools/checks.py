@@ -476,7 +476,7 @@ def check_published_routes(app_configs: Any = None, **kwargs: Any) -> list[check
     a person to approve.
     """
     from guarded_tools.core.registry import registry
-    from guarded_tools.credentials import RefuseAgentCredentials, accepts_agent_credentials
+    from guarded_tools.permissions import RefuseAgentCredentials, accepts_agent_credentials
 
     published: dict[type, list[str]] = {}
     for definition in registry:
@@ -492,7 +492,7 @@ def check_published_routes(app_configs: Any = None, **kwargs: Any) -> list[check
                 f" agent credentials on its own route ({', '.join(accepted)}, which the tool"
                 " endpoints take too): an agent reaches the view there without the guard.",
                 hint="Keep guarded_viewset's default refuse_agent_credentials=True, or put"
-                " guarded_tools.credentials.RefuseAgentCredentials first in its"
+                " guarded_tools.permissions.RefuseAgentCredentials first in its"
                 " permission_classes, or give its route authentication agents do not have"
                 " (AGENT_AUTHENTICATION_CLASSES names what agents have).",
                 obj=viewset,

@@ -92,7 +92,7 @@ DEFAULTS: dict[str, Any] = {
     "OAUTH_RESOURCE": "",  # the MCP resource identifier; "" derives the MCP URL
     "OAUTH_DEFAULT_SCOPES": None,  # import string: tool -> scopes, for tools without scopes=
     "OAUTH_CHALLENGE_SCOPES": [],  # what a 401 asks a host to start with; [] leaves it to PRM
-    # Published viewsets' own routes refuse agent credentials (guarded_tools.credentials):
+    # Published viewsets' own routes refuse agent credentials (guarded_tools.permissions):
     # import strings of DRF authentication classes; None: the tool endpoints' own
     # DEFAULT_AUTHENTICATION_CLASSES except sessions (OAuth tokens: by their audience).
     "AGENT_AUTHENTICATION_CLASSES": None,

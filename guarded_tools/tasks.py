@@ -58,6 +58,7 @@ def execute_approved(confirmation_id: str) -> None:
     makes a second run a replay.
     """
 
+    from guarded_tools.core.credentials import CredentialRevoked
     from guarded_tools.core.errors import GuardError
     from guarded_tools.models import Confirmation, ConfirmationStatus
     from guarded_tools.pipeline import confirmations
@@ -75,7 +76,7 @@ def execute_approved(confirmation_id: str) -> None:
             return
     try:
         confirmations.execute(confirmation)
-    except confirmations.CredentialRevoked as exc:
+    except CredentialRevoked as exc:
         # Final: the approval is used up by this refusal (a new credential asks anew), and
         # the row says why, for the task's poll and for the admin.
         Confirmation.objects.consume(confirmation.pk)

@@ -35,6 +35,7 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.debug import sensitive_post_parameters
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core import credentials
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from guarded_tools.pipeline import confirmations
@@ -136,11 +137,11 @@ def who_asks(confirmation: Confirmation) -> str:
     reference = confirmation.credential
     if not reference:
         return _("a program using your signed-in session")
-    if reference.startswith(confirmations.DRF_TOKEN):
+    if reference.startswith(credentials.DRF_TOKEN):
         return _("an agent using your API token")
     try:
         token = confirmations.live_credential(confirmation)
-    except confirmations.CredentialRevoked:
+    except credentials.CredentialRevoked:
         return _("an application whose access you have since revoked")
     name = getattr(getattr(token, "application", None), "name", "")
     if name:

@@ -9,11 +9,11 @@ works here), and the OAuth scopes a tool needs, checked on every call and used t
 the tool list; and the grant a call was requested with, which the run an approval starts
 re-checks. Only :mod:`guarded_tools.transports.rest.views`,
 :mod:`guarded_tools.transports.mcp.server`,
-:mod:`guarded_tools.credentials` import it, and only where DOT is an
+:mod:`guarded_tools.permissions` import it, and only where DOT is an
 installed app; the pipeline never does: the scope check is ``ScopeStage``, which
 ``GuardedToolsConfig.ready()`` puts before ``authorization`` in every stage list when DOT
 is installed, and the grant a waiting call was requested with is ``OAuthCredentials``,
-which it registers first among :mod:`guarded_tools.pipeline.credentials`' kinds.
+which it registers first among :mod:`guarded_tools.credentials`' kinds.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from rest_framework.authentication import get_authorization_header
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core import hosts
+from guarded_tools.core.credentials import CredentialRevoked
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import AuthorizationError
 from guarded_tools.core.repair import Repair
-from guarded_tools.pipeline.credentials import CredentialRevoked
 from guarded_tools.pipeline.stages import Call, Stage
 
 #: Where RFC 9728 puts a resource's metadata: this, then the resource URL's path.
@@ -329,7 +329,7 @@ def live_token(reference: str) -> Any:
 
 
 class OAuthCredentials:
-    """DOT's access tokens as a kind of credential (:mod:`guarded_tools.pipeline.credentials`):
+    """DOT's access tokens as a kind of credential (:mod:`guarded_tools.credentials`):
     the grant a waiting call was requested with, standing while it does for the same user."""
 
     prefixes: tuple[str, ...] = (GRANT, TOKEN)

@@ -45,8 +45,6 @@ from guarded_tools.models import (
     ReleaseReason,
     record_in_admin_history,
 )
-from guarded_tools.pipeline.credentials import DRF_TOKEN as DRF_TOKEN  # the consent page reads it
-from guarded_tools.pipeline.credentials import CredentialRevoked as CredentialRevoked
 from guarded_tools.pipeline.presentation import requested_summary
 from guarded_tools.pipeline.requests import (
     approvals_text,

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
+from guarded_tools.core import credentials
+from guarded_tools.core.credentials import CredentialRevoked
 from guarded_tools.core.repair import normalize
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import Confirmation
-from guarded_tools.pipeline import credentials
-from guarded_tools.pipeline.credentials import CredentialRevoked
 from guarded_tools.pipeline.presentation import summarize
 from guarded_tools.store import fingerprint, user_row
 
@@ -127,7 +127,7 @@ def credential_of(inv: Invocation) -> str:
     """What the call authenticated with, to re-check when an approval runs it.
 
     An OAuth grant (or token), a digest of a DRF token (each kind registered in
-    :mod:`guarded_tools.pipeline.credentials`); blank for a session or a call in code,
+    :mod:`guarded_tools.credentials`); blank for a session or a call in code,
     whose run re-checks only that the user is still active.
     """
     return credentials.reference(getattr(inv.request, "auth", None))

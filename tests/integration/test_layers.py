@@ -89,7 +89,7 @@ def test_no_module_imports_the_package_root(graph: grimp.ImportGraph) -> None:
     ("guarded_tools.contrib.otel", "guarded_tools.contrib.oauth"),
     ("guarded_tools.contrib", "guarded_tools.tools"),
     ("guarded_tools.tasks", "guarded_tools.transports"),
-    ("guarded_tools.credentials", "guarded_tools.tools"),
+    ("guarded_tools.permissions", "guarded_tools.tools"),
 ])
 def test_a_lower_module_reaches_a_higher_one_by_name_never_by_import(
     graph: grimp.ImportGraph, importer: str, imported: str

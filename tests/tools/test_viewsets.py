@@ -423,7 +423,7 @@ def opened() -> Iterator[dict[str, Any]]:
 
 @pytest.mark.django_db
 def test_the_opt_out_leaves_the_views_permissions_as_they_are(opened: Any, carol: Any) -> None:
-    from guarded_tools.credentials import RefuseAgentCredentials
+    from guarded_tools.permissions import RefuseAgentCredentials
 
     assert OpenOrderViewSet.permission_classes == [IsAuthenticated]
     assert RefuseAgentCredentials in OrderViewSet.permission_classes

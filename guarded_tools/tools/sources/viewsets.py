@@ -21,7 +21,7 @@ tool's ``recover``, given in the action's options, proves it). The view can read
 the operation handle as ``request.guarded_operation`` to write its own entries.
 
 The viewset's own route (``/api/orders/``) runs no guard, so by default the viewsets
-published here refuse agent credentials there: :class:`guarded_tools.credentials.
+published here refuse agent credentials there: :class:`guarded_tools.permissions.
 RefuseAgentCredentials` goes first in their ``permission_classes`` (the guard's own
 request passes it), unless ``refuse_agent_credentials=False``; check ``W013`` warns of a
 published viewset whose route takes agent credentials without it.
@@ -51,7 +51,7 @@ from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import AuthorizationError, NotAuthenticated, RateLimited
 from guarded_tools.core.registry import ToolRegistry
 from guarded_tools.core.registry import registry as default_registry
-from guarded_tools.credentials import RefuseAgentCredentials, mark_guarded
+from guarded_tools.permissions import RefuseAgentCredentials, mark_guarded
 from guarded_tools.tools.binding import InputRejected, field_title, issue
 from guarded_tools.tools.sources.serializers import issues_from_errors, json_schema
 
@@ -430,7 +430,7 @@ def guarded_viewset(
     ``permissions``, ``recover``, ``description``...); ``common`` applies to all.
     ``list`` and ``retrieve`` are read-only; the others are keyed by ``key_field``.
     ``refuse_agent_credentials``: the viewset's own route refuses agent credentials
-    (:mod:`guarded_tools.credentials`); False leaves its permission classes as they are.
+    (:mod:`guarded_tools.permissions`); False leaves its permission classes as they are.
     """
     target = registry if registry is not None else default_registry
     if refuse_agent_credentials:
