@@ -1,4 +1,4 @@
-"""A site's own kind of credential (``guarded_tools.pipeline.credentials``, issue 26 item 1).
+"""A site's own kind of credential (``guarded_tools.credentials``, issue 26 item 1).
 
 The pipeline records what a waiting call authenticated with and re-checks it when the
 approval runs, through the registered kinds (DRF tokens built in, OAuth registered by the
@@ -14,10 +14,10 @@ from typing import Any
 import pytest
 from django.test import Client as DjangoClient
 
-from guarded_tools import confirmations, registry
+from guarded_tools import confirmations, credentials, registry
+from guarded_tools.core.credentials import DRF_TOKEN
 from guarded_tools.core.registry import registry as core_registry
 from guarded_tools.models import Confirmation, ConfirmationStatus, Operation
-from guarded_tools.pipeline import credentials
 from tests.conftest import Effects, key
 from tests.transports.test_mcp_tasks import ITEM, approver, call, eager  # noqa: F401 - fixtures
 
@@ -79,7 +79,7 @@ def test_without_the_site_kind_the_built_in_drf_kind_records_the_token(
         make_tool: Any, user_factory: Any) -> None:
     definition = make_tool(Effects(), confirm="effect-only", input_schema=ITEM)
     call(token_client(user_factory()), definition.name, {"operationId": key(), "qty": 1})
-    assert Confirmation.objects.get().credential.startswith(credentials.DRF_TOKEN)
+    assert Confirmation.objects.get().credential.startswith(DRF_TOKEN)
 
 
 def test_the_tools_registry_is_the_one_in_core(make_tool: Any) -> None:
