@@ -58,10 +58,10 @@ def execute_approved(confirmation_id: str) -> None:
     makes a second run a replay.
     """
 
+    from guarded_tools.confirmations import queue as confirmations
     from guarded_tools.core.credentials import CredentialRevoked
     from guarded_tools.core.errors import GuardError
     from guarded_tools.models import Confirmation, ConfirmationStatus
-    from guarded_tools.pipeline import confirmations
 
     close_old_connections()
     confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
@@ -188,8 +188,8 @@ def notify_approvers(confirmation_id: str) -> int:
     """
     from django.db import router
 
+    from guarded_tools.confirmations import queue as confirmations
     from guarded_tools.models import Confirmation
-    from guarded_tools.pipeline import confirmations
 
     close_old_connections()
     try:

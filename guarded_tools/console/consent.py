@@ -5,8 +5,8 @@ agent acts for opens it in their own signed-in session and approves or declines.
 client can decide for them, not even a browser agent that holds their session: a decision
 needs the user to verify themself at that moment (``CONSENT_STEP_UP``, by default their
 password through Django's ``authenticate()``), which the session alone cannot supply. No
-staff member can decide either (:func:`guarded_tools.pipeline.confirmations.can_decide`). Decisions
-go through :func:`guarded_tools.pipeline.confirmations.approve` / ``decline``, so they write the
+staff member can decide either (:func:`guarded_tools.confirmations.queue.can_decide`). Decisions
+go through :func:`guarded_tools.confirmations.queue.approve` / ``decline``, so they write the
 same
 audit rows as a staff member's in the admin, with how the user was verified. The page
 refuses to be framed (``X-Frame-Options: DENY``) whatever the site's middleware.
@@ -35,10 +35,10 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.debug import sensitive_post_parameters
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.core import credentials
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Confirmation, ConfirmationStatus
-from guarded_tools.pipeline import confirmations
 
 URL_NAME = confirmations.CONSENT_URL_NAME
 REASON_MAX_CHARS = 2000
@@ -109,11 +109,11 @@ def record_failure(request: HttpRequest, confirmation: Confirmation) -> None:
 
 def present_request(confirmation: Confirmation, user: Any = None) -> dict[str, Any]:
     """How the consent page shows a request: the tool, what it does, and the request as
-    people read it (``guarded_tools.pipeline.presentation``, as the approver's page does: the
+    people read it (``guarded_tools.confirmations.presentation``, as the approver's page does: the
     tool's one-line summary, and its input under the schema's titles with the objects it
     names resolved), shown once and bounded."""
-    from guarded_tools.pipeline.presentation import FIELDS_SHOWN
-    from guarded_tools.pipeline.presentation import present_request as present
+    from guarded_tools.confirmations.presentation import FIELDS_SHOWN
+    from guarded_tools.confirmations.presentation import present_request as present
 
     definition = registry.find(confirmation.tool)
     presented = present(confirmation, confirmation.input, user)

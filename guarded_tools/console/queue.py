@@ -2,7 +2,7 @@
 for its owner, and each request's amount and approvals in a word.
 
 The panel (the admin's index and the queue) counts the waiting requests this person can
-decide (:func:`guarded_tools.pipeline.confirmations.can_decide`, the very check the
+decide (:func:`guarded_tools.confirmations.queue.can_decide`, the very check the
 buttons make), apart from those only their owner decides (on the consent page) and those
 waiting for other approvers (the viewer asked for them, approved them already, or is not
 among the approvers the rule names). The oldest waiting requests are read first, at most
@@ -21,10 +21,10 @@ from django.utils import timezone
 from django.utils.formats import number_format
 from django.utils.translation import gettext as _
 
+from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.core.policy import Policy
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Confirmation, ConfirmationStatus
-from guarded_tools.pipeline import confirmations
 
 #: The most waiting requests the panel reads (the oldest first) to count them per viewer.
 EXAMINED = 1000

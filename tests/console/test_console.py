@@ -16,7 +16,8 @@ from django.db import transaction
 from django.test import Client
 from django.utils.html import escape
 
-from guarded_tools import confirmations, tasks
+from guarded_tools import tasks
+from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.core.errors import ConfirmationRequired
 from guarded_tools.models import Confirmation
 from tests.conftest import key, wait_until

@@ -492,7 +492,7 @@ def test_the_queue_fits_at_1280_px_and_keeps_each_request_to_three_lines(
     off at 1280 px (both sidebars open) and each sentence on at most three lines; every
     status one click away, fitting too. (Before: every status by default, sentences on
     six or seven lines, the table 18 px wider than its box.)"""
-    from guarded_tools.pipeline import confirmations
+    from guarded_tools import confirmations
 
     approver = type(demo["agent"]).objects.get(username="approver")
     small, large = request_payment(demo, "120.00"), request_payment(demo, "1500.00")
@@ -530,7 +530,7 @@ def test_the_queue_fits_at_1280_px_and_keeps_each_request_to_three_lines(
 
 def test_the_audit_trail_reads_each_time_on_one_line_and_fits(
         page: Any, demo: dict[str, Any]) -> None:
-    from guarded_tools.pipeline import confirmations
+    from guarded_tools import confirmations
 
     approver = type(demo["agent"]).objects.get(username="approver")
     confirmations.approve(request_payment(demo, "1500.00"), approver, "Invoice 88, checked.")

@@ -76,9 +76,10 @@ def test_no_module_imports_the_package_root(graph: grimp.ImportGraph) -> None:
 
 
 @pytest.mark.parametrize(("importer", "imported"), [
-    ("guarded_tools.pipeline.confirmations", "guarded_tools.tasks"),
-    ("guarded_tools.pipeline.confirmations", "guarded_tools.console"),
-    ("guarded_tools.pipeline.confirmations", "guarded_tools.transports"),
+    ("guarded_tools.confirmations", "guarded_tools.tasks"),
+    ("guarded_tools.confirmations", "guarded_tools.console"),
+    ("guarded_tools.confirmations", "guarded_tools.transports"),
+    ("guarded_tools.confirmations", "guarded_tools.pipeline"),
     ("guarded_tools.core.catalog", "guarded_tools.core.errors"),
     ("guarded_tools.tools.binding", "guarded_tools.tools.sources"),
     ("guarded_tools.transports.rest", "guarded_tools.transports.mcp"),

@@ -1,1 +1,1 @@
-"""Tests of guarded_tools.pipeline: stages, confirmations, policies, recovery."""
+"""Tests of guarded_tools.pipeline: stages, policies, budgets, recovery."""

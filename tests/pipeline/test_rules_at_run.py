@@ -20,6 +20,7 @@ from django.db.models import Sum
 from django.test import Client
 
 from guarded_tools import Approvers, Budget, Policy, Rule, Run, confirmations
+from guarded_tools.confirmations.requests import approvals_text
 from guarded_tools.core.errors import ToolError
 from guarded_tools.models import (
     Confirmation,
@@ -445,7 +446,7 @@ def test_an_object_read_before_the_policy_asked_more_gives_one_approval_of_two(
     assert call(agent, definition.name, body).status_code == 202  # raised to 2
     decided = confirmations.approve(seen, two_approvers[0])
     assert decided.status == ConfirmationStatus.PENDING
-    assert confirmations.approvals_text(decided) == "1 of 2 approvals given"
+    assert approvals_text(decided) == "1 of 2 approvals given"
     again = call(agent, definition.name, body)
     assert again.status_code == 202 and "1 of 2 approvals given" in again.json()["error"][
         "message"]

@@ -261,7 +261,7 @@ class Clock:
 def test_prefer_wait_bounds_a_whole_batch(agent: APIClient, make_tool: Any, settings: Any,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Twenty calls that each wait for an approval wait the bound once, not twenty times."""
-    from guarded_tools import confirmations
+    from guarded_tools.confirmations import queue as confirmations
 
     settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "CONFIRMATION_MAX_WAIT_SECONDS": 30,
                               "CONFIRMATION_POLL_INTERVAL": 1}

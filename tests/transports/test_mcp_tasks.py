@@ -14,7 +14,7 @@ import pytest
 from django.test import Client as DjangoClient
 from rest_framework.test import APIClient
 
-from guarded_tools import confirmations
+from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from guarded_tools.transports.mcp import tasks as tasks_ext
 from guarded_tools.transports.mcp.approvals import CONSENT_REQUEST

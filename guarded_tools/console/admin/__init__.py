@@ -2,7 +2,7 @@
 
 Every action declares ``permissions=[...]`` (``approve_confirmation`` or
 ``reconcile_operation``), acts only on eligible rows, reports counts and writes an
-audit row through :mod:`guarded_tools.pipeline.confirmations` and
+audit row through :mod:`guarded_tools.confirmations.queue` and
 :mod:`guarded_tools.pipeline.reconciliation`, which re-check the permission themselves so
 that a crafted POST cannot skip it.
 

@@ -20,6 +20,8 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 from django.views.decorators.clickjacking import xframe_options_deny
 
+from guarded_tools.confirmations import queue as confirmations
+from guarded_tools.confirmations.presentation import present_request, requested_summary
 from guarded_tools.console import queue
 from guarded_tools.console.admin.common import (
     ReadOnlyMixin,
@@ -41,8 +43,6 @@ from guarded_tools.models import (
     ConfirmationStatus,
     Operation,
 )
-from guarded_tools.pipeline import confirmations
-from guarded_tools.pipeline.presentation import present_request, requested_summary
 
 
 # -- confirmations ---------------------------------------------------------------------------

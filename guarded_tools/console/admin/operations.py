@@ -23,6 +23,7 @@ from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.clickjacking import xframe_options_deny
 
+from guarded_tools.confirmations.presentation import present_request, summarize
 from guarded_tools.console.admin.common import (
     ReadOnlyMixin,
     SafeLookupsMixin,
@@ -45,7 +46,6 @@ from guarded_tools.models import (
     unknown_first,
 )
 from guarded_tools.pipeline import reconciliation, recovery
-from guarded_tools.pipeline.presentation import present_request, summarize
 from guarded_tools.tasks import NextSweep, next_sweep
 
 # -- operations ------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.confirmations.presentation import requested_summary, summarize
 from guarded_tools.console.admin.common import (
     ReadOnlyMixin,
     SafeLookupsMixin,
@@ -28,7 +29,6 @@ from guarded_tools.models import (
     AuditEntry,
     JournalEntry,
 )
-from guarded_tools.pipeline.presentation import requested_summary, summarize
 
 
 @admin.register(JournalEntry)

@@ -64,7 +64,7 @@ class ConfirmationStage(Stage):
 
     def queued(self, call: Call, claim: Claim | None) -> None:
         """A person decides, in the admin or on the consent page."""
-        from guarded_tools.pipeline.confirmations import require_approval
+        from guarded_tools.confirmations.queue import require_approval
 
         try:
             confirmation = require_approval(
@@ -102,7 +102,7 @@ class ConfirmationStage(Stage):
     def earlier_request(self, call: Call) -> bool:
         """Whether this call was asked of people already: a policy that runs it now
         without a person changed since, and the stricter outcome (the request's) applies."""
-        from guarded_tools.pipeline.confirmations import open_request
+        from guarded_tools.confirmations.queue import open_request
 
         return open_request(self.tool, call.inv)
 

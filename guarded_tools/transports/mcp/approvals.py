@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import ConfirmationRequired, ToolNotFound
-from guarded_tools.pipeline import confirmations
 from guarded_tools.transports.mcp import tasks as tasks_ext
 from guarded_tools.transports.mcp.protocol import (
     Exchange,

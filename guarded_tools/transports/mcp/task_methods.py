@@ -6,11 +6,12 @@ import math
 from typing import Any
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.times import timestamp
-from guarded_tools.pipeline import GuardResult, confirmations
+from guarded_tools.pipeline import GuardResult
 from guarded_tools.transports.mcp import tasks as tasks_ext
 from guarded_tools.transports.mcp.protocol import (
     INVALID_PARAMS,

@@ -213,8 +213,8 @@ def _from_operation(ref: TaskRef, operation: Operation, pipeline: Any) -> TaskSt
 
 def state(ref: TaskRef, definition: Tool) -> TaskState | None:
     """The task's state now, or None when nothing of its call is stored (any more)."""
+    from guarded_tools.confirmations.queue import error_for
     from guarded_tools.pipeline import get_pipeline
-    from guarded_tools.pipeline.confirmations import error_for
 
     remembered = replays.get(ref.tool, ref.scope, ref.key)
     if remembered is not None and remembered.fingerprint == ref.fingerprint:
@@ -263,7 +263,7 @@ class CancelRefused(Exception):
 
 def cancel(ref: TaskRef, user: Any) -> None:
     """Withdraw the task's confirmation while its call has not started, or say why not."""
-    from guarded_tools.pipeline.confirmations import withdraw
+    from guarded_tools.confirmations.queue import withdraw
 
     confirmation = _confirmation(ref)
     if confirmation is not None:
@@ -295,8 +295,8 @@ def start(definition: Tool, inv: Any) -> TaskRef | Any:
     from django.db import transaction
 
     from guarded_tools.conf import gt_settings
+    from guarded_tools.confirmations.requests import requested
     from guarded_tools.pipeline import get_pipeline
-    from guarded_tools.pipeline.confirmations import requested
     from guarded_tools.store import db_now_plus
 
     pipeline = get_pipeline(definition)

@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.confirmations.requests import describe
 from guarded_tools.core import catalog, hosts
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import (
@@ -40,7 +41,6 @@ from guarded_tools.pipeline import (
     get_pipeline,
     principal_scope,
 )
-from guarded_tools.pipeline.confirmations import describe
 from guarded_tools.transports.rest.base import (  # the views' base, shared with MCP
     GuardedAPIView,
     invocation_for,

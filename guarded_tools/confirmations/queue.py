@@ -27,6 +27,18 @@ from django.utils.module_loading import import_string
 
 from guarded_tools import signals
 from guarded_tools.conf import gt_settings
+from guarded_tools.confirmations.presentation import requested_summary
+from guarded_tools.confirmations.requests import (
+    approvals_text,
+    approved_fingerprint,
+    asks_the_owner,
+    call_filter,
+    describe,
+    live_credential,
+    pending_message,
+    pending_why,
+    requested,
+)
 from guarded_tools.core import hosts
 from guarded_tools.core.errors import (
     ConfirmationError,
@@ -44,18 +56,6 @@ from guarded_tools.models import (
     Operation,
     ReleaseReason,
     record_in_admin_history,
-)
-from guarded_tools.pipeline.presentation import requested_summary
-from guarded_tools.pipeline.requests import (
-    approvals_text,
-    approved_fingerprint,
-    asks_the_owner,
-    call_filter,
-    describe,
-    live_credential,
-    pending_message,
-    pending_why,
-    requested,
 )
 from guarded_tools.store import db_now_plus, user_row
 from guarded_tools.store.history import Kind, record

@@ -12,7 +12,8 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from guarded_tools import confirmations, signals
+from guarded_tools import signals
+from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from tests.conftest import Effects, key, wait_until
 

@@ -1,7 +1,7 @@
 """Provides what a confirmation request says: what it is bound to, who asks, with
 which credential, and how it stands (``1 of 2 approvals given``).
 
-The queue (:mod:`guarded_tools.pipeline.confirmations`) stores these with each request
+The queue (:mod:`guarded_tools.confirmations.queue`) stores these with each request
 and re-checks the credential when an approval runs the call.
 """
 
@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 from django.db.models import Q
 
+from guarded_tools.confirmations.presentation import summarize
 from guarded_tools.core import credentials
 from guarded_tools.core.credentials import CredentialRevoked
 from guarded_tools.core.repair import normalize
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import Confirmation
-from guarded_tools.pipeline.presentation import summarize
 from guarded_tools.store import fingerprint, user_row
 
 if TYPE_CHECKING:

@@ -28,8 +28,8 @@ def own_queue(settings: Any) -> Any:
     SENT.clear()
     settings.GUARDED_TOOLS = {
         **settings.GUARDED_TOOLS, "EXECUTE_ON_APPROVAL": True,
-        "ENQUEUE_EXECUTE_APPROVED": "tests.pipeline.test_enqueue_settings.queue_approved",
-        "ENQUEUE_NOTIFY_APPROVERS": "tests.pipeline.test_enqueue_settings.queue_email",
+        "ENQUEUE_EXECUTE_APPROVED": "tests.confirmations.test_enqueue_settings.queue_approved",
+        "ENQUEUE_NOTIFY_APPROVERS": "tests.confirmations.test_enqueue_settings.queue_email",
     }
     yield SENT
     SENT.clear()
