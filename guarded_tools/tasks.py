@@ -225,10 +225,10 @@ def _enqueue(task: Any, confirmation_id: str, errors: tuple[type[Exception], ...
 
 
 def _keep_for_the_task(confirmation: Any, exc: Exception) -> None:
+    from guarded_tools.core.agent_errors import to_guard_error
     from guarded_tools.core.registry import registry
     from guarded_tools.core.repair import Audience
     from guarded_tools.models import Confirmation
-    from guarded_tools.pipeline.agent_errors import to_guard_error
 
     error = to_guard_error(exc)
     if error.code == "operation_in_flight":

@@ -325,7 +325,7 @@ def test_a_header_keyed_tools_missing_key_names_the_sites_header(
      "never"),
 ])
 def test_only_a_foreign_origin_is_told_to_stop(reason: str, retry: str) -> None:
-    from guarded_tools.pipeline.agent_errors import csrf_failed
+    from guarded_tools.core.agent_errors import csrf_failed
 
     error = csrf_failed(f"CSRF Failed: {reason}")
     assert error.retry == retry

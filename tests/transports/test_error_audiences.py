@@ -17,9 +17,9 @@ from rest_framework.test import APIClient
 
 from guarded_tools import Tool
 from guarded_tools.core import errors as exc
+from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.codes import BUILTIN
 from guarded_tools.core.errors import GuardError
-from guarded_tools.pipeline.agent_errors import to_guard_error
 from tests.conftest import key
 
 pytestmark = pytest.mark.django_db

@@ -16,8 +16,8 @@ from django.http import HttpResponse
 from rest_framework.request import Request
 
 from guarded_tools.core import hosts
+from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
-from guarded_tools.pipeline.agent_errors import to_guard_error
 from guarded_tools.transports.mcp.discovery import (
     discover,
     initialize,

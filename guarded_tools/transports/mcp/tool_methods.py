@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import ConfirmationRequired, NotAuthenticated, ToolNotFound
 from guarded_tools.core.registry import registry
 from guarded_tools.pipeline import get_pipeline, trace_carrier
-from guarded_tools.pipeline.agent_errors import to_guard_error
 from guarded_tools.transports.mcp import tasks as tasks_ext
 from guarded_tools.transports.mcp.approvals import answers_with_task, awaiting
 from guarded_tools.transports.mcp.headers import param_header_problem

@@ -11,13 +11,13 @@ from rest_framework.response import Response
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core import hosts
+from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import (
     ConfirmationRequired,
     GuardError,
     InternalError,
 )
 from guarded_tools.core.repair import Audience
-from guarded_tools.pipeline.agent_errors import to_guard_error
 
 logger = logging.getLogger("guarded_tools")
 
