@@ -1,13 +1,13 @@
 """Provides the model-backed idempotency store and the journal's operation handle.
 
-``OperationStore`` (``base``) does every transition on Django's ORM; the backends
+``OperationStore`` (``backends.base``) does every transition on Django's ORM; the backends
 (``backends``) do some faster on one database, chosen by its vendor as Django
 chooses a database backend by ``ENGINE``, unless ``STORE_CLASS`` says otherwise.
 """
 
 from __future__ import annotations
 
-from guarded_tools.store.base import Claim, ClaimKind, Locked, LockState, OperationStore
+from guarded_tools.store.backends.base import Claim, ClaimKind, Locked, LockState, OperationStore
 from guarded_tools.store.handles import OperationHandle, PendingOperationHandle
 from guarded_tools.store.values import (
     COMPLETED,

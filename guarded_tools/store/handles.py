@@ -11,7 +11,7 @@ from django.db import router, transaction
 
 from guarded_tools.core.errors import LeaseLost
 from guarded_tools.models import JournalEntry
-from guarded_tools.store.base import Claim, OperationStore
+from guarded_tools.store.backends.base import Claim, OperationStore
 from guarded_tools.store.history import Kind
 
 

@@ -18,10 +18,10 @@ import pytest
 
 from bench import stages
 from bench.profile import stage_table
+from guarded_tools.store.backends.base import OperationStore
 from guarded_tools.store.backends.postgresql import PostgreSQLOperationStore
 from guarded_tools.store.backends.sql import SQLOperationStore
 from guarded_tools.store.backends.sqlite import SQLiteOperationStore
-from guarded_tools.store.base import OperationStore
 from tests.conftest import one_transaction
 
 

@@ -21,7 +21,7 @@ BACKENDS = {
     "postgresql": "guarded_tools.store.backends.postgresql.PostgreSQLOperationStore",
     "sqlite": "guarded_tools.store.backends.sqlite.SQLiteOperationStore",
 }
-DEFAULT = "guarded_tools.store.base.OperationStore"
+DEFAULT = "guarded_tools.store.backends.base.OperationStore"
 
 
 @cache

@@ -20,9 +20,9 @@ from datetime import timedelta
 from typing import Any
 
 from guarded_tools.models import JournalEntry
+from guarded_tools.store.backends.base import Claim, Locked
 from guarded_tools.store.backends.sql import SQLOperationStore
 from guarded_tools.store.backends.statements import Dialect, Part, Statements
-from guarded_tools.store.base import Claim, Locked
 from guarded_tools.store.history import Kind
 from guarded_tools.store.values import LOCK_CLASS, key_hash
 

@@ -18,8 +18,8 @@ from typing import Any
 from django.db import connections, router
 
 from guarded_tools.models import JournalEntry, Operation, OperationState
+from guarded_tools.store.backends.base import Claim, Found, OperationStore
 from guarded_tools.store.backends.statements import Part, Statements
-from guarded_tools.store.base import Claim, Found, OperationStore
 from guarded_tools.store.history import Kind
 from guarded_tools.store.values import fresh_values, new_token
 

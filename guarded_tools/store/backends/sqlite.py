@@ -23,9 +23,9 @@ from django.conf import settings
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from guarded_tools.store.backends.base import Locked
 from guarded_tools.store.backends.sql import SQLOperationStore
 from guarded_tools.store.backends.statements import Dialect, Statements
-from guarded_tools.store.base import Locked
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"  # (%% is a literal % in a statement with parameters)
 SQLITE = Dialect(now=f"STRFTIME({FORMAT}, 'NOW')", lease=f"STRFTIME({FORMAT}, 'NOW', %s)",
