@@ -35,6 +35,8 @@ from django.contrib.auth.models import Group, Permission
 from django.contrib.contenttypes.models import ContentType
 from django.db import connections, router
 
+__all__ = ["OneQueryModelBackend"]
+
 
 class _PermissionsInOneQuery(BaseBackend):
     """Loads the set ``ModelBackend.get_all_permissions`` caches, in one query.

@@ -8,6 +8,8 @@ from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 from django.utils.module_loading import import_string
 
+__all__ = ["DEFAULTS", "gt_settings"]
+
 DEFAULTS: dict[str, Any] = {
     # Requests and responses
     "MAX_BODY_BYTES": 256 * 1024,

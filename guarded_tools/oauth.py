@@ -1,17 +1,22 @@
-"""Compatibility path (issue 26's layers): the module lives at ``guarded_tools.contrib.oauth``.
+"""OAuth 2.1 for the tool endpoints, with django-oauth-toolkit.
 
-The README documents ``guarded_tools.oauth``; this module replaces itself in ``sys.modules``
-with ``guarded_tools.contrib.oauth``, so dotted-path settings, ``import_string`` and patches reach
-one
-module.
+Defined in ``guarded_tools.contrib.oauth``.
 """
 
-import sys
-from typing import TYPE_CHECKING
+from guarded_tools.contrib.oauth import (
+    OAuthCredentials,
+    ResourceServerAuthentication,
+    ScopeStage,
+    scope_per_app,
+    scope_per_tool,
+    validate_resource,
+)
 
-from guarded_tools.contrib import oauth as _module
-
-if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
-    from guarded_tools.contrib.oauth import *  # noqa: F403
-
-sys.modules[__name__] = _module
+__all__ = [
+    "OAuthCredentials",
+    "ResourceServerAuthentication",
+    "ScopeStage",
+    "scope_per_app",
+    "scope_per_tool",
+    "validate_resource",
+]

@@ -1,17 +1,8 @@
-"""Compatibility path (issue 26's layers): the module lives at ``guarded_tools.contrib.otel``.
+"""OpenTelemetry traces and metrics of every call.
 
-The README documents ``guarded_tools.otel``; this module replaces itself in ``sys.modules``
-with ``guarded_tools.contrib.otel``, so dotted-path settings, ``import_string`` and patches reach
-one
-module.
+Defined in ``guarded_tools.contrib.otel``.
 """
 
-import sys
-from typing import TYPE_CHECKING
+from guarded_tools.contrib.otel import OpenTelemetryObserver, get_observer, observe
 
-from guarded_tools.contrib import otel as _module
-
-if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
-    from guarded_tools.contrib.otel import *  # noqa: F403
-
-sys.modules[__name__] = _module
+__all__ = ["OpenTelemetryObserver", "get_observer", "observe"]

@@ -30,6 +30,8 @@ from guarded_tools.conf import gt_settings
 from guarded_tools.core import hosts
 from guarded_tools.core.registry import registry
 
+__all__ = ["RefuseAgentCredentials"]
+
 #: The attribute the guard sets on the request it builds for a published view.
 GUARDED_CALL = "guarded_call"
 

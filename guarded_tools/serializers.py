@@ -1,18 +1,8 @@
-"""Compatibility path (issue 26's layers): the module lives at
-``guarded_tools.tools.sources.serializers``.
+"""DRF serializers as tool schemas: their components for drf-spectacular.
 
-The README documents ``guarded_tools.serializers``; this module replaces itself in ``sys.modules``
-with ``guarded_tools.tools.sources.serializers``, so dotted-path settings, ``import_string`` and
-patches reach one
-module.
+Defined in ``guarded_tools.tools.sources.serializers``.
 """
 
-import sys
-from typing import TYPE_CHECKING
+from guarded_tools.tools.sources.serializers import spectacular_components
 
-from guarded_tools.tools.sources import serializers as _module
-
-if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
-    from guarded_tools.tools.sources.serializers import *  # noqa: F403
-
-sys.modules[__name__] = _module
+__all__ = ["spectacular_components"]

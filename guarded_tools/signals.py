@@ -2,6 +2,8 @@
 
 from django.dispatch import Signal
 
+__all__ = ["confirmation_decided", "confirmation_requested"]
+
 #: Sent with ``confirmation`` when a call starts waiting for a person's approval.
 confirmation_requested = Signal()
 

@@ -13,6 +13,14 @@ from kombu.exceptions import OperationalError
 from guarded_tools.conf import gt_settings
 from guarded_tools.pipeline.recovery import close_old_connections
 
+__all__ = [
+    "enqueue_execute_approved",
+    "enqueue_notify_approvers",
+    "execute_approved",
+    "notify_approvers",
+    "sweep",
+]
+
 logger = logging.getLogger(__name__)
 
 

@@ -1,18 +1,8 @@
-"""Compatibility path (issue 26's layers): the module lives at
-``guarded_tools.tools.sources.viewsets``.
+"""A site's own DRF views and viewsets published as guarded tools.
 
-The README documents ``guarded_tools.viewsets``; this module replaces itself in ``sys.modules``
-with ``guarded_tools.tools.sources.viewsets``, so dotted-path settings, ``import_string`` and
-patches reach one
-module.
+Defined in ``guarded_tools.tools.sources.viewsets``.
 """
 
-import sys
-from typing import TYPE_CHECKING
+from guarded_tools.tools.sources.viewsets import guarded_view, guarded_viewset
 
-from guarded_tools.tools.sources import viewsets as _module
-
-if TYPE_CHECKING:  # pragma: no cover - the names, for type checkers
-    from guarded_tools.tools.sources.viewsets import *  # noqa: F403
-
-sys.modules[__name__] = _module
+__all__ = ["guarded_view", "guarded_viewset"]

@@ -40,6 +40,8 @@ from guarded_tools.core import credentials
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Confirmation, ConfirmationStatus
 
+__all__ = ["ConsentView", "PasswordStepUp"]
+
 URL_NAME = confirmations.CONSENT_URL_NAME
 REASON_MAX_CHARS = 2000
 logger = logging.getLogger("guarded_tools.consent")

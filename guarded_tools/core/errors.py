@@ -34,6 +34,35 @@ from guarded_tools.core.repair import (
     render_message,
 )
 
+__all__ = [
+    "AuthorizationError",
+    "BudgetExceeded",
+    "ConfirmationError",
+    "ConfirmationExpired",
+    "ConfirmationNotFound",
+    "ConfirmationRequired",
+    "CsrfFailed",
+    "GuardError",
+    "IdempotencyKeyInvalid",
+    "IdempotencyKeyMissing",
+    "IdempotencyKeyReused",
+    "InternalError",
+    "LeaseLost",
+    "MalformedRequest",
+    "MethodNotAllowed",
+    "NotAuthenticated",
+    "OperationFailed",
+    "OperationInFlight",
+    "OperationNotFound",
+    "OutcomeUnknownError",
+    "RateLimited",
+    "RequestTooLarge",
+    "ToolError",
+    "ToolNotFound",
+    "ValidationError",
+    "VerificationError",
+]
+
 Arises = Literal["request", "call", "keyed_call"]
 
 

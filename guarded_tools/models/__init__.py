@@ -11,7 +11,6 @@ from guarded_tools.models.confirmations import (
     Confirmation,
     ConfirmationQuerySet,
     ConfirmationStatus,
-    default_expiry,
 )
 from guarded_tools.models.operations import (
     CoveringIndex,
@@ -41,7 +40,6 @@ __all__ = [
     "OperationState",
     "ReleaseReason",
     "Reservation",
-    "default_expiry",
     "record_in_admin_history",
     "unknown_first",
 ]

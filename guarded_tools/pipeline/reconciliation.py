@@ -38,6 +38,8 @@ from guarded_tools.store import JSON_ENCODER, storable_json
 from guarded_tools.store.counting import RowCount, count_up_to
 from guarded_tools.store.history import Kind, record
 
+__all__ = ["ReconcileRefused", "mark_failed", "mark_not_executed", "mark_succeeded"]
+
 RECONCILE_PERMISSION = "guarded_tools.reconcile_operation"
 
 

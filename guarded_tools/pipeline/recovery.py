@@ -287,5 +287,4 @@ def sweep(*, batch_size: int | None = None, store: OperationStore | None = None,
     return report
 
 
-__all__ = ["LAST_SWEEP_KEY", "SweepReport", "last_sweep", "recover_now", "recover_operation",
-           "sweep"]
+__all__ = ["SweepReport", "sweep"]

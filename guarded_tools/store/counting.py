@@ -23,6 +23,8 @@ from django.utils.translation import gettext as _
 
 from guarded_tools.conf import gt_settings
 
+__all__ = ["EstimatingPaginator"]
+
 
 @dataclass(frozen=True)
 class RowCount:

@@ -17,8 +17,8 @@ from guarded_tools.catalog import (
     catalogs,
     export_json,
     export_llms_txt,
-    resolve_link,
 )
+from guarded_tools.core.catalog import resolve_link
 from guarded_tools.core.codes import BUILTIN
 from guarded_tools.core.errors import ToolError
 from guarded_tools.core.repair import Repair, RepairPlan

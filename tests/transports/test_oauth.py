@@ -183,7 +183,7 @@ def test_dots_own_authentication_is_not_left_behind_ours() -> None:
     from oauth2_provider.contrib.rest_framework import OAuth2Authentication
     from rest_framework.authentication import TokenAuthentication
 
-    from guarded_tools import oauth
+    from guarded_tools.contrib import oauth
 
     chain = oauth.authenticators("mcp", [OAuth2Authentication(), TokenAuthentication()])
     assert [type(a) for a in chain] == [oauth.ResourceServerAuthentication, TokenAuthentication]

@@ -54,4 +54,4 @@ def _resolve(configured: tuple[Any, ...]) -> tuple[type[Stage], ...]:
     return tuple(classes)
 
 
-__all__ = ["DEFAULT_STAGES", "HOOKS", "Call", "Stage", "insert_before", "stage_classes"]
+__all__ = ["DEFAULT_STAGES", "HOOKS", "Call", "Stage", "insert_before"]

@@ -16,6 +16,8 @@ from django.utils.module_loading import import_string
 
 from guarded_tools.models import Operation
 
+__all__ = ["by_vendor"]
+
 #: vendor: the dotted path of its store class.
 BACKENDS = {
     "postgresql": "guarded_tools.store.backends.postgresql.PostgreSQLOperationStore",
