@@ -3,20 +3,18 @@
 One Chromium per module, a fresh browser context (cookies, storage) per test. People log
 in through the admin's form in two tests (``log_in_with_the_form``) and with a session
 cookie in the others (``log_in``). The agent side uses ``urllib`` with a DRF token
-against ``live_server``. Set ``GT_BROWSER_SCREENSHOTS=/some/dir`` to save screenshots of
+against ``live_server``. Set ``GT_CONSOLE_SCREENSHOTS=/some/dir`` to save screenshots of
 the confirmation detail page and the operations changelist there.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import urllib.error
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -25,111 +23,21 @@ from rest_framework.authtoken.models import Token
 from guarded_tools.models import AuditEntry, Confirmation, Operation, OperationState
 from project.demo.models import Account, LedgerEntry
 from tests.conftest import Effects
-
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api")
-expect = sync_api.expect
-# Every wait for a condition (an assertion, an action, a navigation) is bounded at 30 s, in
-# every browser file (they import this module): a page that renders in a second on a quiet
-# machine took more than Playwright's 5 s default beside a second CI run (the docs page's
-# Swagger UI, its aria snapshot showing it rendered just after the assertion gave up).
-WAIT_MS = 30_000
-expect.set_options(timeout=WAIT_MS)
+from tests.integration.browser import (
+    CONF_LIST,
+    OPS_LIST,
+    WAIT_MS,
+    choose_action,
+    expect,
+    label,
+    log_in,
+    log_in_with_the_form,
+    shoot,
+)
 
 # One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("browser")]
-
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync"]
-CONF_LIST = "/admin/guarded_tools/confirmation/"
-OPS_LIST = "/admin/guarded_tools/operation/"
-SCREENSHOTS = os.environ.get("GT_BROWSER_SCREENSHOTS")
-
-
-# -- browser ---------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    # Playwright's sync API keeps an event loop in this thread; Django would refuse ORM
-    # calls from the test body (and the database teardown) while it sees that loop.
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_api.sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                                  args=CHROMIUM_ARGS)
-            yield chromium
-            chromium.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-@pytest.fixture
-def page(browser: Any, live_server: Any) -> Iterator[Any]:
-    context = browser.new_context(base_url=live_server.url,
-                                  viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(WAIT_MS)
-    try:
-        yield context.new_page()
-    finally:
-        context.close()
-
-
-@pytest.fixture
-def staff(django_user_model: Any) -> Any:
-    return django_user_model.objects.create_superuser("boss", password="pw")
-
-
-def log_in(page: Any, username: str = "boss") -> None:
-    """Sign PAGE's browser context in as USERNAME without a page load.
-
-    The session is the one Django's test client opens with its documented ``force_login``;
-    its cookie goes into the context for the live server's host (pytest-django serves on
-    ``localhost``). The admin's own log-in form is what ``log_in_with_the_form`` goes
-    through: a form log-in costs four requests and two rendered pages, which the 26 log-ins
-    of the browser tests would pay in each of three runs.
-    """
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-
-    client = Client()
-    client.force_login(get_user_model().objects.get_by_natural_key(username))
-    page.context.add_cookies([{"name": settings.SESSION_COOKIE_NAME, "domain": "localhost",
-                               "path": "/", "httpOnly": True, "sameSite": "Lax",
-                               "value": client.cookies[settings.SESSION_COOKIE_NAME].value}])
-
-
-def log_in_with_the_form(page: Any, username: str = "boss", password: str = "pw") -> None:
-    """Log in as a person does: the admin's log-in page, its form, the index it leads to."""
-    page.goto("/admin/")
-    page.fill("#id_username", username)
-    page.fill("#id_password", password)
-    page.click("input[type=submit]")
-    expect(page.locator("#site-name")).to_be_visible()
-    expect(page.locator("#user-tools")).to_contain_text(username)
-
-
-def screenshot(page: Any, name: str) -> None:
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=True)
-
-
-def label(text: str) -> re.Pattern[str]:
-    """A status label as shown, whatever its case (CSS or translations may capitalize)."""
-    return re.compile(rf"^\s*{re.escape(text)}\s*$", re.IGNORECASE)
-
-
-def choose_action(page: Any, action: str) -> None:
-    page.select_option("select[name=action]", action)
-    page.click("button[name=index]")
 
 
 # -- the agent ---------------------------------------------------------------------------------
@@ -200,7 +108,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
         expect(detail.locator("th", has_text=title).last).to_be_visible()  # the raw input
     expect(detail.locator("tr", has_text="Amount").locator(".gt-str").last
            ).to_have_text('"500.00"')
-    screenshot(page, "confirmation_detail.png")
+    shoot(page, "confirmation_detail.png", full_page=True)
 
     # A <form> nested in the admin's change form is dropped by the browser: the buttons must
     # live in their own form that posts to decide/.
@@ -210,7 +118,7 @@ def test_approve_in_the_admin_then_the_retry_pays_once(page: Any, staff: Any, us
     expect(page.get_by_test_id("status")).to_have_text(label("approved"))
     expect(page.get_by_role("button", name="Approve")).to_have_count(0)
     expect(detail).to_contain_text("Audit trail")
-    screenshot(page, "confirmation_approved.png")
+    shoot(page, "confirmation_approved.png", full_page=True)
 
     status, headers, done = agent.call("send_payment", body)
     assert status == 200, done
@@ -292,7 +200,7 @@ def test_reconcile_an_unknown_outcome_in_the_admin(page: Any, staff: Any, make_t
     first = page.locator("#result_list tbody tr").first
     expect(first).to_contain_text(definition.name)
     expect(first.locator(".gt-badge")).to_have_text(label("outcome unknown"))
-    screenshot(page, "operations_changelist.png")
+    shoot(page, "operations_changelist.png", full_page=True)
 
     first.locator("input.action-select").check()
     choose_action(page, "mark_succeeded")
@@ -301,7 +209,7 @@ def test_reconcile_an_unknown_outcome_in_the_admin(page: Any, staff: Any, make_t
     page.fill("textarea[name=note]", "The bank statement shows the transfer.")
     page.click("input[type=submit][value='Mark succeeded']")
     expect(page.locator(".errornote")).to_contain_text("output schema")
-    screenshot(page, "mark_succeeded_form.png")
+    shoot(page, "mark_succeeded_form.png", full_page=True)
     operation.refresh_from_db()
     assert operation.state == OperationState.OUTCOME_UNKNOWN
 
@@ -386,7 +294,7 @@ def test_bulk_decline_with_the_reason_form(page: Any, staff: Any, make_tool: Any
     expect(page.locator("#content h1")).to_have_text("Decline confirmations")
     expect(page.locator("#content ul li")).to_have_count(2)
     page.fill("textarea[name=reason]", "Duplicate requests.")
-    screenshot(page, "bulk_decline_form.png")
+    shoot(page, "bulk_decline_form.png", full_page=True)
     page.click("input[type=submit][value=Decline]")
     expect(page.locator(".messagelist")).to_contain_text("2 confirmations declined.")
     expect(page.get_by_test_id("pending-count")).to_have_text("1")

@@ -14,17 +14,15 @@ from django.utils import timezone
 
 from guarded_tools.models import AuditEntry, BudgetOverride
 from tests.conftest import Effects
-from tests.integration.test_browser import log_in, sync_api
-from tests.integration.test_console_browser import browser, fits, page, shoot  # noqa: F401 (fixtures)
+from tests.integration.browser import expect, fits, log_in, shoot
 from tests.pipeline.test_budget_overrides import SCHEMA, budgeted, pay
 
-expect = sync_api.expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]
 
 
 def test_a_manager_adds_an_override_and_sees_the_budget_use(
-        page: Any, make_tool: Any,  # noqa: F811
+        page: Any, make_tool: Any,
         alice: Any, user_factory: Any, client_for: Any) -> None:
     definition = make_tool(Effects(), confirm=budgeted(limit=200), input_schema=SCHEMA)
     user_factory("manager", is_staff=True, perms=(

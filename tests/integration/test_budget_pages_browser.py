@@ -18,10 +18,8 @@ import pytest
 from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import BudgetOverride
 from tests.conftest import Effects, key
-from tests.integration.test_browser import log_in, sync_api
-from tests.integration.test_console_browser import browser, fits, page, shoot  # noqa: F401 (fixtures)
+from tests.integration.browser import expect, fits, log_in, shoot
 
-expect = sync_api.expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]
 
@@ -59,7 +57,7 @@ def pay(agent: Any, name: str, amount: float) -> Any:
 
 
 def test_the_budget_pages_count_windows_and_keep_names_whole(
-        page: Any, make_tool: Any, alice: Any, bob: Any,  # noqa: F811
+        page: Any, make_tool: Any, alice: Any, bob: Any,
         user_factory: Any, client_for: Any) -> None:
     definition = make_tool(Effects(), confirm=DEMO_BUDGETS, input_schema=SCHEMA)
     for user in (alice, bob):

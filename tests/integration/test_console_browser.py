@@ -9,94 +9,32 @@ saves the README's screenshots (1280 and 1920 px, light and dark).
 from __future__ import annotations
 
 import json
-import os
 import re
 import uuid
-from collections.abc import Iterator
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 
 from guarded_tools.models import Confirmation, Operation
 from project.demo.models import Account, PaymentAuthorization
-from tests.integration.test_browser import (
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    WAIT_MS,
+from tests.integration.browser import (
+    AUDIT_LIST,
+    CONF_LIST,
+    OPS_LIST,
+    SCREENSHOTS,
+    expect,
+    fits,
+    incident,
     log_in,
     log_in_with_the_form,
-    sync_api,
+    open_page,
+    shoot,
 )
 
-expect = sync_api.expect
 # One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]
-
-CONF_LIST = "/admin/guarded_tools/confirmation/"
-OPS_LIST = "/admin/guarded_tools/operation/"
-AUDIT_LIST = "/admin/guarded_tools/auditentry/"
-SCREENSHOTS = os.environ.get("GT_CONSOLE_SCREENSHOTS")
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_api.sync_playwright() as playwright:
-            chromium = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                                  args=CHROMIUM_ARGS)
-            yield chromium
-            chromium.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
-
-
-def open_page(browser: Any, base_url: str, width: int = 1280, scheme: str = "light") -> Any:
-    context = browser.new_context(base_url=base_url, viewport={"width": width, "height": 900},
-                                  color_scheme=scheme)
-    context.set_default_timeout(WAIT_MS)
-    return context.new_page()
-
-
-@pytest.fixture
-def page(browser: Any, live_server: Any) -> Iterator[Any]:
-    page = open_page(browser, live_server.url)
-    try:
-        yield page
-    finally:
-        page.context.close()
-
-
-@pytest.fixture
-def demo(django_user_model: Any) -> dict[str, Any]:
-    """The demo's users and accounts (``demo_seed``): agent, staff and approver."""
-    call_command("demo_seed", stdout=StringIO())
-    agent = django_user_model.objects.get(username="agent")
-    source, receiver = Account.objects.filter(owner=agent).order_by("pk")
-    return {"agent": agent, "source": source, "receiver": receiver}
-
-
-def fits(page: Any, where: str) -> None:
-    """The content area holds its content at this width: nothing overflows sideways."""
-    widths = page.evaluate("""() => [document.documentElement,
-        ...document.querySelectorAll('#content, #content .results, #content table')]
-        .map(e => [e.id || e.className || e.tagName, e.scrollWidth, e.clientWidth])""")
-    assert all(scroll <= client for _, scroll, client in widths), (where, widths)
-
-
-def shoot(page: Any, name: str, *, full_page: bool = False) -> None:
-    """Save one of the README's screenshots when GT_CONSOLE_SCREENSHOTS names a folder."""
-    if SCREENSHOTS:
-        Path(SCREENSHOTS).mkdir(parents=True, exist_ok=True)
-        page.screenshot(path=str(Path(SCREENSHOTS) / name), full_page=full_page)
 
 
 def request_payment(demo: dict[str, Any], amount: str = "500.00") -> Confirmation:
@@ -289,11 +227,6 @@ def test_the_request_page_says_it_would_fail_now(
         shoot(page, f"console-request-fails-now-1280{'-dark' if scheme == 'dark' else ''}.png")
     finally:
         page.context.close()
-
-
-def incident(kind: str = "unknown") -> Operation:
-    call_command("demo_incident", kind, stdout=StringIO())
-    return Operation.objects.order_by("-created_at").first()  # type: ignore[return-value]
 
 
 @pytest.mark.parametrize("action", ["mark_succeeded", "mark_not_executed", "mark_failed"])

@@ -1,6 +1,6 @@
 """The Swagger UI page in headless Chromium: packaged assets only, every tool rendered.
 
-Set ``GT_BROWSER_SCREENSHOTS=/some/dir`` to save a screenshot of the page there.
+Set ``GT_CONSOLE_SCREENSHOTS=/some/dir`` to save a screenshot of the page there.
 """
 
 from __future__ import annotations
@@ -10,9 +10,8 @@ from typing import Any
 import pytest
 
 from guarded_tools import registry
-from tests.integration.test_browser import browser, expect, log_in, page, screenshot, staff
+from tests.integration.browser import expect, log_in, shoot
 
-__all__ = ["browser", "page", "staff"]  # fixtures, shared with test_browser.py
 pytest.importorskip("drf_spectacular_sidecar")  # in requirements; docs/ needs it
 
 # One xdist worker runs this file's tests, in order: its module-scoped fixtures start once.
@@ -43,7 +42,7 @@ def test_docs_render_every_tool_from_packaged_assets(page: Any, staff: Any,
         block = page.locator(f"#operations-tools-call_{definition.name}")
         expect(block).to_be_visible()
         expect(block).to_contain_text(f"/agent/tools/{definition.name}/")
-    screenshot(page, "docs.png")
+    shoot(page, "docs.png", full_page=True)
     first = next(iter(registry))
     page.locator(f"#operations-tools-call_{first.name} .opblock-summary").first.click()
     expect(page.locator(f"#operations-tools-call_{first.name} .opblock-body")).to_be_visible()
@@ -61,7 +60,7 @@ def test_docs_tell_an_anonymous_caller_why_no_tool_shows_and_how_to_see_theirs(
     expect(note).to_contain_text("No tools are listed: you are not signed in.")
     expect(note).to_contain_text("This list depends on who calls")
     expect(page.locator("[id^=operations-tools-call_]")).to_have_count(0)
-    screenshot(page, "docs-anonymous.png")
+    shoot(page, "docs-anonymous.png", full_page=True)
     link = note.get_by_role("link", name="log in")  # Swagger UI opens it in a new tab
     assert link.get_attribute("href") == "/accounts/login/?next=%2Fagent%2Fdocs%2F"
     page.goto(link.get_attribute("href"))
@@ -71,4 +70,4 @@ def test_docs_tell_an_anonymous_caller_why_no_tool_shows_and_how_to_see_theirs(
     expect(page).to_have_url(f"{live_server.url}/agent/docs/")
     expect(note).to_contain_text("Signed in as dora: this list shows the")
     expect(page.locator("[id^=operations-tools-call_]").first).to_be_visible()
-    screenshot(page, "docs-signed-in.png")
+    shoot(page, "docs-signed-in.png", full_page=True)

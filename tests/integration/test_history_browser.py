@@ -13,17 +13,15 @@ import pytest
 from django.core.management import call_command
 
 from guarded_tools.models import Operation
-from tests.integration.test_browser import log_in, sync_api
-from tests.integration.test_console_browser import OPS_LIST, browser, page  # noqa: F401 (fixtures)
+from tests.integration.browser import OPS_LIST, expect, log_in
 from tests.store.test_history import SCHEMA, Payment
 
-expect = sync_api.expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]
 
 
 def test_the_timeline_in_chromium_keeps_every_event_in_order(
-        page: Any, user_factory: Any, make_tool: Any, client_for: Any,  # noqa: F811
+        page: Any, user_factory: Any, make_tool: Any, client_for: Any,
         tmp_path: Path) -> None:
     payment = Payment()
     definition = make_tool(payment.handler, recover=payment.recover, input_schema=SCHEMA)

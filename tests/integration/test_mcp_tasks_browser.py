@@ -13,7 +13,7 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from tests.conftest import Effects
-from tests.integration.test_browser import CONF_LIST, browser, expect, label, log_in, page, staff  # noqa: F401
+from tests.integration.browser import CONF_LIST, expect, label, log_in, shoot
 from tests.transports import mcp_tasks_schema as ext
 from tests.transports.test_mcp_tasks import ITEM, MODERN, URL, meta
 
@@ -60,7 +60,7 @@ def eager_celery() -> Iterator[None]:
     app.conf.task_always_eager = False
 
 
-def decide_in_the_admin(page: Any, decision: str, requester: str,  # noqa: F811
+def decide_in_the_admin(page: Any, decision: str, requester: str,
                         shows: tuple[str, ...] = ()) -> None:
     """A staff member opens the requester's pending call in the admin, reads it, decides."""
     log_in(page)
@@ -79,7 +79,7 @@ def decide_in_the_admin(page: Any, decision: str, requester: str,  # noqa: F811
 
 @pytest.mark.parametrize("decision", ["approve", "decline"])
 def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
-        decision: str, page: Any, staff: Any, live_server: Any, user_factory: Any,  # noqa: F811
+        decision: str, page: Any, staff: Any, live_server: Any, user_factory: Any,
         make_tool: Any, eager_celery: None) -> None:
     handler = Effects()
     definition = make_tool(handler, confirm="effect-only", input_schema=ITEM,
@@ -106,10 +106,9 @@ def test_a_person_decides_in_the_admin_and_tasks_get_returns_it(
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_user_approves_their_own_request_on_the_consent_page(
-        scheme: str, page: Any, live_server: Any, user_factory: Any,  # noqa: F811
+        scheme: str, page: Any, live_server: Any, user_factory: Any,
         make_tool: Any) -> None:
     from guarded_tools.models import AuditEntry
-    from tests.integration.test_browser import screenshot
 
     handler = Effects()
     definition = make_tool(handler, confirm="owner", input_schema=ITEM,
@@ -128,7 +127,7 @@ def test_the_user_approves_their_own_request_on_the_consent_page(
     expect(page.get_by_test_id("subject")).to_contain_text(definition.annotations["title"])
     expect(page.locator("body")).to_contain_text("Orders stock from the supplier.")
     expect(page.locator("th", has_text="Quantity")).to_be_visible()
-    screenshot(page, f"consent_{scheme}.png")
+    shoot(page, f"consent_{scheme}.png", full_page=True)
     # A browser agent in this session posts the page's form as it is: session cookie and
     # CSRF token, no password. Refused, and nothing decided (issue 25, item 1).
     token = page.locator("input[name=csrfmiddlewaretoken]").input_value()
@@ -138,11 +137,11 @@ def test_the_user_approves_their_own_request_on_the_consent_page(
     page.get_by_test_id("step-up").fill("wrong")
     page.get_by_role("button", name="Approve").click()
     expect(page.get_by_test_id("step-up-error")).to_contain_text("not right")
-    screenshot(page, f"consent_wrong_password_{scheme}.png")
+    shoot(page, f"consent_wrong_password_{scheme}.png", full_page=True)
     page.get_by_test_id("step-up").fill("pw")  # the user types their password
     page.get_by_role("button", name="Approve").click()
     expect(page.get_by_test_id("status")).to_contain_text("You approved this request")
-    screenshot(page, f"consent_done_{scheme}.png")
+    shoot(page, f"consent_done_{scheme}.png", full_page=True)
 
     done = agent.send("tools/call", {"name": definition.name, "arguments": arguments})
     assert done["isError"] is False and done["structuredContent"] == {"done": 1}
@@ -153,14 +152,13 @@ def test_the_user_approves_their_own_request_on_the_consent_page(
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_demos_owner_tool_signs_the_user_in_then_asks_them(
-        scheme: str, page: Any, live_server: Any, django_user_model: Any) -> None:  # noqa: F811
+        scheme: str, page: Any, live_server: Any, django_user_model: Any) -> None:
     """The demo's walk-through: the agent's call names the page; the user opens it signed
     out, logs in as themself (the demo's ``agent``), reads the move, approves it."""
     from decimal import Decimal
 
     from guarded_tools.models import AuditEntry
     from project.demo.models import Account, LedgerEntry
-    from tests.integration.test_console_browser import shoot
 
     user = django_user_model.objects.create_user("agent", password="agent")
     checking = Account.objects.create(owner=user, name="Checking", balance=Decimal("1000.00"))

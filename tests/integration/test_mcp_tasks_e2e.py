@@ -28,7 +28,7 @@ from guarded_tools.transports.mcp.protocol import (
 )
 from guarded_tools.transports.mcp.task_methods import poll_interval_ms
 from tests.conftest import Effects, Lines
-from tests.integration.test_browser import browser, expect, log_in, page, staff  # noqa: F401
+from tests.integration.browser import expect, log_in
 from tests.integration.test_mcp_tasks_browser import decide_in_the_admin, eager_celery  # noqa: F401
 from tests.transports.test_mcp_tasks import ITEM, URL
 
@@ -95,7 +95,7 @@ def arguments(qty: int = 4) -> str:
 # -- a person approves or declines in the admin; the client's poll returns it --------------------
 @pytest.mark.parametrize("decision", ["approve", "decline"])
 def test_the_tasks_client_settles_with_the_decision_made_in_the_admin(
-        decision: str, run: Any, page: Any, staff: Any, user_factory: Any,  # noqa: F811
+        decision: str, run: Any, page: Any, staff: Any, user_factory: Any,
         make_tool: Any, eager_celery: None) -> None:  # noqa: F811
     handler = Effects()
     definition = make_tool(handler, confirm="effect-only", input_schema=ITEM,
@@ -145,7 +145,7 @@ def test_the_tasks_client_cancels_before_anyone_decides(run: Any, user_factory: 
 
 
 def test_the_tasks_client_is_told_why_a_started_call_is_not_cancelled_and_gets_its_result(
-        run: Any, user_factory: Any, make_tool: Any, staff: Any,  # noqa: F811
+        run: Any, user_factory: Any, make_tool: Any, staff: Any,
         monkeypatch: pytest.MonkeyPatch) -> None:
     """ext-tasks ends an execution locally on a cancel's acknowledgement: were a started
     call acknowledged, the client would drop the result of an effect that still ran. The
@@ -215,7 +215,7 @@ def test_another_principals_snapshot_reads_as_an_unknown_task(run: Any, user_fac
 
 # -- the web process restarts between the task's creation and the client's polling ---------------
 def test_a_handed_off_task_resumes_after_the_web_process_restarted(
-        run: Any, tmp_path: Any, test_database_url: str, alice: Any, staff: Any,  # noqa: F811
+        run: Any, tmp_path: Any, test_database_url: str, alice: Any, staff: Any,
         make_tool: Any, eager_celery: None) -> None:  # noqa: F811
     from guarded_tools import confirmations
     from tests.transports.test_mcp_tasks import _start_web
@@ -254,7 +254,7 @@ def test_a_handed_off_task_resumes_after_the_web_process_restarted(
 @pytest.mark.parametrize(("scenario", "answer"), [
     ("consent", "accept"), ("consent", "decline"), ("consent-sdk", "accept")])
 def test_the_client_opens_the_consent_url_and_its_retry_runs_the_call(
-        scenario: str, answer: str, run: Any, page: Any, live_server: Any,  # noqa: F811
+        scenario: str, answer: str, run: Any, page: Any, live_server: Any,
         user_factory: Any, make_tool: Any) -> None:
     """ext-tasks' loop (``consent``), and the SDK Client's own auto-fulfilment through its
     ``elicitation/create`` handler (``consent-sdk``)."""

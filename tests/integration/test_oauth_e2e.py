@@ -36,18 +36,13 @@ from playwright import async_api
 
 from guarded_tools import Tool
 from tests.conftest import Effects, Lines, key
-
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(f"{CHROMIUM} is not installed", allow_module_level=True)
+from tests.integration.browser import CHROMIUM, CHROMIUM_ARGS, launch
 
 # Django 5.2's environment has the mcp 1.x client, which the module-level skip above leaves
 # out: its Django 6 runs are its only ones, on both databases (django6_only).
 pytestmark = [pytest.mark.browser, pytest.mark.django6_only,
               pytest.mark.django_db(transaction=True)]
 
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update"]
 REDIRECT = "http://127.0.0.1:47613/callback"  # never listened on: the browser's request is routed
 CIMD_URL = "https://host.example/mcp/client.json"
 
@@ -267,15 +262,14 @@ def test_typescript_sdk_client_with_dynamic_client_registration(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     tool = make_tool(Effects(), scopes=["demo:write"], name=f"e2e_{uuid.uuid4().hex[:6]}")
-    sync_api = pytest.importorskip("playwright.sync_api")
+    from tests.integration.browser import sync_api
     process = subprocess.Popen(["node", str(node_client), demo["url"], REDIRECT, tool.name],
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     lines = Lines(process)
     monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")  # sync Playwright's loop
     try:
         with sync_api.sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True,
-                                                 args=CHROMIUM_ARGS)
+            browser = launch(playwright)
             page = browser.new_context().new_page()
             redirected: list[str] = []
             page.route(f"{REDIRECT}**", lambda route: (redirected.append(route.request.url),

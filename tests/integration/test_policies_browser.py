@@ -10,16 +10,14 @@ from django.contrib.auth.models import Permission
 from guarded_tools.core.errors import ConfirmationRequired
 from guarded_tools.models import Confirmation
 from tests.conftest import Effects, key
-from tests.integration.test_browser import log_in, sync_api
-from tests.integration.test_console_browser import browser, fits, page  # noqa: F401 (fixtures)
+from tests.integration.browser import expect, fits, log_in
 from tests.pipeline.test_policies import SCHEMA, payments
 
-expect = sync_api.expect
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]
 
 
-def test_the_request_page_shows_one_of_two(page: Any, make_tool: Any, alice: Any,  # noqa: F811
+def test_the_request_page_shows_one_of_two(page: Any, make_tool: Any, alice: Any,
                                            user_factory: Any) -> None:
     perms = Permission.objects.filter(codename__in=["approve_confirmation", "view_confirmation"])
     for name in ("approver", "approver2"):

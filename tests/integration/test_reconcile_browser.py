@@ -12,17 +12,7 @@ from typing import Any
 import pytest
 
 from guarded_tools.models import Operation
-from tests.integration.test_browser import log_in
-from tests.integration.test_console_browser import (  # noqa: F401 (fixtures)
-    OPS_LIST,
-    browser,
-    demo,
-    expect,
-    fits,
-    incident,
-    open_page,
-    shoot,
-)
+from tests.integration.browser import OPS_LIST, expect, fits, incident, log_in, open_page, shoot
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]
@@ -32,7 +22,7 @@ PLACEHOLDER = {"amount": "", "paymentId": 0, "receiverId": 0}
 
 @pytest.mark.parametrize("scheme", ["light", "dark"])
 def test_the_deciding_fact_and_the_form_are_on_the_first_screen(
-        browser: Any, live_server: Any, demo: dict[str, Any],  # noqa: F811 (fixtures)
+        browser: Any, live_server: Any, demo: dict[str, Any],
         scheme: str) -> None:
     operation = incident()
     page = open_page(browser, live_server.url, 1280, scheme)
@@ -57,7 +47,7 @@ def test_the_deciding_fact_and_the_form_are_on_the_first_screen(
 
 
 def test_a_refused_decision_keeps_what_was_typed_at_its_own_address(
-        browser: Any, live_server: Any, demo: dict[str, Any],  # noqa: F811 (fixtures)
+        browser: Any, live_server: Any, demo: dict[str, Any],
         ) -> None:
     """The placeholder typed back is refused by the server, with the note kept; the
     output the person found is recorded and the page says so."""
