@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
+import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -10,6 +13,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import Permission
+from django.db import connections
 from rest_framework.test import APIClient
 
 from guarded_tools import Tool, registry
@@ -250,12 +254,71 @@ class Effects:
         return {"done": self.count}
 
 
-def wait_until(predicate: Callable[[], bool], timeout: float = 10, step: float = 0.05) -> None:
-    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds."""
+def wait_until(predicate: Callable[[], bool], timeout: float = 10, step: float = 0.05, *,
+               message: str | Callable[[], str] = "condition not met in time") -> None:
+    """Poll ``predicate`` until it holds; fail the test after ``timeout`` seconds.
+
+    ``message`` says what was waited for; a callable is asked only on failure (to read a
+    log, say, that is not written yet while the wait runs).
+    """
     deadline = time.monotonic() + timeout
     while not predicate():
-        assert time.monotonic() < deadline, "condition not met in time"
+        if time.monotonic() >= deadline:
+            raise AssertionError(message() if callable(message) else message)
         time.sleep(step)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, process: subprocess.Popen[Any], timeout: float = 30) -> None:
+    """Wait until ``process`` accepts connections on ``port``; fail with its output (when
+    it was piped) should it exit first, or after ``timeout`` seconds."""
+
+    def listening() -> bool:
+        if process.poll() is not None:
+            output = process.stdout.read() if process.stdout else b""
+            text = output.decode() if isinstance(output, bytes) else output
+            raise AssertionError(f"the process exited ({process.returncode}) before it "
+                                 f"listened on {port}:\n{text}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return True
+        except OSError:
+            return False
+
+    wait_until(listening, timeout, step=0.1, message=f"nothing listened on {port} in time")
+
+
+def in_threads(n: int, fn: Callable[[int], Any], *, timeout: float = 60) -> list[Any]:
+    """``fn(i)`` in ``n`` threads released together by a barrier, each on (and closing) its
+    own database connections; the results in order, or the first errors raised."""
+    barrier = threading.Barrier(n)
+    results: list[Any] = [None] * n
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait(timeout=30)
+            results[i] = fn(i)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + timeout
+    for thread in threads:
+        thread.join(max(deadline - time.monotonic(), 0.1))
+    assert not any(t.is_alive() for t in threads), "threads did not finish: deadlock?"
+    assert not errors, errors
+    return results
 
 
 def key_lock_free(tool: str, scope: str, key: str) -> bool:

@@ -7,7 +7,6 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,10 +17,9 @@ from rest_framework.authtoken.models import Token
 
 from guarded_tools.models import Operation
 from tests import forkserver
-from tests.conftest import key
+from tests.conftest import REPO_ROOT, free_port, key, wait_for_port, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def database_url() -> str:
@@ -30,12 +28,6 @@ def database_url() -> str:
         return f"sqlite:///{settings['NAME']}"
     return (f"postgres://{settings['USER']}:{settings.get('PASSWORD') or ''}@{settings['HOST']}:"
             f"{settings['PORT']}/{settings['NAME']}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
@@ -47,19 +39,10 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
         [sys.executable, "-m", "uvicorn", "tests.integration.asgi_app:application",
          "--host", "127.0.0.1",
          "--port", str(port), "--lifespan", "off", "--log-level", "warning"],
-        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                break
-        except OSError:
-            if process.poll() is not None:
-                output = process.stdout.read().decode() if process.stdout else ""
-                raise RuntimeError(output) from None
-            time.sleep(0.1)
     try:
+        wait_for_port(port, process)
         yield {"port": port, "markers": tmp_path}
     finally:
         process.terminate()
@@ -95,21 +78,12 @@ def raw_call(port: int, token: str, name: str, body: dict[str, Any], *,
     with socket.create_connection(("127.0.0.1", port), timeout=15) as sock:
         sock.sendall(request)
         if disconnect_when is not None:
-            assert wait_for(disconnect_when, timeout=30), "the call never got that far"
+            wait_until(disconnect_when, timeout=30, message="the call never got that far")
             return b""
         chunks = []
         while chunk := sock.recv(65536):
             chunks.append(chunk)
         return b"".join(chunks)
-
-
-def wait_for(predicate: Any, timeout: float = 10) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_sync_and_async_handlers_answer_under_uvicorn(server: dict[str, Any], token: str) -> None:
@@ -127,10 +101,10 @@ def test_disconnect_cancels_an_async_handler_and_releases_the_claim(
     markers: Path = server["markers"]
     raw_call(server["port"], token, "slow_async", {"operationId": k},
              disconnect_when=(markers / "async-started").exists, transport=transport)
-    assert wait_for(lambda: (markers / "async-cancelled").exists())
+    wait_until(lambda: (markers / "async-cancelled").exists())
     assert not (markers / "async-finished").exists()
     # Nothing was journaled, so the cancelled claim is released: the key is fresh.
-    assert wait_for(lambda: Operation.objects.filter(key=k, state="released").exists())
+    wait_until(lambda: Operation.objects.filter(key=k, state="released").exists())
 
 
 @pytest.mark.parametrize("transport", ["rest", "mcp"])
@@ -141,7 +115,7 @@ def test_disconnect_aborts_a_sync_handlers_signal(
     markers: Path = server["markers"]
     raw_call(server["port"], token, "watching_sync", {"operationId": key()},
              disconnect_when=(markers / "sync-started").exists, transport=transport)
-    assert wait_for(lambda: (markers / "sync-aborted").exists(), timeout=20)
+    wait_until(lambda: (markers / "sync-aborted").exists(), timeout=20)
     assert not (markers / "sync-finished").exists()
 
 
@@ -150,10 +124,10 @@ def test_finalization_survives_a_disconnect(server: dict[str, Any], token: str) 
     markers: Path = server["markers"]
     raw_call(server["port"], token, "slow_finalization", {"operationId": k},
              disconnect_when=(markers / "verify-started").exists)
-    assert wait_for(lambda: (markers / "verify-finished").exists(), timeout=40)
+    wait_until(lambda: (markers / "verify-finished").exists(), timeout=40)
     # The server saw the client go away while verify ran, and finalization went on.
     assert (markers / "verify-saw-disconnect").exists()
-    assert wait_for(lambda: Operation.objects.filter(key=k, state="succeeded").exists())
+    wait_until(lambda: Operation.objects.filter(key=k, state="succeeded").exists())
     # The agent's retry replays the completed result.
     response = raw_call(server["port"], token, "slow_finalization", {"operationId": k})
     assert b"idempotent-replayed: true" in response.lower()

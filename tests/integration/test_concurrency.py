@@ -39,7 +39,7 @@ from guarded_tools.models import (
 from guarded_tools.pipeline.recovery import sweep
 from guarded_tools.store import OperationStore, fingerprint
 from tests import forkserver
-from tests.conftest import REPO_ROOT, key, key_lock_free, one_transaction, wait_until
+from tests.conftest import REPO_ROOT, in_threads, key, key_lock_free, one_transaction, wait_until
 from tests.integration.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, effect_rows
 
 pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
@@ -50,32 +50,6 @@ SCHEMA = {
     "properties": {"operationId": {"type": "string"}, "n": {"type": "integer"}},
     "required": ["operationId"],
 }
-
-
-def in_threads(n: int, fn: Callable[[int], Any], *, timeout: float = 60) -> list[Any]:
-    """Run ``fn(i)`` in ``n`` threads released together; each closes its own connection."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def worker(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = fn(i)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(deadline - time.monotonic(), 0.1))
-    assert not any(t.is_alive() for t in threads), "threads did not finish: deadlock?"
-    assert not errors, errors
-    return results
 
 
 class CountingHandler:

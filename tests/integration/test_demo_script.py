@@ -6,24 +6,18 @@ import os
 import signal
 import socket
 import subprocess
-import time
 import urllib.request
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO_ROOT, free_port, wait_until
+
 TOKEN = "demo-agent-token-0000000000000000000000"
 
 pytestmark = [pytest.mark.slow, pytest.mark.once]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def port_free(port: int) -> bool:
@@ -51,12 +45,9 @@ def marked(marker: str) -> dict[int, str]:
     return found
 
 
-def wait_for(predicate: Any, timeout: float, what: str, log: Path) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; the demo's output:\n{log.read_text()}")
-        time.sleep(0.1)
+def demo_output(log: Path, what: str) -> Callable[[], str]:
+    """What a wait for WHAT says when it times out: the demo's output so far."""
+    return lambda: f"timed out waiting for {what}; the demo's output:\n{log.read_text()}"
 
 
 def answers(port: int) -> bool:
@@ -81,17 +72,21 @@ def test_sigterm_stops_the_demo_leaving_no_process_and_the_port_free(
     env.update(PORT=str(port), GT_VAR_DIR=str(tmp_path / "var"), GT_DEMO_RUN=marker,
                GT_TELEMETRY="0")
     with log.open("wb") as out:
-        demo = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out,
+        demo = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
-        wait_for(lambda: answers(port), 300, "the site to answer", log)
-        wait_for(lambda: any("celery" in c for c in marked(marker).values()), 180,
-                 "the worker", log)
+        wait_until(lambda: answers(port), 300, 0.1,
+                   message=demo_output(log, "the site to answer"))
+        wait_until(lambda: any("celery" in c for c in marked(marker).values()), 180, 0.1,
+                   message=demo_output(log, "the worker"))
         assert any("runserver" in c for c in marked(marker).values())
         demo.send_signal(signal.SIGTERM)  # to the script (or make) only, as a manager does
-        wait_for(lambda: demo.poll() is not None, 120, "the demo to exit", log)
-        wait_for(lambda: not marked(marker), 120, "every demo process to exit", log)
-        wait_for(lambda: port_free(port), 120, "the port to be free", log)
+        wait_until(lambda: demo.poll() is not None, 120, 0.1,
+                   message=demo_output(log, "the demo to exit"))
+        wait_until(lambda: not marked(marker), 120, 0.1,
+                   message=demo_output(log, "every demo process to exit"))
+        wait_until(lambda: port_free(port), 120, 0.1,
+                   message=demo_output(log, "the port to be free"))
         # demo.sh exits 0 after the clean stop; make ends by the signal it got, and says
         # nothing of an error (it did, "make: *** [Makefile:…: demo] Error 143", when the
         # script exited 143).

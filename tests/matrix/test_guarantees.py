@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -26,7 +25,7 @@ from rest_framework.test import APIClient
 
 from guarded_tools.core.errors import ToolError
 from guarded_tools.models import Operation, OperationState
-from tests.conftest import key, wait_until
+from tests.conftest import in_threads, key, wait_until
 from tests.matrix import backends
 from tests.matrix.conftest import APP_WARNINGS, server_errors
 
@@ -79,32 +78,6 @@ def transport(request: pytest.FixtureRequest, session_client_for: Any) -> Callab
     if request.param == "token":
         return token_client
     return session_client_for  # type: ignore[no-any-return]
-
-
-def in_threads(n: int, fn: Callable[[int], Any], timeout: float = 60) -> list[Any]:
-    """``fn(i)`` in ``n`` threads released together, each on (and closing) its own connection."""
-    barrier = threading.Barrier(n)
-    results: list[Any] = [None] * n
-    errors: list[BaseException] = []
-
-    def worker(i: int) -> None:
-        try:
-            barrier.wait(timeout=30)
-            results[i] = fn(i)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(n)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + timeout
-    for thread in threads:
-        thread.join(max(deadline - time.monotonic(), 0.1))
-    assert not any(t.is_alive() for t in threads), "threads did not finish"
-    assert not errors, errors
-    return results
 
 
 def in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:

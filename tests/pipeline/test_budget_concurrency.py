@@ -13,8 +13,7 @@ from rest_framework.test import APIClient
 
 from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import Reservation
-from tests.conftest import Effects, key
-from tests.integration.test_concurrency import in_threads
+from tests.conftest import Effects, in_threads, key
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -282,7 +282,7 @@ def test_two_people_deciding_at_once_make_exactly_one_decision(
         user_factory: Any, requester_unknown: Operation) -> None:
     """Four decisions on the same attempt, each on its own connection: one wins, the
     others are told it is no longer waiting, and one audit row says who decided."""
-    from tests.integration.test_concurrency import in_threads
+    from tests.conftest import in_threads
 
     people = [user_factory(f"ops{i}", perms=("guarded_tools.reconcile_operation",))
               for i in range(4)]

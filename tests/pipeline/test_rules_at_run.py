@@ -488,7 +488,7 @@ def test_two_approvals_racing_with_the_retry_that_asks_more_never_run_on_one(
     find: the call runs only with two distinct approvals."""
     from rest_framework.test import APIClient
 
-    from tests.integration.test_concurrency import in_threads
+    from tests.conftest import in_threads
 
     handler = Effects()
     definition = make_tool(handler, confirm=payments(), input_schema=SCHEMA)

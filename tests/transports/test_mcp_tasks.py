@@ -615,7 +615,7 @@ def test_sixteen_clients_polling_and_retrying_run_the_effect_once(
     from django.db import connection
 
     from project.celery import app
-    from tests.integration.test_concurrency import in_threads
+    from tests.conftest import in_threads
 
     lock = threading.Lock()
     runs: list[int] = []
@@ -734,16 +734,12 @@ def _start_web(tmp_path: Any, test_database_url: str) -> tuple[Any, int]:
     """The demo under uvicorn (with ``tests.integration.asgi_app``'s tools), on the test
     database."""
     import os
-    import socket
     import subprocess
     import sys
-    import time
 
-    from tests.conftest import REPO_ROOT
+    from tests.conftest import REPO_ROOT, free_port, wait_for_port
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = int(s.getsockname()[1])
+    port = free_port()
     env = {**os.environ, "DATABASE_URL": test_database_url, "GT_TEST_MARKERS": str(tmp_path),
            "GT_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "project.settings"}
     process = forkserver.popen(
@@ -751,14 +747,8 @@ def _start_web(tmp_path: Any, test_database_url: str) -> tuple[Any, int]:
          "--host", "127.0.0.1",
          "--port", str(port), "--lifespan", "off", "--log-level", "warning"],
         cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return process, port
-        except OSError:
-            assert process.poll() is None and time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.1)
+    wait_for_port(port, process)
+    return process, port
 
 
 def _post(port: int, token: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
