@@ -8,11 +8,11 @@ point ``DOCS_URL`` at the README, so each anchor of the guard's own codes must e
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from guarded_tools.core.codes import BUILTIN
+from tests.conftest import REPO_ROOT
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (REPO_ROOT / "README.md").read_text()
 
 
 def test_each_code_of_the_guard_links_to_an_anchor_of_the_readme() -> None:

@@ -8,16 +8,16 @@ import sys
 import types
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from guarded_tools import registry
+from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.django_db
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
+DOC = REPO_ROOT / "docs" / "architecture.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 

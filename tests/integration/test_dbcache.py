@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from tests import dbcache
+from tests.conftest import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 INNER = "tests/dbcache_inner.py"
 
 
@@ -25,7 +25,7 @@ def run_inner(cache: Path, report: Path, *args: str) -> subprocess.CompletedProc
     return subprocess.run(
         [sys.executable, "-m", "pytest", INNER, "-q", "-p", "no:cacheprovider",
          "-p", "no:hypothesispytest", *args],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
     )
 
 
@@ -86,7 +86,7 @@ def test_the_key_follows_the_settings_and_the_migration_files(
     # The demo's migrations, one of them changed: another key.
     package = tmp_path / "changed_migrations"
     package.mkdir()
-    source = ROOT / "project" / "demo" / "migrations"
+    source = REPO_ROOT / "project" / "demo" / "migrations"
     for path in source.glob("*.py"):
         (package / path.name).write_text(path.read_text())
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 from io import StringIO
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,8 +18,9 @@ from django.core.management import call_command
 from rest_framework.test import APIClient
 
 from project.demo.management.commands.demo_seed import AGENT_TOKEN
+from tests.conftest import REPO_ROOT
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+README = (REPO_ROOT / "README.md").read_text()
 #: The walk's first part: from its heading to the first approval, which a person gives.
 WALK = README[README.index("## A walk through with curl"):README.index("Log into `/admin/`")]
 CALL = re.compile(r"curl -si? +\$A/tools/([a-z_]+)/ [^\n]*?-d '([^']*)'")
@@ -85,7 +85,7 @@ def test_the_readme_says_what_the_demo_does_and_speaks_of_no_file_its_readers_la
     # Where the app chose otherwise than a reader might expect is for people who change
     # it (docs/architecture.md), and speaks of no design file users do not have.
     assert "DESIGN.md" not in README
-    architecture = (Path(__file__).resolve().parents[2] / "docs" / "architecture.md")
+    architecture = (REPO_ROOT / "docs" / "architecture.md")
     text = architecture.read_text()
     assert "## Decisions that may surprise, and why" in text and "DESIGN" not in text
     assert "`read_only` tools" in text and "ATOMIC_SINGLE_TRANSACTION = False" in text

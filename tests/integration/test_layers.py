@@ -101,11 +101,12 @@ def test_a_lower_module_reaches_a_higher_one_by_name_never_by_import(
 def test_every_import_linter_contract_is_kept_with_no_ignored_imports() -> None:
     """The full layers contract of issue 26 item 1 (pyproject.toml) holds as written."""
     import tomllib
-    from pathlib import Path
 
     from importlinter.cli import lint_imports
 
-    config = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    from tests.conftest import REPO_ROOT
+
+    config = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     contracts = config["tool"]["importlinter"]["contracts"]
     assert not any("ignore_imports" in contract for contract in contracts)
     assert {"guarded_tools.pipeline", "guarded_tools.tools"} <= set(contracts[0]["layers"])

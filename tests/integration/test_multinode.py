@@ -8,12 +8,11 @@ import shutil
 import subprocess
 import sys
 from importlib.util import find_spec
-from pathlib import Path
 
 import pytest
 from django.db import connection
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.conftest import REPO_ROOT
 
 
 # Django 6's PostgreSQL run only (one_django): its processes, Redis and kills are the same
@@ -28,7 +27,7 @@ def test_multinode_quick_run_on_redis_keeps_every_effect_exactly_once() -> None:
     if shutil.which("redis-server") is None or find_spec("redis") is None:
         pytest.skip("needs redis-server (apt-get install redis-server) and the redis package")
     result = subprocess.run(
-        [sys.executable, "scripts/multinode.py", "--quick"], cwd=ROOT, capture_output=True,
+        [sys.executable, "scripts/multinode.py", "--quick"], cwd=REPO_ROOT, capture_output=True,
         text=True, timeout=300, env={**os.environ},
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

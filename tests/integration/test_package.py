@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-PACKAGE = ROOT / "guarded_tools"
+from tests.conftest import REPO_ROOT
+
+PACKAGE = REPO_ROOT / "guarded_tools"
 #: What a build must not read or carry: checkouts' environments, caches and build output.
 LEFT_OUT = shutil.ignore_patterns(".git", ".venv*", "node_modules", "__pycache__", "*.pyc",
                                   "*.egg-info", "build", "dist", "var", "bench-results",
@@ -57,7 +58,7 @@ def _build(source: Path, out: Path, work: Path) -> None:
 def built(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     work = tmp_path_factory.mktemp("package")
     source, out = work / "source", work / "dist"
-    shutil.copytree(ROOT, source, ignore=LEFT_OUT)
+    shutil.copytree(REPO_ROOT, source, ignore=LEFT_OUT)
     _build(source, out, work)
     (wheel,), (sdist,) = out.glob("*.whl"), out.glob("*.tar.gz")
     return {"wheel": wheel, "sdist": sdist, "work": work}
@@ -69,7 +70,7 @@ def package_files(*folders: str) -> set[str]:
     for folder in folders:
         for path in (PACKAGE / folder).rglob("*"):
             if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc":
-                found.add(path.relative_to(ROOT).as_posix())
+                found.add(path.relative_to(REPO_ROOT).as_posix())
     return found
 
 
@@ -96,7 +97,7 @@ def test_the_wheel_and_the_sdist_carry_every_file_of_the_package_and_the_license
     assert not [name for name in wheel
                 if name.split("/")[0] in ("tests", "project", "bench", "templates", "scripts")]
     # The license: a file of its own in both, named by the metadata.
-    license_text = (ROOT / "LICENSE").read_text()
+    license_text = (REPO_ROOT / "LICENSE").read_text()
     assert license_text.startswith("MIT License\n")
     assert "Copyright (c) 2026 The guarded_tools authors" in license_text
     assert "LICENSE" in sdist
@@ -105,7 +106,7 @@ def test_the_wheel_and_the_sdist_carry_every_file_of_the_package_and_the_license
     assert archive.read(f"{info}/licenses/LICENSE").decode() == license_text
     metadata = archive.read(f"{info}/METADATA").decode()
     assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
 
 
@@ -201,7 +202,7 @@ def test_the_admin_pages_render_from_the_wheel_installed_in_a_new_environment(
     seen = json.loads(done.stdout.strip().splitlines()[-1])
     installed = Path(seen["file"])
     assert installed.is_relative_to(purelib), installed  # the wheel's copy, not this checkout
-    assert not installed.is_relative_to(ROOT)
+    assert not installed.is_relative_to(REPO_ROOT)
     for url, (status, templates) in seen["pages"].items():
         assert status == 200, (url, done.stderr[-3000:])
         ours = [t for t in templates if "/guarded_tools/templates/" in t]
