@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -52,3 +53,13 @@ def demo(django_user_model: Any) -> dict[str, Any]:
     agent = django_user_model.objects.get(username="agent")
     source, receiver = Account.objects.filter(owner=agent).order_by("pk")
     return {"agent": agent, "source": source, "receiver": receiver}
+
+
+# -- a Celery worker ---------------------------------------------------------------------------
+@pytest.fixture
+def worker(subprocess_env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+    """A real Celery worker process on the test database (``tests.integration.workers``)."""
+    from tests.integration.workers import running_worker
+
+    with running_worker(subprocess_env, tmp_path) as running:
+        yield running

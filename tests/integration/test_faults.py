@@ -17,9 +17,9 @@ from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.pipeline.recovery import sweep
 from tests import forkserver
 from tests.conftest import REPO_ROOT, key, wait_until
-from tests.integration import test_concurrency as concurrency
-from tests.integration.test_celery_worker import CELERY, Worker, abandoned, recovered, worker  # noqa: F401
+from tests.integration.races import one_key_eight_processes, one_key_many_threads_over_rest
 from tests.integration.tools_for_processes import ATOMIC_TOOL, EFFECT_TOOL, recover_rows
+from tests.integration.workers import CELERY, Worker, abandoned, recovered
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -52,7 +52,7 @@ def test_sqlite_settings_are_the_documented_ones() -> None:
 def test_sqlite_one_key_64_threads_executes_once(atomic: bool, make_tool: Any,
                                                  alice: Any) -> None:
     sqlite_only()
-    concurrency.test_one_key_many_threads_over_rest_executes_once(64, atomic, make_tool, alice)
+    one_key_many_threads_over_rest(64, atomic, make_tool, alice)
 
 
 @pytest.mark.slow
@@ -62,7 +62,7 @@ def test_sqlite_one_key_eight_processes_executes_once(tool_name: str,
                                                       subprocess_env: dict[str, str],
                                                       tmp_path: Path) -> None:
     sqlite_only()
-    concurrency.test_one_key_eight_processes_executes_once(tool_name, subprocess_env, tmp_path)
+    one_key_eight_processes(tool_name, subprocess_env, tmp_path)
 
 
 # -- the database connection is killed (PostgreSQL) ------------------------------------------
@@ -186,7 +186,7 @@ def test_a_sweeper_killed_mid_sweep_leaves_nothing_half_done(subprocess_env: dic
 
 
 @pytest.mark.slow
-def test_two_beats_and_a_worker_recover_each_operation_once(worker: Worker,  # noqa: F811
+def test_two_beats_and_a_worker_recover_each_operation_once(worker: Worker,
                                                             subprocess_env: dict[str, str],
                                                             tmp_path: Path) -> None:
     env = {**subprocess_env, "GT_SWEEP_EVERY": "0.5"}
