@@ -85,7 +85,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = kept
 
 
-
 # -- one migration per kind of test database (tests/dbcache.py) -----------------------------
 @pytest.fixture(scope="session")
 def _db_cache(request: pytest.FixtureRequest, django_db_modify_db_settings: None,
@@ -382,6 +381,26 @@ def eager_celery() -> Iterator[None]:
 
     app.conf.task_always_eager = True
     yield
+    app.conf.task_always_eager = False
+
+
+@pytest.fixture
+def approver(django_user_model: Any) -> Any:
+    return django_user_model.objects.create_superuser("boss", password="pw")
+
+
+@pytest.fixture
+def eager(django_capture_on_commit_callbacks: Any) -> Iterator[Callable[..., Any]]:
+    """Celery eager, on-commit callbacks run: a decision's Celery task runs here, as a worker."""
+    from project.celery import app
+
+    app.conf.task_always_eager = True
+
+    def decide(fn: Callable[..., Any], *args: Any) -> Any:
+        with django_capture_on_commit_callbacks(execute=True):
+            return fn(*args)
+
+    yield decide
     app.conf.task_always_eager = False
 
 

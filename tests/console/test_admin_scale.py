@@ -8,7 +8,6 @@ deciders, states. Compared at 10 and at 200 rows (two pages' worth). Their time 
 
 from __future__ import annotations
 
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -21,12 +20,12 @@ from django.utils import timezone
 from guarded_tools.models import (
     AuditEntry,
     Confirmation,
-    ConfirmationStatus,
     Operation,
     OperationState,
     unknown_first,
 )
 from guarded_tools.pipeline.reconciliation import COUNTED_EXACTLY
+from tests.console.pages import OP_STATES, add_rows
 
 pytestmark = pytest.mark.django_db
 
@@ -37,41 +36,6 @@ PAGES = {
     "confirmations, waiting": "/admin/guarded_tools/confirmation/?waiting=yes",
     "audit trail": "/admin/guarded_tools/auditentry/",
 }
-OP_STATES = [OperationState.SUCCEEDED, OperationState.OUTCOME_UNKNOWN, OperationState.IN_FLIGHT,
-             OperationState.RELEASED, OperationState.ABANDONED, OperationState.FAILED]
-CONF_STATES = [ConfirmationStatus.PENDING, ConfirmationStatus.CONSUMED,
-               ConfirmationStatus.DECLINED, ConfirmationStatus.EXPIRED]
-
-
-def add_rows(n: int, users: list[Any]) -> None:
-    """``n`` more operations and confirmations, spread over users, states and tools."""
-    now = timezone.now()
-    operations, confirmations = [], []
-    for i in range(n):
-        user = users[i % len(users)]
-        key = uuid.uuid4().hex
-        operations.append(Operation(
-            tool=f"tool_{i % 3}", scope=f"auth.user:{user.pk}", key=key, user=user,
-            fingerprint="f" * 64, input={"n": i}, state=OP_STATES[i % len(OP_STATES)],
-            output={"ok": True}, recovered=i % 5 == 0,
-            lease_expires_at=now + timedelta(seconds=60), completed_at=now,
-        ))
-        status = CONF_STATES[i % len(CONF_STATES)]
-        confirmations.append(Confirmation(
-            tool=f"tool_{i % 3}", scope=f"auth.user:{user.pk}", key=key, requested_by=user,
-            fingerprint="f" * 64, input={"n": i}, status=status,
-            decided_by=users[(i + 1) % len(users)] if status != "pending" else None,
-            decided_at=now if status != "pending" else None,
-        ))
-    Operation.objects.bulk_create(operations)
-    Confirmation.objects.bulk_create(confirmations)
-    AuditEntry.objects.bulk_create(
-        AuditEntry(actor=confirmation.decided_by or confirmation.requested_by,
-                   action=AuditEntry.Action.APPROVE,
-                   operation=operation, confirmation=confirmation, status=confirmation.status)
-        for operation, confirmation in zip(operations, confirmations, strict=True))
-
-
 def queries(client: Client) -> dict[str, int]:
     counts = {}
     for name, path in PAGES.items():

@@ -22,7 +22,7 @@ from django.utils.safestring import mark_safe
 
 from guarded_tools.models import AuditEntry, Confirmation, ConfirmationStatus, Operation
 from tests.conftest import Effects, key
-from tests.transports.test_mcp_tasks import ITEM
+from tests.transports.mcp_calls import ITEM
 
 pytestmark = pytest.mark.django_db
 
@@ -249,7 +249,7 @@ def _oauth_client(user: Any, settings: Any) -> Any:
 
 
 def _ask_over_mcp(client: Any, definition: Any, body: dict[str, Any]) -> str:
-    from tests.transports.test_oauth import call
+    from tests.transports.mcp_rpc import call
 
     asked = call(client, definition.name, body)
     assert asked.status_code == 200, asked.content

@@ -21,21 +21,12 @@ from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.core.errors import ConfirmationRequired
 from guarded_tools.models import Confirmation
 from tests.conftest import key, wait_until
+from tests.console.pages import OPS_LIST, RECONCILER, incident, reconcile, staff_client
 
 pytestmark = pytest.mark.django_db
 
 CONF_LIST = "/admin/guarded_tools/confirmation/"
-OPS_LIST = "/admin/guarded_tools/operation/"
 APPROVER = ("guarded_tools.view_confirmation", "guarded_tools.approve_confirmation")
-RECONCILER = ("guarded_tools.view_operation", "guarded_tools.reconcile_operation")
-
-
-def staff_client(user_factory: Any, *perms: str, name: str = "staffer") -> Client:
-    client = Client()
-    client.force_login(user_factory(name, is_staff=True, perms=perms))
-    return client
-
-
 @pytest.fixture
 def requester(user_factory: Any) -> Any:
     return user_factory("requester")
@@ -203,12 +194,6 @@ def unknown(make_tool: Any, requester: Any, client_for: Any) -> Any:
     answer = ask(client_for, requester, definition)
     assert answer.json()["error"]["code"] == "outcome_unknown"
     return Operation.objects.get(tool=definition.name)
-
-
-def reconcile(client: Client, operation: Any, action: str, **fields: str) -> Any:
-    return client.post(OPS_LIST, {"action": action, ACTION_CHECKBOX_NAME: [operation.pk],
-                                  f"fence-{operation.pk}": operation.fence, **fields},
-                       follow=True)
 
 
 def history(client: Client, url: str) -> str:
@@ -690,18 +675,6 @@ def test_only_http_and_relative_links_of_a_present_hook_reach_the_approvers_page
 
 
 # -- issue 28, second pass: operators act from the page ---------------------------------------
-def incident(kind: str) -> Any:
-    from io import StringIO
-
-    from django.core.management import call_command
-
-    from guarded_tools.models import Operation
-
-    call_command("demo_seed", stdout=StringIO())
-    call_command("demo_incident", kind, stdout=StringIO())
-    return Operation.objects.order_by("-created_at").first()
-
-
 def tile(page: str, testid: str) -> str:
     return page.split(f'data-testid="{testid}"')[1].split("</a>")[0]
 

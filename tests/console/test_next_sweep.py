@@ -22,7 +22,7 @@ from django.utils import timezone
 
 from guarded_tools.console.formatting import when
 from guarded_tools.pipeline.recovery import LAST_SWEEP_KEY, last_sweep, sweep
-from tests.console.test_console import OPS_LIST, RECONCILER, incident, staff_client
+from tests.console.pages import OPS_LIST, RECONCILER, incident, staff_client
 
 pytestmark = pytest.mark.django_db
 

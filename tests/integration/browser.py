@@ -129,6 +129,23 @@ def choose_action(page: Any, action: str) -> None:
     page.click("button[name=index]")
 
 
+def decide_in_the_admin(page: Any, decision: str, requester: str,
+                        shows: tuple[str, ...] = ()) -> None:
+    """A staff member opens the requester's pending call in the admin, reads it, decides."""
+    log_in(page)
+    page.goto(CONF_LIST)
+    page.locator("#result_list tbody tr", has_text=requester).locator("a").first.click()
+    for text in shows:
+        expect(page.locator(".gt-detail")).to_contain_text(text)
+    if decision == "approve":
+        page.get_by_role("button", name="Approve").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
+    else:
+        page.fill("#gt-reason", "Over budget.")
+        page.get_by_role("button", name="Decline").click()
+        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
+
+
 def incident(kind: str = "unknown") -> Any:
     """The demo's incident of KIND (``demo_incident``): the operation it leaves."""
     from django.core.management import call_command

@@ -3,59 +3,17 @@
 from __future__ import annotations
 
 import json
-import os
 import socket
-import subprocess
-import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connection
-from rest_framework.authtoken.models import Token
 
 from guarded_tools.models import Operation
-from tests import forkserver
-from tests.conftest import REPO_ROOT, free_port, key, wait_for_port, wait_until
+from tests.conftest import key, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
-
-
-def database_url() -> str:
-    settings = connection.settings_dict
-    if connection.vendor == "sqlite":
-        return f"sqlite:///{settings['NAME']}"
-    return (f"postgres://{settings['USER']}:{settings.get('PASSWORD') or ''}@{settings['HOST']}:"
-            f"{settings['PORT']}/{settings['NAME']}")
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
-    port = free_port()
-    env = {**os.environ, "DATABASE_URL": database_url(), "GT_TEST_MARKERS": str(tmp_path),
-           "GT_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "project.settings"}
-    process = forkserver.popen(
-        [sys.executable, "-m", "uvicorn", "tests.integration.asgi_app:application",
-         "--host", "127.0.0.1",
-         "--port", str(port), "--lifespan", "off", "--log-level", "warning"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )
-    try:
-        wait_for_port(port, process)
-        yield {"port": port, "markers": tmp_path}
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
-@pytest.fixture
-def token(django_user_model: Any) -> str:
-    user = django_user_model.objects.create_user("asgi-agent", password="pw")
-    return Token.objects.create(user=user).key
 
 
 def raw_call(port: int, token: str, name: str, body: dict[str, Any], *,

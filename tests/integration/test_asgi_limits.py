@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from guarded_tools.models import Operation
-from tests.integration.test_asgi import server, token  # noqa: F401  (fixtures: uvicorn on a free port)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -32,8 +31,8 @@ def read_response(sock: socket.socket) -> bytes:
     return received
 
 
-def test_huge_declared_body_is_refused_before_it_is_sent(server: dict[str, Any],  # noqa: F811
-                                                         token: str) -> None:  # noqa: F811
+def test_huge_declared_body_is_refused_before_it_is_sent(server: dict[str, Any],
+                                                         token: str) -> None:
     """The client sends 64 KiB of a declared 64 MiB: the 413 must not wait for the rest."""
     with socket.create_connection(("127.0.0.1", server["port"]), timeout=10) as sock:
         sock.sendall(head(server["port"], token, 64 * 1024 * 1024, close=False)
@@ -48,8 +47,8 @@ def test_huge_declared_body_is_refused_before_it_is_sent(server: dict[str, Any],
     assert Operation.objects.count() == 0
 
 
-def test_body_a_little_over_the_limit_gets_its_413_before_close(server: dict[str, Any],  # noqa: F811
-                                                                token: str) -> None:  # noqa: F811
+def test_body_a_little_over_the_limit_gets_its_413_before_close(server: dict[str, Any],
+                                                                token: str) -> None:
     """Sent whole with ``Connection: close``: the 413 arrives, not a connection reset."""
     payload = json.dumps({"operationId": "x" * 400_000}).encode()  # over the 256 KiB default
     with socket.create_connection(("127.0.0.1", server["port"]), timeout=15) as sock:

@@ -15,7 +15,7 @@ from django.utils import timezone
 from guarded_tools.models import AuditEntry, BudgetOverride
 from tests.conftest import Effects
 from tests.integration.browser import expect, fits, log_in, shoot
-from tests.pipeline.test_budget_overrides import SCHEMA, budgeted, pay
+from tests.pipeline.policy_support import SCHEMA, budgeted, pay
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]

@@ -311,7 +311,7 @@ def test_counts_past_the_bound_read_as_such_on_the_index_and_the_list(
     estimate) or "more than …", within their tiles at 1280 px; unknown outcomes stay exact."""
     from django.db import connection
 
-    from tests.console.test_admin_scale import add_rows
+    from tests.console.pages import add_rows
 
     settings.GUARDED_TOOLS = {"CONSOLE_COUNT_EXACTLY_UP_TO": 5}
     add_rows(60, [demo["agent"]])  # 10 of each state

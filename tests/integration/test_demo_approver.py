@@ -17,23 +17,12 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from guarded_tools.models import Confirmation
-from project.demo.management.commands.demo_seed import AGENT_TOKEN, APPROVER_PERMISSIONS
+from project.demo.management.commands.demo_seed import APPROVER_PERMISSIONS
+from tests.integration.demo import call, csrf
 
 pytestmark = pytest.mark.django_db
 
 CONF_LIST = "/admin/guarded_tools/confirmation/"
-
-
-@pytest.fixture
-def agent() -> APIClient:
-    call_command("demo_seed", stdout=StringIO())
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {AGENT_TOKEN}")
-    return client
-
-
-def call(agent: APIClient, tool: str, body: dict[str, Any]) -> Any:
-    return agent.post(f"/agent/tools/{tool}/", body, format="json")
 
 
 def ask_payment(agent: APIClient, amount: str) -> tuple[dict[str, Any], Confirmation]:
@@ -46,14 +35,6 @@ def ask_payment(agent: APIClient, amount: str) -> tuple[dict[str, Any], Confirma
     response = call(agent, "send_payment", body)
     assert response.status_code == 202, response.json()
     return body, Confirmation.objects.get(key=body["operationId"])
-
-
-def csrf(client: Client, url: str) -> str:
-    page = client.get(url)
-    assert page.status_code == 200, url
-    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.content.decode())
-    assert found, url
-    return found.group(1)
 
 
 def log_in_as_approver() -> Client:

@@ -10,53 +10,15 @@ in the admin with their own logins and CSRF tokens.
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 import pytest
-from django.test import Client
 from rest_framework.test import APIClient
 
 from guarded_tools.models import BudgetCounter, Confirmation, ConfirmationStatus
-from tests.integration.test_demo_approver import agent, call, csrf
+from tests.integration.demo import Payer, call, decide, log_in
 
 pytestmark = pytest.mark.django_db
-__all__ = ["agent"]  # the demo agent's fixture (seeds the demo)
-CONF = "/admin/guarded_tools/confirmation/"
-
-
-def log_in(name: str) -> Client:
-    client = Client(enforce_csrf_checks=True)
-    login = client.post("/admin/login/?next=/admin/", {
-        "username": name, "password": name, "csrfmiddlewaretoken": csrf(client, "/admin/login/")})
-    assert login.status_code == 302, name
-    return client
-
-
-def decide(person: Client, confirmation: Confirmation) -> None:
-    page = f"{CONF}{confirmation.pk}/change/"
-    answer = person.post(f"{CONF}{confirmation.pk}/decide/", {
-        "decision": "approve", "csrfmiddlewaretoken": csrf(person, page)})
-    assert answer.status_code == 302
-
-
-class Payer:
-    """The agent paying from its Checking account to its Savings, as the README does."""
-
-    def __init__(self, agent: APIClient) -> None:
-        self.agent = agent
-        accounts = call(agent, "list_payment_accounts", {}).json()["output"]["accounts"]
-        self.source, self.receiver = accounts
-        assert (self.source["name"], self.source["balance"]) == ("Checking", "5000.00")
-
-    def body(self, amount: str) -> dict[str, Any]:
-        authorization = call(self.agent, "prepare_payment_authorization", {
-            "requestId": str(uuid.uuid4()), "sourceId": self.source["id"]}).json()["output"]
-        return {"operationId": str(uuid.uuid4()), "sourceId": self.source["id"],
-                "receiverId": self.receiver["id"], "amount": amount, **authorization}
-
-    def send(self, body: dict[str, Any]) -> Any:
-        return call(self.agent, "send_payment", body)
 
 
 def test_the_demo_policy_asks_as_the_issue_says(agent: APIClient) -> None:

@@ -21,9 +21,7 @@ from rest_framework.authtoken.models import Token
 
 from project.demo.models import Order, OrderNote
 from tests.conftest import key
-from tests.tools.test_pydantic import make_refund_tool
-from tests.tools.test_serializers import order_of
-from tests.tools.test_viewsets import PERMS, Flaky, publish, publish_atomic
+from tests.tools.samples import PERMS, Flaky, make_refund_tool, order_of, publish, publish_atomic
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from django.core.management import call_command
 
 from guarded_tools.models import Operation
 from tests.integration.browser import OPS_LIST, expect, log_in
-from tests.store.test_history import SCHEMA, Payment
+from tests.store.timeline import SCHEMA, Payment
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]

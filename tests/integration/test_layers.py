@@ -111,3 +111,30 @@ def test_every_import_linter_contract_is_kept_with_no_ignored_imports() -> None:
     assert not any("ignore_imports" in contract for contract in contracts)
     assert {"guarded_tools.pipeline", "guarded_tools.tools"} <= set(contracts[0]["layers"])
     assert lint_imports() == 0
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    """What tests share lives in modules without the ``test_`` prefix (helpers, conftest):
+    a test module imported by another runs its module-level code (skips, marks) there, and
+    a test function imported by name is collected twice."""
+    import ast
+
+    from tests.conftest import REPO_ROOT
+
+    def is_test_module(dotted: str) -> bool:
+        return dotted.split(".")[0] == "tests" and dotted.rsplit(".", 1)[-1].startswith("test_")
+
+    found = []
+    for path in sorted((REPO_ROOT / "tests").rglob("test_*.py")):
+        if "node_modules" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                modules = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            if any(is_test_module(module) for module in modules):
+                found.append(f"{path.relative_to(REPO_ROOT)}:{node.lineno}")
+    assert not found, found

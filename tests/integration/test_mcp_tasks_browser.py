@@ -6,16 +6,15 @@ import json
 import re
 import urllib.request
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from rest_framework.authtoken.models import Token
 
 from tests.conftest import Effects
-from tests.integration.browser import CONF_LIST, expect, label, log_in, shoot
+from tests.integration.browser import decide_in_the_admin, expect, log_in, shoot
 from tests.transports import mcp_tasks_schema as ext
-from tests.transports.test_mcp_tasks import ITEM, MODERN, URL, meta
+from tests.transports.mcp_calls import ITEM, MODERN, URL, meta
 
 # What these add to the admin's browser tests (which run under both Django versions)
 # is the MCP Tasks flow and the app's consent page, whatever Django's version: under
@@ -48,33 +47,6 @@ class McpAgent:
         reply = self.send("tasks/get", {"taskId": task_id})
         ext.GetTaskResult.model_validate(reply)
         return reply
-
-
-@pytest.fixture
-def eager_celery() -> Iterator[None]:
-    """The live server's approval runs its Celery task there, as a worker would."""
-    from project.celery import app
-
-    app.conf.task_always_eager = True
-    yield
-    app.conf.task_always_eager = False
-
-
-def decide_in_the_admin(page: Any, decision: str, requester: str,
-                        shows: tuple[str, ...] = ()) -> None:
-    """A staff member opens the requester's pending call in the admin, reads it, decides."""
-    log_in(page)
-    page.goto(CONF_LIST)
-    page.locator("#result_list tbody tr", has_text=requester).locator("a").first.click()
-    for text in shows:
-        expect(page.locator(".gt-detail")).to_contain_text(text)
-    if decision == "approve":
-        page.get_by_role("button", name="Approve").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("consumed"))
-    else:
-        page.fill("#gt-reason", "Over budget.")
-        page.get_by_role("button", name="Decline").click()
-        expect(page.get_by_test_id("status")).to_have_text(label("declined"))
 
 
 @pytest.mark.parametrize("decision", ["approve", "decline"])

@@ -28,9 +28,8 @@ from guarded_tools.transports.mcp.protocol import (
 )
 from guarded_tools.transports.mcp.task_methods import poll_interval_ms
 from tests.conftest import Effects, Lines
-from tests.integration.browser import expect, log_in
-from tests.integration.test_mcp_tasks_browser import decide_in_the_admin, eager_celery  # noqa: F401
-from tests.transports.test_mcp_tasks import ITEM, URL
+from tests.integration.browser import decide_in_the_admin, expect, log_in
+from tests.transports.mcp_calls import ITEM, URL
 
 # What these add to the admin's browser tests (which run under both Django versions)
 # is the MCP Tasks client's flow and the app's consent page, whatever Django's version:
@@ -96,7 +95,7 @@ def arguments(qty: int = 4) -> str:
 @pytest.mark.parametrize("decision", ["approve", "decline"])
 def test_the_tasks_client_settles_with_the_decision_made_in_the_admin(
         decision: str, run: Any, page: Any, staff: Any, user_factory: Any,
-        make_tool: Any, eager_celery: None) -> None:  # noqa: F811
+        make_tool: Any, eager_celery: None) -> None:
     handler = Effects()
     definition = make_tool(handler, confirm="effect-only", input_schema=ITEM,
                            description="Orders stock from the supplier.")
@@ -216,12 +215,12 @@ def test_another_principals_snapshot_reads_as_an_unknown_task(run: Any, user_fac
 # -- the web process restarts between the task's creation and the client's polling ---------------
 def test_a_handed_off_task_resumes_after_the_web_process_restarted(
         run: Any, tmp_path: Any, test_database_url: str, alice: Any, staff: Any,
-        make_tool: Any, eager_celery: None) -> None:  # noqa: F811
+        make_tool: Any, eager_celery: None) -> None:
     from guarded_tools import confirmations
-    from tests.transports.test_mcp_tasks import _start_web
+    from tests.transports.mcp_calls import start_web
 
     arguments = json.dumps({"operationId": uuid.uuid4().hex})
-    web, port = _start_web(tmp_path, test_database_url)
+    web, port = start_web(tmp_path, test_database_url)
     try:
         first = run(alice, "handoff", "tasks_after_restart", arguments,
                     url=f"http://127.0.0.1:{port}{URL}")
@@ -236,7 +235,7 @@ def test_a_handed_off_task_resumes_after_the_web_process_restarted(
               input_schema={"type": "object", "properties": {"operationId": {"type": "string"}},
                             "required": ["operationId"]}, confirm="effect-only")
     confirmations.approve(Confirmation.objects.get(), staff)
-    web, port = _start_web(tmp_path, test_database_url)
+    web, port = start_web(tmp_path, test_database_url)
     try:
         resumed = run(alice, "resume", json.dumps(reference), url=f"http://127.0.0.1:{port}{URL}")
         assert resumed.next("resumed")["resumed"]["taskId"] == reference["taskId"]

@@ -11,7 +11,7 @@ from guarded_tools.core.errors import ConfirmationRequired
 from guarded_tools.models import Confirmation
 from tests.conftest import Effects, key
 from tests.integration.browser import expect, fits, log_in
-from tests.pipeline.test_policies import SCHEMA, payments
+from tests.pipeline.policy_support import SCHEMA, payments
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True),
               pytest.mark.xdist_group("console_browser")]

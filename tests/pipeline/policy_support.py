@@ -1,25 +1,21 @@
-"""What the tests of approval policies and budgets share: a payment tool's schema, the
-agent acting for alice (by token and by session), a call, and a policy with one budget."""
+"""What the tests of approval policies and budgets share: a payment tool's schema, a call,
+the policies (one budget, one or two approvers, the owner's consent) and the consent page.
+
+The agent acting for alice (the ``agent`` fixture) is in ``tests/pipeline/conftest.py``."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-import pytest
+from django.test import Client as DjangoClient
 
 from guarded_tools import Budget, Policy, Rule, Run
+from tests.conftest import key
 
 URL = "/agent/tools/{}/"
 SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},
                                            "amount": {"type": "number"}}}
-
-
-@pytest.fixture(params=["token", "session"], name="agent")
-def alice_agent(request: pytest.FixtureRequest, alice: Any, client_for: Any,
-          session_client_for: Any) -> Any:
-    """``agent``: the agent acting for alice, once with her token and once in her session
-    (a module that imports ``alice_agent`` has the fixture)."""
-    return (client_for if request.param == "token" else session_client_for)(alice)
 
 
 def call(client: Any, name: str, body: Any) -> Any:
@@ -33,3 +29,58 @@ def budgeted(name: str = "spend", *, count: int | None = None, limit: float | No
                   budgets=[Budget(name=name, count=count,
                                   sum_field="amount" if limit is not None else None,
                                   limit=limit, escalate=escalate)])
+
+
+def payments(version: str = "1", two_above: float = 1000) -> Policy:
+    return Policy(version=version, rules=[
+        Rule(name="small", when=lambda input, **kw: input["amount"] <= 50, outcome=Run(),
+             description="Payments up to 50.00 run at once"),
+        Rule(name="large", when=lambda input, **kw: input["amount"] <= two_above,
+             outcome=Approvers(1), description="up to 1,000.00 need one approver"),
+        Rule(name="huge", when=lambda input, **kw: input["amount"] <= 100_000,
+             outcome=Approvers(2), description="more need two"),
+        Rule(name="absurd", outcome=Refuse(repair={"action": "ask_user",
+                                                   "instruction": "Ask for less."}),
+             description="above 100,000.00 are refused"),
+    ])
+
+
+def pay(client: Any, name: str, amount: float = 100) -> Any:
+    return client.post(URL.format(name), {"operationId": key(), "amount": amount},
+                       format="json")
+
+
+CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
+
+
+def owner_policy(flags: dict[str, Any] | None = None) -> Policy:
+    """Up to 50 runs; above it the user decides; ``flags["approvers"]`` makes it staff's."""
+    flags = flags if flags is not None else {}
+    return Policy(version="4", rules=[
+        Rule(name="small", when=lambda input, **kw: input["amount"] <= 50, outcome=Run(),
+             description="Payments up to 50.00 run at once"),
+        Rule(name="staff", when=lambda **kw: flags.get("approvers", False),
+             outcome=Approvers(1), description="for now, one approver decides the rest"),
+        Rule(name="yours", outcome=Owner(), description="more need your own approval"),
+    ])
+
+
+def consent(user: Any, page: str, decision: str = "approve", **extra: str) -> Any:
+    browser = browser_of(user)
+    shown = browser.get(page)
+    assert shown.status_code == 200, shown.status_code
+    found = CSRF.search(shown.content.decode())
+    assert found is not None
+    return browser.post(page, {"decision": decision, "password": "pw",
+                               "csrfmiddlewaretoken": found.group(1), **extra})
+
+
+def page_of(url: str) -> str:
+    return url.split("testserver", 1)[-1]
+
+
+def browser_of(user: Any) -> DjangoClient:
+    """The user's own browser session (CSRF enforced), as on the consent page."""
+    browser = DjangoClient(enforce_csrf_checks=True)
+    assert browser.login(username=user.get_username(), password="pw")
+    return browser

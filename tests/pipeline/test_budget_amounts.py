@@ -20,7 +20,7 @@ from django.core.management import call_command
 from guarded_tools import Approvers, Budget, Policy, Rule, Run
 from guarded_tools.models import BudgetCounter, Confirmation, Operation, Reservation
 from tests.conftest import Effects, key
-from tests.pipeline.policy_support import SCHEMA, URL, alice_agent, budgeted  # noqa: F401 (the fixture)
+from tests.pipeline.policy_support import SCHEMA, URL, budgeted
 
 pytestmark = pytest.mark.django_db
 

@@ -22,17 +22,12 @@ from django.utils import timezone
 
 from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import AuditEntry, BudgetCounter, BudgetOverride, Reservation
-from tests.conftest import Effects, key
-from tests.pipeline.policy_support import SCHEMA, URL, alice_agent, budgeted  # noqa: F401 (the fixture)
+from tests.conftest import Effects
+from tests.pipeline.policy_support import SCHEMA, budgeted, pay
 
 pytestmark = pytest.mark.django_db
 ADD = "/admin/guarded_tools/budgetoverride/add/"
 USE = "/admin/guarded_tools/budgetcounter/"
-
-
-def pay(client: Any, name: str, amount: float = 100) -> Any:
-    return client.post(URL.format(name), {"operationId": key(), "amount": amount},
-                       format="json")
 
 
 def statuses(client: Any, name: str, n: int, amount: float = 100) -> list[int]:
@@ -238,7 +233,6 @@ def test_the_form_offers_the_declared_budgets_with_their_limits(
     page = session_client_for(manager).get(ADD).content.decode()
     assert "spend: at most 2,000.00 of amount per day" in page
     assert "per-minute: at most 10 calls per minute" in page
-
 
 
 @pytest.mark.parametrize(("seconds", "words"), [

@@ -21,7 +21,7 @@ from django.test import Client
 from guarded_tools.models import Operation, OperationState, Reservation
 from guarded_tools.pipeline.recovery import sweep
 from tests.conftest import key, wait_until
-from tests.pipeline.policy_support import SCHEMA, URL, alice_agent, budgeted  # noqa: F401 (the fixture)
+from tests.pipeline.policy_support import SCHEMA, URL, budgeted
 
 OPS_LIST = "/admin/guarded_tools/operation/"
 RECONCILER = ("guarded_tools.view_operation", "guarded_tools.reconcile_operation")

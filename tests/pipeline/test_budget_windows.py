@@ -20,7 +20,7 @@ from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import BudgetCounter
 from guarded_tools.pipeline.stages.budget import BudgetStage
 from tests.conftest import Effects, key
-from tests.pipeline.policy_support import URL, alice_agent  # noqa: F401 (the fixture)
+from tests.pipeline.policy_support import URL
 
 pytestmark = pytest.mark.django_db
 

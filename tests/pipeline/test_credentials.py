@@ -19,7 +19,7 @@ from guarded_tools.core.credentials import DRF_TOKEN
 from guarded_tools.core.registry import registry as core_registry
 from guarded_tools.models import Confirmation, ConfirmationStatus, Operation
 from tests.conftest import Effects, key
-from tests.transports.test_mcp_tasks import ITEM, approver, call, eager  # noqa: F401 - fixtures
+from tests.transports.mcp_calls import ITEM, call
 
 SITE = "site-token:"
 
@@ -59,7 +59,7 @@ def token_client(user: Any) -> DjangoClient:
 @pytest.mark.parametrize("revoked", [False, True])
 def test_a_registered_kind_records_the_credential_and_decides_the_approved_run(
         revoked: bool, site_kind: SiteTokens, make_tool: Any, user_factory: Any,
-        approver: Any, eager: Any) -> None:  # noqa: F811 - the fixtures imported above
+        approver: Any, eager: Any) -> None:
     definition = make_tool(Effects(), confirm="effect-only", input_schema=ITEM)
     call(token_client(user_factory()), definition.name, {"operationId": key(), "qty": 1})
     row = Confirmation.objects.get()

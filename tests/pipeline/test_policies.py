@@ -9,23 +9,9 @@ import pytest
 from guarded_tools import Approvers, Policy, Refuse, Rule, Run, confirmations
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from tests.conftest import Effects, key
-from tests.pipeline.policy_support import SCHEMA, URL, alice_agent, budgeted, call  # noqa: F401 (the fixture)
+from tests.pipeline.policy_support import SCHEMA, budgeted, call, payments
 
 pytestmark = pytest.mark.django_db
-
-
-def payments(version: str = "1", two_above: float = 1000) -> Policy:
-    return Policy(version=version, rules=[
-        Rule(name="small", when=lambda input, **kw: input["amount"] <= 50, outcome=Run(),
-             description="Payments up to 50.00 run at once"),
-        Rule(name="large", when=lambda input, **kw: input["amount"] <= two_above,
-             outcome=Approvers(1), description="up to 1,000.00 need one approver"),
-        Rule(name="huge", when=lambda input, **kw: input["amount"] <= 100_000,
-             outcome=Approvers(2), description="more need two"),
-        Rule(name="absurd", outcome=Refuse(repair={"action": "ask_user",
-                                                   "instruction": "Ask for less."}),
-             description="above 100,000.00 are refused"),
-    ])
 
 
 @pytest.fixture
@@ -233,8 +219,8 @@ def test_an_mcp_task_waiting_for_its_second_approval_stays_working(
         make_tool: Any, alice: Any, client_for: Any, two_approvers: list[Any],
         django_capture_on_commit_callbacks: Any) -> None:
     from project.celery import app
-    from tests.transports.test_mcp_tasks import call as mcp_call
-    from tests.transports.test_mcp_tasks import get_task
+    from tests.transports.mcp_calls import call as mcp_call
+    from tests.transports.mcp_calls import get_task
 
     handler = Effects()
     schema = {**SCHEMA, "required": ["operationId", "amount"]}

@@ -8,7 +8,6 @@ step-up), no staff member can, and the 202 names the rule.
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import pytest
@@ -20,50 +19,22 @@ from guarded_tools.store.replays import replays
 from guarded_tools.transports.mcp.approvals import CONSENT_REQUEST
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA as PAYMENT
-from tests.pipeline.policy_support import URL, alice_agent, call  # noqa: F401 (the fixture)
+from tests.pipeline.policy_support import (
+    browser_of,
+    call,
+    consent,
+    owner_policy,
+    page_of,
+)
 
 pytestmark = pytest.mark.django_db
 CONF = "/admin/guarded_tools/confirmation/"
-CSRF = re.compile(r'name="csrfmiddlewaretoken" value="([^"]+)"')
 SCHEMA = {**PAYMENT, "required": ["operationId", "amount"]}
-
-
-def owner_policy(flags: dict[str, Any] | None = None) -> Policy:
-    """Up to 50 runs; above it the user decides; ``flags["approvers"]`` makes it staff's."""
-    flags = flags if flags is not None else {}
-    return Policy(version="4", rules=[
-        Rule(name="small", when=lambda input, **kw: input["amount"] <= 50, outcome=Run(),
-             description="Payments up to 50.00 run at once"),
-        Rule(name="staff", when=lambda **kw: flags.get("approvers", False),
-             outcome=Approvers(1), description="for now, one approver decides the rest"),
-        Rule(name="yours", outcome=Owner(), description="more need your own approval"),
-    ])
 
 
 @pytest.fixture
 def staff(django_user_model: Any) -> Any:
     return django_user_model.objects.create_superuser("boss", password="pw")
-
-
-def browser_of(user: Any) -> DjangoClient:
-    """The user's own browser session (CSRF enforced), as on the consent page."""
-    browser = DjangoClient(enforce_csrf_checks=True)
-    assert browser.login(username=user.get_username(), password="pw")
-    return browser
-
-
-def consent(user: Any, page: str, decision: str = "approve", **extra: str) -> Any:
-    browser = browser_of(user)
-    shown = browser.get(page)
-    assert shown.status_code == 200, shown.status_code
-    found = CSRF.search(shown.content.decode())
-    assert found is not None
-    return browser.post(page, {"decision": decision, "password": "pw",
-                               "csrfmiddlewaretoken": found.group(1), **extra})
-
-
-def page_of(url: str) -> str:
-    return url.split("testserver", 1)[-1]
 
 
 def test_an_owner_rule_asks_the_user_not_staff_over_rest(
@@ -134,7 +105,7 @@ def test_an_owner_rule_declined_by_the_user_declines(
 
 
 def mcp_call(client: Any, name: str, arguments: dict[str, Any], **extra: Any) -> dict[str, Any]:
-    from tests.transports.test_mcp_tasks import result, send
+    from tests.transports.mcp_calls import result, send
 
     return result(send(client, "tools/call", {"name": name, "arguments": arguments, **extra},
                        tasks=True, url_elicitation=True))
@@ -165,7 +136,7 @@ def test_an_owner_rule_over_mcp_is_a_url_elicitation_not_a_task(
 
 def test_an_owner_rule_over_mcp_without_elicitation_gives_the_url(
         make_tool: Any, client_for: Any, alice: Any) -> None:
-    from tests.transports.test_mcp_tasks import result, send
+    from tests.transports.mcp_calls import result, send
 
     definition = make_tool(Effects(), confirm=owner_policy(), input_schema=SCHEMA)
     answer = result(send(client_for(alice), "tools/call", {

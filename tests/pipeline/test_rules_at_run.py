@@ -30,10 +30,8 @@ from guarded_tools.models import (
     Reservation,
 )
 from tests.conftest import Effects, key
-from tests.pipeline.policy_support import SCHEMA, alice_agent, call  # noqa: F401 (the fixture)
-from tests.pipeline.test_policies import payments
-from tests.pipeline.test_policy_owner import consent, owner_policy, page_of
-from tests.store.test_history import rows
+from tests.pipeline.policy_support import SCHEMA, call, consent, owner_policy, page_of, payments
+from tests.store.timeline import rows
 
 pytestmark = pytest.mark.django_db
 CONF = "/admin/guarded_tools/confirmation/"
@@ -291,8 +289,8 @@ def test_an_mcp_task_stays_working_when_its_approval_is_asked_again(
         django_capture_on_commit_callbacks: Any, eager_celery: None) -> None:
     """The approval runs the task's call on Celery; the rule now asks two approvers: the
     task keeps working (nothing ran) until the second approval, then completes."""
-    from tests.transports.test_mcp_tasks import call as mcp_call
-    from tests.transports.test_mcp_tasks import get_task
+    from tests.transports.mcp_calls import call as mcp_call
+    from tests.transports.mcp_calls import get_task
 
     handler = Effects()
     definition = make_tool(handler, confirm=payments(),
@@ -404,7 +402,7 @@ def test_the_demo_day_asks_a_second_approver_for_the_payment_past_2000(
         demo_agent: Any) -> None:
     """The demo as walked: 900.00 with one approval, then 49 + 950 + 951, then the 900's
     retry with a fresh authorization: a second approver, not a payment."""
-    from tests.integration.test_demo_policy import Payer, decide, log_in
+    from tests.integration.demo import Payer, decide, log_in
 
     payer = Payer(demo_agent)
     approver, approver2 = log_in("approver"), log_in("approver2")

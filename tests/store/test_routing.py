@@ -18,7 +18,7 @@ from guarded_tools.pipeline import reconciliation
 from guarded_tools.pipeline.recovery import sweep
 from guarded_tools.store.replays import replays
 from tests.conftest import key
-from tests.pipeline.test_recovery import Recorder, abandoned, never
+from tests.pipeline.recovering import Recorder, abandoned, never
 
 pytestmark = pytest.mark.django_db
 

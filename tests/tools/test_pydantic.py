@@ -3,44 +3,16 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 import pytest
 from jsonschema import Draft202012Validator
-from pydantic import BaseModel, Field, field_validator
+from pydantic import Field
 
 from guarded_tools.models import Operation
 from project.demo.models import Order
 from tests.conftest import key
-
-
-class Refund(BaseModel):
-    operationId: str = Field(min_length=1, description="A new UUID per refund.")
-    amount: int = Field(gt=0, le=500, description="Euro cents.")
-    reason: Literal["damaged", "late"] | None = None
-
-    @field_validator("amount")
-    @classmethod
-    def even(cls, value: int) -> int:
-        if value % 2:
-            raise ValueError(f"odd amounts like {value} are refused")  # quotes the input
-        return value
-
-
-class Receipt(BaseModel):
-    refunded: int
-    reason: str | None
-
-
-def make_refund_tool(make_tool: Any) -> Any:
-    """``(tool, inputs seen by its handler)``: a refund with a model in and a model out."""
-    seen: list[Any] = []
-
-    def handler(refund: Refund, ctx: Any) -> Receipt:
-        seen.append(refund)
-        return Receipt(refunded=refund.amount, reason=refund.reason)
-
-    return make_tool(handler, input=Refund, output=Receipt, input_schema={"type": "object"}), seen
+from tests.tools.samples import Refund, make_refund_tool
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from guarded_tools.serializers import spectacular_components
 from project.demo.api import OrderNoteInput, OrderNoteSerializer
 from project.demo.models import Order, OrderNote
 from tests.conftest import key
+from tests.tools.samples import order_of
 
 
 class Line(serializers.Serializer):
@@ -42,10 +43,6 @@ class Shipment(serializers.Serializer):
 class Unmappable(serializers.Serializer):
     operationId = serializers.CharField()
     anything = serializers.Field()
-
-
-def order_of(user: Any, number: str = "A-1") -> Order:
-    return Order.objects.create(number=number, customer=user, total="10.00")
 
 
 @pytest.fixture
@@ -333,8 +330,6 @@ def test_the_strict_converters_refuse_or_rewrite_a_schema_strict_mode_cannot_tak
 def test_input_and_input_schema_together_are_refused(make_tool: Any) -> None:
     with pytest.raises(ValueError, match="not both"):
         make_tool(input=Shipment, input_schema={"type": "object", "properties": {}})
-
-
 
 
 @pytest.mark.django_db

@@ -12,7 +12,6 @@ from django.contrib.auth.models import Permission
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authentication import SessionAuthentication
 from rest_framework.authtoken.models import Token
 from rest_framework.permissions import SAFE_METHODS, BasePermission, IsAuthenticated
 from rest_framework.test import APIClient
@@ -24,11 +23,15 @@ from guarded_tools.viewsets import guarded_view, guarded_viewset
 from project.demo.api import OrderViewSet
 from project.demo.models import Order
 from tests.conftest import key
+from tests.tools.samples import (
+    PERMS,
+    RENAME_SCHEMA,
+    Flaky,
+    publish,
+    publish_atomic,
+)
 
 URL = "/agent/tools/{}/"
-PERMS = ("demo.add_order", "demo.delete_order")
-
-
 def token_client(user: Any) -> APIClient:
     """Token authentication, as an agent's: the view's own classes read the header again."""
     client = APIClient()
@@ -249,48 +252,6 @@ def test_a_view_that_raises_after_its_effect_ends_outcome_unknown(
 
 # -- whose authentication: the view's own classes, and plain Django views ------------------
 
-class SessionOnlyViewSet(OrderViewSet):
-    """Orders for browser sessions only."""
-
-    authentication_classes = [SessionAuthentication]
-
-
-def rename_order(request: HttpRequest, pk: str) -> JsonResponse:
-    """Rename one of your orders (a plain Django view that answers JSON)."""
-    data = json.loads(request.body)
-    order = Order.objects.filter(pk=pk, customer=request.user).first()
-    if order is None:
-        return JsonResponse({"detail": "No such order."}, status=404)
-    if Order.objects.filter(number=data["number"]).exists():
-        return JsonResponse({"number": ["That number is taken."]}, status=400)
-    order.number = data["number"]
-    order.save(update_fields=["number"])
-    return JsonResponse({"id": order.pk, "number": order.number})
-
-
-RENAME_SCHEMA = {
-    "type": "object",
-    "properties": {
-        "operationId": {"type": "string", "minLength": 1, "description": "A new UUID."},
-        "pk": {"type": "integer", "minimum": 1, "description": "The order."},
-        "number": {"type": "string", "minLength": 1, "maxLength": 20, "description": "New."},
-    },
-    "required": ["operationId", "pk", "number"],
-    "additionalProperties": False,
-}
-
-
-def publish() -> Iterator[None]:
-    """A session-only viewset's list and a plain view, registered while the caller runs."""
-    made = list(guarded_viewset(SessionOnlyViewSet, basename="sessiononly",
-                                actions={"list": {}}).values())
-    made.append(guarded_view(rename_order, name="rename_order", input_schema=RENAME_SCHEMA,
-                             url_kwargs=("pk",)))
-    yield
-    for definition in made:
-        registry.unregister(definition.name)
-
-
 @pytest.fixture
 def published() -> Iterator[None]:
     yield from publish()
@@ -497,38 +458,6 @@ def test_a_call_the_schema_rejects_runs_no_sql(carol: Any, client_for: Any) -> N
 
 # -- atomic=True: the view's effect and the operation commit together ------------------------
 
-class Flaky:
-    """Counts the view's runs; the first ``failures`` runs raise after the effect."""
-
-    def __init__(self) -> None:
-        self.runs = 0
-        self.failures = 0
-
-
-FLAKY = Flaky()
-
-
-class FlakyOrderViewSet(OrderViewSet):
-    """Orders whose creation may fail after it saved the order."""
-
-    def perform_create(self, serializer: Any) -> None:
-        FLAKY.runs += 1
-        super().perform_create(serializer)
-        if FLAKY.runs <= FLAKY.failures:
-            raise RuntimeError("postgres://secret-host/after-the-effect")
-
-
-def publish_atomic(**options: Any) -> Iterator[Flaky]:
-    """``FlakyOrderViewSet``'s create published with ``atomic=True``, while the caller runs."""
-    global FLAKY
-    FLAKY = Flaky()
-    made = guarded_viewset(FlakyOrderViewSet, basename="atomic",
-                           actions={"create": {"atomic": True, **options}})
-    yield FLAKY
-    for definition in made.values():
-        registry.unregister(definition.name)
-
-
 @pytest.fixture
 def flaky(atomic_path: str) -> Iterator[Flaky]:
     yield from publish_atomic()
@@ -676,7 +605,7 @@ def test_object_not_found_says_one_thing_and_its_repaired_retry_runs(
 ) -> None:
     """Its retry policy and its fix agree (find the right object, call again), and the
     call they describe runs: the refusal released the key."""
-    from tests.transports.test_error_audiences import assert_fits, mcp_error, mcp_post
+    from tests.transports.agent_errors import assert_fits, mcp_error, mcp_post
 
     mine = Order.objects.create(number="N-1", customer=carol, total="1.00")
     theirs = Order.objects.create(number="N-2", customer=bob, total="1.00")

@@ -2,19 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC
 from typing import Any
 
 import pytest
-from django.core.asgi import get_asgi_application
 from rest_framework.test import APIClient
 
-from guarded_tools.asgi import with_cancellation
 from guarded_tools.models import Operation
 from guarded_tools.store.replays import replays
 from tests.conftest import key
+from tests.transports.asgi_calls import CHUNK, run_asgi
 
 URL = "/agent/tools/{}/"
 
@@ -193,41 +191,6 @@ def test_operation_id_in_upper_case_finds_the_operation(make_tool: Any, alice: A
 
 # -- a declared Content-Length over MAX_BODY_BYTES, under the ASGI wrapper ------------------
 LIMIT = 256 * 1024  # the default MAX_BODY_BYTES
-CHUNK = b" " * 65536
-
-
-def run_asgi(path: str, declared: int, chunks: int, *,
-             headers: list[tuple[bytes, bytes]] | None = None) -> tuple[list[Any], list[int]]:
-    """Run one request through the wrapped app; what it sent and how many chunks it read
-    before its answer started."""
-    app = with_cancellation(get_asgi_application())
-    received = 0
-    sent: list[Any] = []
-    read_before_answer: list[int] = []
-
-    async def receive() -> dict[str, Any]:
-        nonlocal received
-        if received >= chunks:
-            await asyncio.Future()  # the client sends nothing more: wait until cancelled
-        received += 1
-        return {"type": "http.request", "body": CHUNK, "more_body": received < chunks}
-
-    async def send(message: dict[str, Any]) -> None:
-        if message["type"] == "http.response.start":
-            read_before_answer.append(received)
-        sent.append(message)
-
-    scope = {
-        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST",
-        "scheme": "http", "path": path, "raw_path": path.encode(), "query_string": b"",
-        "root_path": "", "server": ("testserver", 80), "client": ("127.0.0.1", 1234),
-        "headers": [(b"host", b"testserver"), (b"content-type", b"application/json"),
-                    (b"content-length", str(declared).encode()), *(headers or [])],
-    }
-    asyncio.run(asyncio.wait_for(app(scope, receive, send), 30))
-    return sent, read_before_answer
-
-
 @pytest.mark.django_db
 def test_declared_oversized_body_is_refused_before_it_is_read() -> None:
     sent, read = run_asgi("/agent/tools/list_orders/", len(CHUNK) * 400, 400)

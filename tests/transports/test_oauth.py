@@ -27,10 +27,10 @@ from rest_framework.authtoken.models import Token
 from guarded_tools import Tool
 from project.demo.models import Order
 from tests.conftest import Effects, key
+from tests.transports.mcp_rpc import MCP, call, rpc
 
 pytestmark = pytest.mark.django_db
 
-MCP = "/agent/mcp/"
 RESOURCE = "http://testserver/agent/mcp"
 PRM = "http://testserver/.well-known/oauth-protected-resource/agent/mcp"
 REDIRECT = "http://127.0.0.1:33418/callback"
@@ -70,16 +70,6 @@ def issue(application: Any) -> Callable[..., str]:
 
 def bearer(token: str, **headers: str) -> DjangoClient:
     return DjangoClient(headers={"Authorization": f"Bearer {token}", **headers})
-
-
-def rpc(client: Any, method: str, params: dict[str, Any] | None = None) -> Any:
-    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": params or {}}
-    return client.post(MCP, data=json.dumps(body), content_type="application/json",
-                       headers={"MCP-Protocol-Version": "2025-11-25"})
-
-
-def call(client: Any, name: str, arguments: dict[str, Any]) -> Any:
-    return rpc(client, "tools/call", {"name": name, "arguments": arguments})
 
 
 def listed(client: Any) -> set[str]:
@@ -520,13 +510,13 @@ def test_code_exchange_binds_the_token_to_the_resource(
 
 # -- issue 25: approved runs and status reads authorize as replays do ----------------------------
 def _task_call(client: Any, name: str, arguments: dict[str, Any]) -> Any:
-    from tests.transports.test_mcp_tasks import send
+    from tests.transports.mcp_calls import send
 
     return send(client, "tools/call", {"name": name, "arguments": arguments})
 
 
 def _task_read(client: Any, method: str, task_id: str) -> Any:
-    from tests.transports.test_mcp_tasks import send
+    from tests.transports.mcp_calls import send
 
     return send(client, method, {"taskId": task_id})
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import key
-from tests.transports.test_negotiation_and_limits import CHUNK, run_asgi
+from tests.transports.asgi_calls import CHUNK, run_asgi
 
 pytestmark = pytest.mark.django_db
 
