@@ -102,7 +102,7 @@ def server(tmp_path: Path) -> Iterator[dict[str, Any]]:
         cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     try:
-        wait_for_port(port, process)
+        wait_for_port(port, process, timeout=90)  # a loaded CI machine starts uvicorn slowly
         yield {"port": port, "markers": tmp_path}
     finally:
         process.terminate()

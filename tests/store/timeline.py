@@ -5,6 +5,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
+SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},
+                                           "note": {"type": "string"}}}
+
 
 def rows(page: str) -> list[tuple[str, str, str, str]]:
     """The timeline's rows: (when, what, attempt, who), in the page's order."""
@@ -31,6 +34,3 @@ class Payment:
         # cannot tell either: a person decides.
         return {} if error is not None else {"outcome": "unknown"}
 
-
-SCHEMA = {"type": "object", "properties": {"operationId": {"type": "string"},
-                                           "note": {"type": "string"}}}
