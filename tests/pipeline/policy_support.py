@@ -10,7 +10,7 @@ from typing import Any
 
 from django.test import Client as DjangoClient
 
-from guarded_tools import Budget, Policy, Rule, Run
+from guarded_tools import Approvers, Budget, Owner, Policy, Refuse, Rule, Run
 from tests.conftest import key
 
 URL = "/agent/tools/{}/"

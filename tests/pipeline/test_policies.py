@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from guarded_tools import Approvers, Policy, Refuse, Rule, Run, confirmations
+from guarded_tools import Approvers, Policy, Rule, confirmations
 from guarded_tools.models import Confirmation, ConfirmationStatus
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import SCHEMA, budgeted, call, payments

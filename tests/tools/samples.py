@@ -10,7 +10,7 @@ from django.http import HttpRequest, JsonResponse
 from pydantic import BaseModel, Field, field_validator
 from rest_framework.authentication import SessionAuthentication
 
-from guarded_tools.tools.registry import registry
+from guarded_tools import registry
 from guarded_tools.viewsets import guarded_view, guarded_viewset
 from project.demo.api import OrderViewSet
 from project.demo.models import Order

@@ -28,7 +28,6 @@ from guarded_tools.transports.mcp.protocol import (
     TASK_META,
     TASK_NOT_CANCELLABLE,
 )
-from tests import forkserver
 from tests.conftest import Effects, key
 from tests.transports import mcp_tasks_schema as ext
 from tests.transports.mcp_calls import (
