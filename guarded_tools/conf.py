@@ -45,6 +45,13 @@ DEFAULTS: dict[str, Any] = {
     # confirmation_requested serves any other channel. CONSOLE_BASE_URL makes the
     # email's link to the request's admin page absolute ("https://ops.example.com").
     "CONFIRMATION_NOTIFY_EMAIL": True,
+    # Remind the approvers once, by email, of a request still waiting this many seconds
+    # before it expires (the Celery beat task guarded_tools.tasks.remind_approvers; 0: never).
+    "CONFIRMATION_REMIND_BEFORE_SECONDS": 3600,
+    # Email the people who manage budgets (manage_budgets) when a principal reaches one of
+    # a budget's thresholds (Budget(alerts=...)); the signal budget_alert serves any other
+    # channel, and observers get the lifecycle event "budget_alert".
+    "BUDGET_ALERT_NOTIFY_EMAIL": True,
     "CONSOLE_BASE_URL": "",
     # The operation page's link to a failure's logs or trace: a str.format template over
     # {trace_id} (the caller's W3C trace, which the OpenTelemetry span continues) and
@@ -53,12 +60,17 @@ DEFAULTS: dict[str, Any] = {
     # The admin's lists and tiles count rows one by one up to this many; past it they
     # show PostgreSQL's estimate ("about 1,000,000") or, elsewhere, "more than 10,000".
     "CONSOLE_COUNT_EXACTLY_UP_TO": 10_000,
+    # Exports of the audit trail, operations and confirmations read this many rows a query
+    # (keyset pages: memory stays flat whatever the rows, and no server-side cursor is
+    # needed, so PgBouncer in transaction mode serves them).
+    "EXPORT_PAGE_SIZE": 2000,
     "EXECUTE_ON_APPROVAL": False,
     # What sends an approved call, and a request's email, to the task queue: import strings
     # of functions taking the confirmation's id, read at each send (the pipeline sits below
     # the Celery tasks module, so it names it instead of importing it).
     "ENQUEUE_EXECUTE_APPROVED": "guarded_tools.tasks.enqueue_execute_approved",
     "ENQUEUE_NOTIFY_APPROVERS": "guarded_tools.tasks.enqueue_notify_approvers",
+    "ENQUEUE_NOTIFY_BUDGET_ALERT": "guarded_tools.tasks.enqueue_notify_budget_alert",
     # The consent page (confirm="owner"): what the user supplies at the moment of deciding,
     # which an agent holding their session cannot (guarded_tools.console.consent.PasswordStepUp's
     # interface: render(request, confirmation), verify(request, confirmation) -> label),

@@ -16,8 +16,11 @@ from guarded_tools.pipeline.recovery import close_old_connections
 __all__ = [
     "enqueue_execute_approved",
     "enqueue_notify_approvers",
+    "enqueue_notify_budget_alert",
     "execute_approved",
     "notify_approvers",
+    "notify_budget_alert",
+    "remind_approvers",
     "sweep",
 ]
 
@@ -221,7 +224,41 @@ def enqueue_notify_approvers(confirmation_id: str) -> bool:
                     "the approvers' email", "nobody is emailed about it")
 
 
-def _enqueue(task: Any, confirmation_id: str, errors: tuple[type[Exception], ...],
+@shared_task(name="guarded_tools.tasks.notify_budget_alert", ignore_result=True)
+def notify_budget_alert(alert_id: int) -> int:
+    """Email the people who manage budgets of one budget alert; the count sent."""
+    from guarded_tools.pipeline.budget_alerts import notify_managers
+
+    close_old_connections()
+    try:
+        return notify_managers(alert_id)
+    finally:
+        close_old_connections()
+
+
+def enqueue_notify_budget_alert(alert_id: int) -> bool:
+    """Send ``notify_budget_alert`` to the broker; False, with a warning, if that fails
+    (the call that reached the threshold is answered either way)."""
+    return _enqueue(notify_budget_alert, alert_id, (Exception,),
+                    "the budget managers' email", "nobody is emailed about it")
+
+
+@shared_task(name="guarded_tools.tasks.remind_approvers", ignore_result=True)
+def remind_approvers() -> int:
+    """Beat task: remind approvers, once, of the requests that expire soon; emails sent.
+
+    Safe to run from several beats or workers at once (each request is marked reminded by
+    compare-and-set before its email)."""
+    from guarded_tools.confirmations.reminders import remind_due
+
+    close_old_connections()
+    try:
+        return remind_due()
+    finally:
+        close_old_connections()
+
+
+def _enqueue(task: Any, confirmation_id: Any, errors: tuple[type[Exception], ...],
              what: str, consequence: str) -> bool:
     try:
         task.delay(confirmation_id)

@@ -179,6 +179,8 @@ class OpenTelemetryObserver:
       event per stage and the outcome; its status is an error unless it succeeded;
     - ``guarded_tools.calls`` (counter) and ``guarded_tools.call.duration`` (histogram,
       seconds), by tool, transport, outcome, replayed and error code;
+    - ``guarded_tools.budget.alerts`` (counter): budget thresholds reached (the event
+      ``budget_alert``), by tool, budget, threshold and measure;
     - gauges (``gauges=True``): pending confirmations, operations in flight, abandoned
       and of unknown outcome, by tool, read from the database when metrics are collected.
       They count database-wide: every process reports the same numbers.
@@ -207,6 +209,11 @@ class OpenTelemetryObserver:
             description="How long tool calls took, by tool, transport and outcome.",
             explicit_bucket_boundaries_advisory=DURATION_BUCKETS,
         )
+        self.budget_alerts = meter.create_counter(
+            "guarded_tools.budget.alerts", unit="{alert}",
+            description="Budget thresholds reached, once per window and principal each, by"
+                        " tool, budget and threshold.",
+        )
         if gauges:
             for name, unit, description, rows, reports in GAUGES:
                 meter.create_observable_gauge(
@@ -218,6 +225,11 @@ class OpenTelemetryObserver:
 
     # -- events --------------------------------------------------------------------------
     def __call__(self, event: GuardEvent) -> None:
+        if event.stage == "budget_alert":
+            self.budget_alerts.add(1, {
+                "tool": event.tool, "budget": str(event.extra.get("budget", "")),
+                "threshold": int(event.extra.get("threshold", 0)),
+                "measure": str(event.extra.get("measure", ""))})
         if event.stage == "started":
             self._start(event)
             return

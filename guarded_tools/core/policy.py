@@ -137,8 +137,12 @@ class Budget:
     description: str = ""
     #: ``"day"``, ``"week"`` or ``"month"`` of the site's calendar (sets ``window_seconds``).
     window: str = ""
+    #: Percentages of the count or the sum at which the people who manage budgets are told
+    #: (once per window and principal each): ``()`` tells nobody.
+    alerts: Sequence[int] = (80, 100)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "alerts", tuple(self.alerts))
         if self.window in CALENDAR:
             object.__setattr__(self, "window_seconds", CALENDAR[self.window])
 
@@ -231,6 +235,10 @@ class Policy:
                   if budget.window and budget.window not in CALENDAR]
         found += [f"budget {budget.name!r} has a window of {budget.window_seconds} seconds"
                   for budget in self.budgets if not budget.window and budget.window_seconds < 1]
+        found += [f"budget {budget.name!r} alerts at {percent} %, not a whole number from 1"
+                  f" to 1000" for budget in self.budgets for percent in budget.alerts
+                  if isinstance(percent, bool) or not isinstance(percent, int)
+                  or not 1 <= percent <= 1000]
         return found
 
 

@@ -5,7 +5,7 @@ One module per subject; every model is importable from ``guarded_tools.models`` 
 """
 
 from guarded_tools.models.audit import AuditEntry, OperationEvent, record_in_admin_history
-from guarded_tools.models.budgets import BudgetCounter, BudgetOverride, Reservation
+from guarded_tools.models.budgets import BudgetAlert, BudgetCounter, BudgetOverride, Reservation
 from guarded_tools.models.confirmations import (
     LAPSING,
     Confirmation,
@@ -26,6 +26,7 @@ from guarded_tools.models.operations import (
 __all__ = [
     "LAPSING",
     "AuditEntry",
+    "BudgetAlert",
     "BudgetCounter",
     "BudgetOverride",
     "Confirmation",

@@ -30,6 +30,7 @@ class AuditEntry(models.Model):
         RECOVER = "recover", _("recovered operation")
         BUDGET_OVERRIDE_SET = "budget_override_set", _("set budget override")
         BUDGET_OVERRIDE_REMOVED = "budget_override_removed", _("removed budget override")
+        EXPORT = "export", _("exported records")
 
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -68,6 +69,8 @@ class AuditEntry(models.Model):
         verbose_name = _("audit entry")
         verbose_name_plural = _("audit trail")
         ordering = ["-created_at"]
+        permissions = [("export_records", _("Can export the audit trail, operations and"
+                                            " confirmations"))]
         indexes = [
             # The dashboard's "recovered in the last day": the recoveries alone, by time.
             models.Index(fields=["created_at"], condition=Q(action="recover"),

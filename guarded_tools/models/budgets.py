@@ -131,3 +131,34 @@ class BudgetOverride(models.Model):
         if self.user_id is not None:
             return f"user {self.user}"
         return f"group {self.group}"
+
+
+class BudgetAlert(models.Model):
+    """A threshold of a budget a principal reached in one window: at most one row each
+    (the unique constraint), so the people who manage budgets are told once."""
+
+    class Measure(models.TextChoices):
+        CALLS = "calls", _("calls")
+        SUM = "sum", _("sum")
+
+    counter = models.ForeignKey(BudgetCounter, verbose_name=_("counter"),
+                                on_delete=models.CASCADE, related_name="alerts")
+    threshold = models.PositiveSmallIntegerField(
+        _("threshold (%)"), help_text=_("The percentage of the budget's count or sum reached."))
+    measure = models.CharField(_("measure"), max_length=8, choices=Measure.choices,
+                               help_text=_("What reached it first: the calls or the sum."))
+    used = models.DecimalField(_("used"), max_digits=20, decimal_places=4,
+                               help_text=_("The calls or the sum used when it was reached."))
+    limit = models.DecimalField(_("limit"), max_digits=20, decimal_places=4,
+                                help_text=_("The budget's count or limit as it applied then."))
+    created_at = models.DateTimeField(_("reached at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("budget alert")
+        verbose_name_plural = _("budget alerts")
+        ordering = ["counter", "threshold"]
+        constraints = [models.UniqueConstraint(fields=["counter", "threshold"],
+                                               name="gt_budget_alert_once")]
+
+    def __str__(self) -> str:
+        return f"{self.threshold} % of {self.counter}"

@@ -177,6 +177,9 @@ class Confirmation(models.Model):
         _("approvals given"), encoder=DjangoJSONEncoder, default=list, blank=True,
         help_text=_("The approvals given so far while more are needed: who, and when."),
     )
+    reminded_at = models.DateTimeField(
+        _("approvers reminded at"), null=True, blank=True,
+        help_text=_("When the approvers were reminded that the request expires soon (once)."))
     created_at = models.DateTimeField(_("requested at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"), default=default_expiry)
 

@@ -38,7 +38,7 @@ from guarded_tools.core.errors import BudgetExceeded, GuardError, RateLimited, V
 from guarded_tools.core.policy import Budget, Policy, Rule, Run, stricter
 from guarded_tools.core.times import site_time, timestamp
 from guarded_tools.models import BudgetCounter, Operation, Reservation
-from guarded_tools.pipeline import budget_overrides
+from guarded_tools.pipeline import budget_alerts, budget_overrides
 from guarded_tools.pipeline.stages.base import Call, Stage
 from guarded_tools.store import Claim
 
@@ -175,6 +175,9 @@ class BudgetStage(Stage):
         Reservation.objects.using(using).create(
             counter=counter, amount=counted,
             operation_id=claim.operation.pk if claim is not None else None)
+        # Under the same lock: the thresholds this reservation reaches, each told once.
+        budget_alerts.record(counter, budget, used["n"] + 1, total + counted, using,
+                             call.events.emit)
 
     def refusal(self, budget: Budget, over_count: bool, total: Decimal, frees: datetime,
                 now: datetime) -> GuardError:

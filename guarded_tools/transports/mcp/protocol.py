@@ -49,6 +49,8 @@ SERVER_INFO_META = "io.modelcontextprotocol/serverInfo"
 META_PREFIX = "io.github.guarded-tools"
 OPERATION_META = f"{META_PREFIX}/operation"
 ERROR_META = f"{META_PREFIX}/error"
+#: What the caller has left of each budget of the tool, and when it frees (every answer).
+BUDGETS_META = f"{META_PREFIX}/budgets"
 
 TASK_META = f"{META_PREFIX}/mayAnswerWithTask"
 

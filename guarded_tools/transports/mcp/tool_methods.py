@@ -9,11 +9,12 @@ from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import ConfirmationRequired, NotAuthenticated, ToolNotFound
 from guarded_tools.core.registry import registry
-from guarded_tools.pipeline import get_pipeline, trace_carrier
+from guarded_tools.pipeline import budget_status, get_pipeline, trace_carrier
 from guarded_tools.transports.mcp import tasks as tasks_ext
 from guarded_tools.transports.mcp.approvals import answers_with_task, awaiting
 from guarded_tools.transports.mcp.headers import param_header_problem
 from guarded_tools.transports.mcp.protocol import (
+    BUDGETS_META,
     HEADER_MISMATCH,
     INVALID_PARAMS,
     META_PREFIX,
@@ -90,6 +91,16 @@ def _find_tool(ex: Exchange, name: str, arguments: dict[str, Any]) -> Tool:
 def call_tool(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     name, arguments = _call_arguments(params)
     definition = _find_tool(ex, name, arguments)
+    result = _call(ex, params, definition, arguments)
+    # What the caller has left of each of the tool's budgets, and when it frees.
+    _fields, budgets = budget_status.for_answer(definition, ex.request.user)
+    if budgets and isinstance(result, dict):
+        result["_meta"] = {**result.get("_meta", {}), BUDGETS_META: budgets}
+    return result
+
+
+def _call(ex: Exchange, params: dict[str, Any], definition: Tool,
+          arguments: dict[str, Any]) -> dict[str, Any]:
     # Agents cannot set a header per call over MCP: the key is an input field. The
     # trace context travels in params._meta (2026-07-28), else in the HTTP headers.
     meta = params.get("_meta")

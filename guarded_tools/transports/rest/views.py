@@ -38,6 +38,7 @@ from guarded_tools.models import Confirmation, Operation
 from guarded_tools.pipeline import (
     GuardResult,
     Invocation,
+    budget_status,
     get_pipeline,
     principal_scope,
 )
@@ -91,6 +92,20 @@ class ToolCallView(GuardedAPIView):
         if result.replayed:
             response["Idempotent-Replayed"] = "true"
         return response
+
+    def finalize_response(self, request: Request, response: Response, *args: Any,
+                          **kwargs: Any) -> Response:
+        """Every answer of a tool with budgets says what the caller has left and when it
+        frees: the counts in ``RateLimit-Policy``/``RateLimit``, all in ``meta.budgets``."""
+        definition = registry.find(str(self.kwargs.get("name", "")))
+        if definition is not None and isinstance(response, Response) and isinstance(
+                response.data, dict) and getattr(request, "user", None) is not None:
+            fields, budgets = budget_status.for_answer(definition, request.user)
+            for name, value in fields.items():
+                response[name] = value
+            if budgets:
+                response.data = {**response.data, "meta": {"budgets": budgets}}
+        return super().finalize_response(request, response, *args, **kwargs)
 
     def call(self, request: Request, definition: Tool, body: dict[str, Any]) -> GuardResult:
         invocation = invocation_for(
