@@ -130,7 +130,8 @@ def notify_managers(alert_id: Any) -> int:
         what = "calls" if alert.measure == BudgetAlert.Measure.CALLS else "sum"
         subject = (f"Budget {said['budget']}: {alert.threshold} % reached by"
                    f" {said['scope']}")[:150]
-        body = (f"{said['scope']} has used {alert.used.normalize():f} of {alert.limit.normalize():f}"
+        used, limit = f"{alert.used.normalize():f}", f"{alert.limit.normalize():f}"
+        body = (f"{said['scope']} has used {used} of {limit}"
                 f" ({what}) of the budget {said['budget']} in the window that started at"
                 f" {said['window_start']}: {alert.threshold} % of it.\n")
         try:

@@ -163,4 +163,5 @@ def for_answer(definition: Any, user: Any) -> tuple[dict[str, str], list[dict[st
         return {}, []
 
 
-__all__ = ["DRAFT", "Standing", "described", "for_answer", "ratelimit_fields", "sf_string", "standing"]
+__all__ = ["DRAFT", "Standing", "described", "for_answer", "ratelimit_fields", "sf_string",
+           "standing"]
