@@ -29,6 +29,7 @@ from guarded_tools.console.admin.common import (
     SafeLookupsMixin,
     ToolFilter,
 )
+from guarded_tools.console.admin.exports import ExportMixin
 from guarded_tools.console.admin.records import audit_action
 from guarded_tools.console.admin.rendering import (
     JSON_SHOWN_CHARS,
@@ -117,7 +118,7 @@ class ExpiresFilter(admin.SimpleListFilter):
 
 
 @admin.register(Confirmation)
-class ConfirmationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
+class ConfirmationAdmin(ExportMixin, SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     # The summary names the tool's action; the sidebar filters by tool.
     # The summary as the request read when it was asked (stored with it): a page costs
     # the same queries however many rows it shows and whatever their tools' hooks do.

@@ -30,6 +30,7 @@ from guarded_tools.console.admin.common import (
     ToolFilter,
     stacked_time,
 )
+from guarded_tools.console.admin.exports import ExportMixin
 from guarded_tools.console.admin.rendering import (
     highlight_json,
     input_rows,
@@ -335,7 +336,7 @@ class LeaseFilter(admin.SimpleListFilter):
 
 
 @admin.register(Operation)
-class OperationAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
+class OperationAdmin(ExportMixin, SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     # The last update is on the operation's page: the list fits at 1280 px with the summary.
     list_display = ["tool_name", "summary", "short_key", "user", "state_badge", "created"]
     list_filter = ["state", LeaseFilter, ToolFilter, "recovered"]

@@ -21,6 +21,7 @@ from guarded_tools.console.admin.common import (
     stacked_time,
     unmatchable,
 )
+from guarded_tools.console.admin.exports import ExportMixin
 from guarded_tools.console.admin.rendering import (
     highlight_json,
 )
@@ -133,7 +134,7 @@ class PersonFilter(admin.SimpleListFilter):
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
+class AuditEntryAdmin(ExportMixin, SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     # The state an entry left behind sits under its action (one reads the other); the time
     # stays on one line, and the summary keeps its room, at 1280 px with both sidebars.
     list_display = ["at", "who", "action_and_status", "subject", "note"]
