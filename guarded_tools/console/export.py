@@ -157,7 +157,10 @@ class Export:
         head, line = encoder(self.kind, self.fmt)
         if head:
             yield head
-        for page in pages(self.kind, self.queryset):
+        rows = self.queryset
+        if self.entry is not None and self.kind.model is AuditEntry:
+            rows = rows.exclude(pk=self.entry.pk)  # the trail as it was asked for
+        for page in pages(self.kind, rows):
             self.rows += len(page)
             yield "".join(line(row) for row in page).encode()
         self.finish()
