@@ -236,8 +236,13 @@ BUILTIN = GuardCatalog(
             "retry": "as_is",
             "message": "Too many calls.",
             "why": "The site's throttle, or the tool's rate limit (so many calls per window"
-            " for each caller), refused this call before it ran.",
-            "fix": "Wait the Retry-After seconds, then repeat the call.",
+            " for each caller), refused this call before it ran. Every answer of a tool"
+            " with budgets says what is left: over REST the RateLimit field (`r`: calls"
+            " left, `t`: seconds until the window frees; RateLimit-Policy gives `q` calls"
+            " per `w` seconds) and `meta.budgets`; over MCP"
+            " `_meta[\"io.github.guarded-tools/budgets\"]` (`calls.remaining`, `resets_in`).",
+            "fix": "Wait the Retry-After seconds, then repeat the call; before the next calls,"
+            " read `t` or `resets_in` and keep under `r` or `calls.remaining`.",
             "link": "#rate_limited",
         },
         "budget_exceeded": {
@@ -245,7 +250,10 @@ BUILTIN = GuardCatalog(
             "retry": "after_repair",
             "message": "This call would exceed the caller's budget.",
             "why": "The tool's policy limits how much each caller may spend per window; the"
-            " check and the reservation are one step with the claim, and nothing ran.",
+            " check and the reservation are one step with the claim, and nothing ran. Every"
+            " answer of the tool says what is left of the sum: `meta.budgets[].sum.remaining`"
+            " and `frees_at` in a REST body, the same under"
+            " `_meta[\"io.github.guarded-tools/budgets\"]` over MCP.",
             "fix": "Wait until `budget.frees_at`, lower the amount to at most"
             " `budget.remaining`, or ask the user.",
             "link": "#budget_exceeded",
