@@ -168,12 +168,15 @@ class Export:
     async def achunks(self) -> AsyncIterator[bytes]:
         """The same chunks for an ASGI response: each page read in the sync thread."""
         chunks = self.chunks()
-        done = object()
+
+        def following() -> bytes | None:
+            return next(chunks, None)
+
         while True:
-            chunk = await sync_to_async(next, thread_sensitive=True)(chunks, done)
-            if chunk is done:
+            chunk = await sync_to_async(following, thread_sensitive=True)()
+            if chunk is None:
                 return
-            yield chunk  # type: ignore[misc]
+            yield chunk
 
     def finish(self) -> None:
         """The audit entry says how many rows were sent, once they all were."""

@@ -74,9 +74,12 @@ def record(counter: BudgetCounter, budget: Budget, calls: int, total: Decimal, u
         except IntegrityError:  # recorded by another call: told once, by that one
             continue
     for alert in made:
-        transaction.on_commit(lambda alert=alert: announce(alert, emit), using=using,
-                              robust=True)
+        transaction.on_commit(_announcing(alert, emit), using=using, robust=True)
     return made
+
+
+def _announcing(alert: BudgetAlert, emit: Callable[..., Any] | None) -> Callable[[], None]:
+    return lambda: announce(alert, emit)
 
 
 def described(alert: BudgetAlert) -> dict[str, Any]:

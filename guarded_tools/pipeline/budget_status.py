@@ -22,7 +22,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import router
-from django.db.models import Count, Sum
+from django.db.models import Count, Q, Sum
 from django.utils import timezone
 
 from guarded_tools.core.call import principal_scope
@@ -94,7 +94,7 @@ def budgets_of(definition: Any) -> Sequence[Budget]:
 def standing(definition: Any, user: Any, scope: str | None,
              now: datetime | None = None) -> list[Standing]:
     """Each budget of ``definition`` as it applies to ``user`` (``scope``): one query for the
-    overrides and one per budget; nothing for a tool without budgets or a caller with no
+    overrides and one for the counters; nothing for a tool without budgets or a caller with no
     principal."""
     budgets = budgets_of(definition)
     if not budgets or not scope:
@@ -102,16 +102,20 @@ def standing(definition: Any, user: Any, scope: str | None,
     using = router.db_for_write(BudgetCounter)  # what the call just wrote, not a replica's
     now = now or timezone.now()
     overrides = budget_overrides.overrides_for(user, (b.name for b in budgets), using)
+    applied = [budget_overrides.apply(declared, overrides)[0] for declared in budgets]
+    starts = [budget.window_start(now) for budget in applied]
+    current = Q(pk__in=[])
+    for budget, start in zip(applied, starts, strict=True):
+        current |= Q(budget=budget.name, window_start=start)
+    used = {(row["budget"], row["window_start"]): row for row in BudgetCounter.objects.using(
+        using).filter(current, scope=scope).values("budget", "window_start").annotate(
+        n=Count("reservations"), total=Sum("reservations__amount")).order_by()}
     found = []
-    for declared in budgets:
-        budget, _chosen = budget_overrides.apply(declared, overrides)
-        start = budget.window_start(now)
-        used = BudgetCounter.objects.using(using).filter(
-            budget=budget.name, scope=scope, window_start=start).aggregate(
-            n=Count("reservations"), total=Sum("reservations__amount"))
+    for budget, start in zip(applied, starts, strict=True):
+        row = used.get((budget.name, start), {})
         found.append(Standing(budget=budget, window_start=start,
-                              frees_at=budget.window_end(start), calls=used["n"] or 0,
-                              used=used["total"] or Decimal(0)))
+                              frees_at=budget.window_end(start), calls=row.get("n") or 0,
+                              used=row.get("total") or Decimal(0)))
     return found
 
 

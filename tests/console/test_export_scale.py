@@ -37,7 +37,7 @@ def test_a_million_audit_rows_export_in_constant_memory(user_factory: Any,
     table = AuditEntry._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {table} (action, note, status, data, created_at)"  # noqa: S608
+            f"INSERT INTO {table} (action, note, status, data, created_at)"
             " SELECT 'approve', 'approved payment ' || g, 'approved',"
             " jsonb_build_object('summary', 'Pay ' || g || '.00 to ACME', 'approvals', g %% 3),"
             " now() - make_interval(secs => g) FROM generate_series(1, %s) g", [ROWS])

@@ -36,8 +36,9 @@ from guarded_tools.console.admin.common import (
     stacked_time,
     unmatchable,
 )
+from guarded_tools.console.formatting import when
 from guarded_tools.core.policy import Budget, site_zone
-from guarded_tools.models import BudgetCounter, BudgetOverride
+from guarded_tools.models import BudgetAlert, BudgetCounter, BudgetOverride
 from guarded_tools.pipeline import budget_overrides
 from guarded_tools.pipeline.budget_overrides import declared_budgets
 
@@ -276,9 +277,13 @@ class BudgetUseList(SafeChangeList):
         users = user_scopes(rows)
         overrides = overrides_by_user(list(users.values()))
         declared = declared_budgets()
+        reached: dict[Any, dict[int, BudgetAlert]] = defaultdict(dict)
+        for alert in BudgetAlert.objects.filter(counter__in=[row.pk for row in rows]):
+            reached[alert.counter_id][alert.threshold] = alert
         for row in rows:
             user = users.get(row.scope)
             row.person = user
+            row.reached = reached[row.pk]
             budget = declared.get(row.budget)
             row.applied, row.chosen = (None, []) if budget is None else budget_overrides.apply(
                 budget, overrides.get(user.pk, []) if user is not None else [])
@@ -287,7 +292,7 @@ class BudgetUseList(SafeChangeList):
 @admin.register(BudgetCounter)
 class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["principal", "budget_name", "window", "calls", "amount", "frees_at",
-                    "override"]
+                    "thresholds", "override"]
     list_filter = [BudgetFilter, WindowFilter]
     search_fields = ["scope"]
     search_help_text = _("A username or a principal scope (such as auth.user:42).")
@@ -363,6 +368,23 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
         if budget is None:
             return "—"
         return stacked_time(budget.window_end(row.window_start))
+
+    @admin.display(description=_("alerts at"))
+    def thresholds(self, row: BudgetCounter) -> str:
+        """The budget's thresholds: those reached in this window in bold, with when (the
+        people who manage budgets were told then), the others quiet."""
+        budget = getattr(row, "applied", None)
+        reached = getattr(row, "reached", {})
+        percents = sorted(set(budget.alerts) | set(reached)) if budget is not None else \
+            sorted(reached)
+        if not percents:
+            return "—"
+        return format_html_join(" ", "{}", (
+            (format_html('<b class="gt-alert-reached" title="{}" data-testid="alert-reached">'
+                         '{} %</b>', _("reached at %(at)s") % {"at": when(reached[p].created_at)},
+                         p) if p in reached else
+             format_html('<span class="quiet" data-testid="alert-pending">{} %</span>', p),)
+            for p in percents))
 
     @admin.display(description=_("override"))
     def override(self, row: BudgetCounter) -> str:

@@ -19,6 +19,7 @@ from django.http import (
     HttpResponseBadRequest,
     StreamingHttpResponse,
 )
+from django.http.response import HttpResponseBase
 from django.urls import path, reverse
 
 from guarded_tools.console import export
@@ -48,7 +49,7 @@ class ExportMixin:
                 for fmt, label in (("csv", "CSV"), ("jsonl", "JSON Lines"))]}
         return super().changelist_view(request, extra_context)  # type: ignore[misc, no-any-return]
 
-    def export_view(self, request: HttpRequest, fmt: str) -> HttpResponse:
+    def export_view(self, request: HttpRequest, fmt: str) -> HttpResponseBase:
         if not self.has_export_permission(request):
             raise PermissionDenied
         if fmt not in export.FORMATS:
