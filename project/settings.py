@@ -202,6 +202,11 @@ CELERY_BEAT_SCHEDULE = {
         "task": "guarded_tools.tasks.sweep",
         "schedule": float(os.environ.get("GT_SWEEP_EVERY", 30)),
     },
+    # Approvers are reminded once of a request that expires within the hour.
+    "guarded-tools-remind": {
+        "task": "guarded_tools.tasks.remind_approvers",
+        "schedule": 300.0,
+    },
 }
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 

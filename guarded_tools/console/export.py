@@ -186,12 +186,26 @@ class Export:
             AuditEntry.objects.filter(pk=self.entry.pk).update(data=data)
 
 
+#: How the audit trail names each export and where it was made.
+WORDS = {"audit": "the audit trail", "operations": "operations",
+         "confirmations": "confirmations"}
+VIA = {"admin": "from the admin", "command": "with manage.py guarded_tools_export"}
+
+
+def said(data: dict[str, Any]) -> str:
+    """An export's audit entry in words: "15 rows · action__exact=decline"."""
+    rows = data.get("rows")
+    counted = f"{rows:,} rows" if isinstance(rows, int) else "not finished"
+    return f"{counted} · {data.get('filters') or 'no filter'}"
+
+
 def audited(actor: Any, kind: Kind, fmt: str, filters: str, how: str) -> AuditEntry:
     """The audit entry of an export, written before its first row."""
     return AuditEntry.objects.create(
         actor=actor if getattr(actor, "pk", None) is not None else None,
         action=AuditEntry.Action.EXPORT,
-        note=f"Exported {kind.name} as {'CSV' if fmt == 'csv' else 'JSON Lines'} ({how}).",
+        note=f"Exported {WORDS.get(kind.name, kind.name)} as"
+             f" {'CSV' if fmt == 'csv' else 'JSON Lines'} {VIA.get(how, how)}.",
         data={"export": kind.name, "format": fmt, "filters": filters, "via": how},
     )
 
@@ -201,4 +215,4 @@ def filename(kind: Kind, fmt: str) -> str:
 
 
 __all__ = ["EXPORT_PERMISSION", "FORMATS", "Export", "Kind", "audited", "encoder", "filename",
-           "kind_of", "kinds", "pages"]
+           "kind_of", "kinds", "pages", "said"]

@@ -445,7 +445,8 @@ def _amount(input: dict[str, Any]) -> Decimal:
 
 #: The demo's rules (README, *Approval policies and budgets*): small payments run at once,
 #: large ones need one approver, very large ones two, each user at most 2,000.00 a day
-#: (above it, two approvers) and 10 payments a minute.
+#: (above it, two approvers) and 10 payments a minute. The people who manage budgets are
+#: emailed when a user's day reaches 50 %, 80 % and 100 % of it (docs/howto/budgets-and-audit.md).
 PAYMENT_POLICY = Policy(version="1", rules=[
     Rule(name="up to 50.00", when=lambda input, **kw: _amount(input) <= 50, outcome=Run(),
          description="Payments up to 50.00 run at once"),
@@ -455,9 +456,9 @@ PAYMENT_POLICY = Policy(version="1", rules=[
          description="more need two approvers"),
 ], budgets=[
     Budget(name="send_payment per day", window_seconds=86_400, sum_field="amount",
-           limit=2000, escalate=Approvers(2),
+           limit=2000, escalate=Approvers(2), alerts=(50, 80, 100),
            description="above 2,000.00 a day per user, two approvers"),
-    Budget(name="send_payment per minute", window_seconds=60, count=10,
+    Budget(name="send_payment per minute", window_seconds=60, count=10, alerts=(),
            description="at most 10 payments a minute"),
 ])
 

@@ -292,7 +292,7 @@ class BudgetUseList(SafeChangeList):
 @admin.register(BudgetCounter)
 class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     list_display = ["principal", "budget_name", "window", "calls", "amount", "frees_at",
-                    "thresholds", "override"]
+                    "override"]
     list_filter = [BudgetFilter, WindowFilter]
     search_fields = ["scope"]
     search_help_text = _("A username or a principal scope (such as auth.user:42).")
@@ -337,7 +337,12 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
 
     @admin.display(description=_("budget"))
     def budget_name(self, row: BudgetCounter) -> str:
-        return row.budget
+        """The budget's name over its alert thresholds (the narrow table keeps its room)."""
+        thresholds = self.thresholds(row)
+        if thresholds == "—":
+            return row.budget
+        return format_html('{}<div class="gt-cell-note" data-testid="alerts">{} {}</div>',
+                           row.budget, _("alerts at"), thresholds)
 
     @admin.display(description=_("window start"), ordering="window_start")
     def window(self, row: BudgetCounter) -> str:
@@ -369,7 +374,6 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             return "—"
         return stacked_time(budget.window_end(row.window_start))
 
-    @admin.display(description=_("alerts at"))
     def thresholds(self, row: BudgetCounter) -> str:
         """The budget's thresholds: those reached in this window in bold, with when (the
         people who manage budgets were told then), the others quiet."""
@@ -379,11 +383,13 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
             sorted(reached)
         if not percents:
             return "—"
+        reached_at = _("reached at %(at)s")
         return format_html_join(" ", "{}", (
-            (format_html('<b class="gt-alert-reached" title="{}" data-testid="alert-reached">'
-                         '{} %</b>', _("reached at %(at)s") % {"at": when(reached[p].created_at)},
-                         p) if p in reached else
-             format_html('<span class="quiet" data-testid="alert-pending">{} %</span>', p),)
+            (format_html('<b class="gt-nowrap gt-alert-reached" title="{}"'
+                         ' data-testid="alert-reached">{} %</b>',
+                         reached_at % {"at": when(reached[p].created_at)}, p)
+             if p in reached else
+             format_html('<span class="gt-nowrap" data-testid="alert-pending">{} %</span>', p),)
             for p in percents))
 
     @admin.display(description=_("override"))

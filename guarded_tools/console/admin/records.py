@@ -15,6 +15,7 @@ from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 from guarded_tools.confirmations.presentation import requested_summary, summarize
+from guarded_tools.console import export
 from guarded_tools.console.admin.common import (
     ReadOnlyMixin,
     SafeLookupsMixin,
@@ -204,6 +205,8 @@ class AuditEntryAdmin(ExportMixin, SafeLookupsMixin, ReadOnlyMixin, admin.ModelA
                 summary or summarize(obj.operation, obj.operation.input, hooks=False))))
         if not links and summary:  # what it was about is gone: its words, not a link
             links.append(summary)
+        if obj.action == AuditEntry.Action.EXPORT:  # how many rows, with which filters
+            links.append(export.said(data))
         if "budget_override" in data:  # the override may be gone: its words, not a link
             links.append(format_html("budget {} for {}", data.get("budget"),
                                      data.get("principal")))
