@@ -14,6 +14,7 @@ from guarded_tools.core import hosts
 
 POSITIVE_INTS = (
     "CONSOLE_COUNT_EXACTLY_UP_TO",
+    "EXPORT_PAGE_SIZE",
     "MAX_BODY_BYTES",
     "MAX_JSON_DEPTH",
     "OUTPUT_BUDGET_BYTES",

@@ -60,7 +60,8 @@ def test_the_audit_trail_exports_what_its_filters_show(
         AuditEntry.objects.create(actor=alice, action="approve" if i % 2 else "decline",
                                   note=f"payment {i}")
     user_factory("auditor", is_staff=True, perms=(
-        "guarded_tools.view_auditentry", "guarded_tools.export_records"))
+        "guarded_tools.view_auditentry", "guarded_tools.view_operation",
+        "guarded_tools.view_confirmation", "guarded_tools.export_records"))
     log_in(page, "auditor")
     page.set_viewport_size({"width": 1280, "height": 900})
     page.goto("/admin/guarded_tools/auditentry/")
@@ -85,3 +86,8 @@ def test_the_audit_trail_exports_what_its_filters_show(
     shoot(page, "audit-export-recorded-1280.png")
     entry = AuditEntry.objects.get(action="export")
     assert entry.data["filters"] == "action__exact=decline" and entry.data["rows"] == 15
+    for listed, name in (("operation", "operations"), ("confirmation", "confirmations")):
+        page.goto(f"/admin/guarded_tools/{listed}/")
+        expect(page.locator("a.gt-export")).to_have_text(["Export CSV", "Export JSON Lines"])
+        shoot(page, f"{name}-export-1280.png")
+        fits(page, f"{name} with export buttons")
