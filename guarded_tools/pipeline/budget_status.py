@@ -112,7 +112,7 @@ def standing(definition: Any, user: Any, scope: str | None,
         n=Count("reservations"), total=Sum("reservations__amount")).order_by()}
     found = []
     for budget, start in zip(applied, starts, strict=True):
-        row = used.get((budget.name, start), {})
+        row: dict[str, Any] = used.get((budget.name, start), {})
         found.append(Standing(budget=budget, window_start=start,
                               frees_at=budget.window_end(start), calls=row.get("n") or 0,
                               used=row.get("total") or Decimal(0)))
