@@ -107,15 +107,17 @@ def standing(definition: Any, user: Any, scope: str | None,
     current = Q(pk__in=[])
     for budget, start in zip(applied, starts, strict=True):
         current |= Q(budget=budget.name, window_start=start)
-    used = {(row["budget"], row["window_start"]): row for row in BudgetCounter.objects.using(
-        using).filter(current, scope=scope).values("budget", "window_start").annotate(
-        n=Count("reservations"), total=Sum("reservations__amount")).order_by()}
+    used: dict[tuple[str, datetime], tuple[int, Decimal | None]] = {
+        (row["budget"], row["window_start"]): (row["n"], row["total"])
+        for row in BudgetCounter.objects.using(using).filter(current, scope=scope).values(
+            "budget", "window_start").annotate(
+            n=Count("reservations"), total=Sum("reservations__amount")).order_by()}
     found = []
     for budget, start in zip(applied, starts, strict=True):
-        row: dict[str, Any] = used.get((budget.name, start), {})
+        calls, total = used.get((budget.name, start), (0, None))
         found.append(Standing(budget=budget, window_start=start,
-                              frees_at=budget.window_end(start), calls=row.get("n") or 0,
-                              used=row.get("total") or Decimal(0)))
+                              frees_at=budget.window_end(start), calls=calls or 0,
+                              used=total or Decimal(0)))
     return found
 
 
