@@ -222,8 +222,9 @@ def operations(prefix: str, sent: int, timeout: float = 30) -> dict[str, int]:
 
 
 def check(result: dict[str, Any], states: dict[str, int] | None) -> str:
-    """"ok" when every response answered was a success and, for a keyed run, every
-    request made is a succeeded operation; otherwise what is wrong."""
+    """"ok" when every response answered was a correct answer to its own request
+    (``bench/mcp.lua``'s check) and, for a keyed run, every request made is a succeeded
+    operation; otherwise what is wrong."""
     problems = []
     if result["bad"] or result["socket_errors"]:
         problems.append(f"{result['bad']} bad responses, {result['socket_errors']} socket errors")
