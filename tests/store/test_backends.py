@@ -219,3 +219,52 @@ def test_the_pending_operation_is_what_its_values_make_by_keyword(alice: Any) ->
     assert [getattr(claim.operation, a) for a in attnames] == [getattr(made, a) for a in attnames]
     assert claim.operation.user is alice  # attached: no query to read it
     assert claim.unrecorded and claim.unrecorded[0].kind == "claimed"
+
+
+def row_of(operation: Operation) -> Operation:
+    return Operation.objects.get(pk=operation.pk)
+
+
+@pytest.mark.parametrize("vendor", [False, True], ids=["orm", "vendor"])
+def test_a_transition_leaves_its_operation_as_a_read_would_without_reading(
+        alice: Any, vendor: bool) -> None:
+    """After the claim, an atomic call's INSERT and a takeover, the operation holds what
+    its row holds: the values the statement wrote, those of the database's clock loaded
+    when first read (one SELECT at most, none where the INSERT returned them), and its
+    user attached (no query), on Django 6 and 5.2 alike."""
+    from guarded_tools.store.backends import store_class
+
+    store = store_class(connection.vendor)() if vendor else OperationStore()
+    claim = store.claim(tool="t", scope="s", key="fresh", fp="f", input={"a": 1}, user=alice,
+                        lease_seconds=30)
+    with CaptureQueriesContext(connection) as sent:
+        assert claim.operation.user == alice
+        assert claim.operation.lease_expires_at == row_of(claim.operation).lease_expires_at
+    assert len(sent.captured_queries) <= 2, sent.captured_queries  # the row_of, one load
+
+    with transaction.atomic(durable=True):
+        assert store.lock_key(tool="t", scope="s", key="atomic").state == "locked"
+        pending = store.pending(tool="t", scope="s", key="atomic", fp="f", input={},
+                                user=alice)
+        store.insert_completed(pending, {"id": 7}, [])
+    operation = pending.operation
+    with CaptureQueriesContext(connection) as sent:
+        assert operation.user == alice and operation.state == "succeeded"
+    assert sent.captured_queries == []
+    assert operation.completed_at in (None, row_of(operation).completed_at)  # None: not read back
+
+    Operation.objects.filter(pk=claim.operation.pk).update(state=OperationState.ABANDONED)
+    abandoned = Operation.objects.select_related("user").defer("input").get(pk=claim.operation.pk)
+    with CaptureQueriesContext(connection) as sent:
+        taken = store.takeover(abandoned, 60)
+        assert taken is not None and taken.operation.user == alice
+        assert (taken.operation.state, taken.operation.owner, taken.operation.fence) == (
+            OperationState.IN_FLIGHT, taken.owner, 2)
+    assert len(sent.captured_queries) == 1, sent.captured_queries  # the compare-and-set
+    row = row_of(taken.operation)
+    with CaptureQueriesContext(connection) as sent:
+        assert taken.operation.lease_expires_at == row.lease_expires_at
+        assert taken.operation.updated_at == row.updated_at
+        assert taken.operation.input == {"a": 1}  # deferred before, still deferred
+    assert len(sent.captured_queries) == 3, sent.captured_queries  # one load each
+    assert row.lease_expires_at > claim.operation.lease_expires_at
