@@ -268,3 +268,44 @@ def test_a_transition_leaves_its_operation_as_a_read_would_without_reading(
         assert taken.operation.input == {"a": 1}  # deferred before, still deferred
     assert len(sent.captured_queries) == 3, sent.captured_queries  # one load each
     assert row.lease_expires_at > claim.operation.lease_expires_at
+
+
+@pytest.mark.once
+def test_only_the_store_backends_ask_which_database_they_are_on() -> None:
+    """Generic code asks the store's ``features``/``ops`` objects, as Django's generic code
+    asks ``connection.features`` and ``connection.ops``, never ``connection.vendor``."""
+    import re
+    from pathlib import Path
+
+    import guarded_tools
+
+    asks = re.compile(r"vendor ?[!=]=|\.vendor\b")
+    root = Path(guarded_tools.__file__).parent
+    found = [f"{path.relative_to(root)}:{number}" for path in sorted(root.rglob("*.py"))
+             if not path.relative_to(root).as_posix().startswith("store/backends/")
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if asks.search(line)]
+    assert found == []
+
+
+@pytest.mark.once
+def test_a_database_without_a_backend_gets_the_defaults() -> None:
+    """No key lock (atomic tools claim first), no row estimate (exact counts); and each
+    backend's answers follow its database's OPTIONS."""
+    from types import SimpleNamespace
+
+    from guarded_tools.store.backends import features, ops
+
+    def db(vendor: str, **options: Any) -> Any:
+        return SimpleNamespace(vendor=vendor, settings_dict={"OPTIONS": options})
+
+    mysql = db("mysql")
+    assert not features(mysql).can_lock_keys and not features(mysql).estimates_rows
+    assert ops(mysql).key_lock(1, 2) is None and ops(mysql).estimate_rows(None) is None
+    assert features(db("sqlite", transaction_mode="IMMEDIATE")).can_lock_keys
+    assert not features(db("sqlite")).can_lock_keys
+    assert ops(db("sqlite")).key_lock(1, 2) is None  # the transaction holds the write lock
+    postgresql = db("postgresql")
+    assert features(postgresql).can_lock_keys and features(postgresql).estimates_rows
+    assert not features(db("postgresql", isolation_level=3)).can_lock_keys  # SERIALIZABLE
+    assert ops(postgresql).key_lock(1, 2) == ("SELECT pg_try_advisory_xact_lock(%s, %s)", [1, 2])

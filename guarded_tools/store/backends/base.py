@@ -20,11 +20,11 @@ from django.db.models.functions import Now
 
 from guarded_tools.core.errors import IdempotencyKeyReused
 from guarded_tools.models import JournalEntry, Operation, OperationState
+from guarded_tools.store.backends import features, ops
 from guarded_tools.store.history import Kind, actor_label, event, record_all
 from guarded_tools.store.values import (
     COMPLETED,
     LOCK_CLASS,
-    can_lock_keys,
     db_now_plus,
     fresh_values,
     key_hash,
@@ -208,7 +208,7 @@ class OperationStore:
     # -- atomic tools: key, effect and operation in one transaction --------------------
     def can_lock(self) -> bool:
         """True where an atomic tool's call can run as one transaction (see ``lock_key``)."""
-        return can_lock_keys(connections[_database()])
+        return bool(features(connections[_database()]).can_lock_keys)
 
     def lock_key(
         self, *, tool: str, scope: str, key: str, also: tuple[str, list[Any]] | None = None
@@ -231,10 +231,9 @@ class OperationStore:
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
         with connection.cursor() as cursor:
             also_rows = _rows(cursor, *also) if also is not None else []
-            held = True  # SQLite: the IMMEDIATE transaction already holds the write lock
-            if connection.vendor == "postgresql":
-                lock = [LOCK_CLASS, key_hash(tool, scope, key)]
-                held = bool(_rows(cursor, "SELECT pg_try_advisory_xact_lock(%s, %s)", lock)[0][0])
+            lock = ops(connection).key_lock(LOCK_CLASS, key_hash(tool, scope, key))
+            # None: the transaction holds the lock already (SQLite's IMMEDIATE one)
+            held = lock is None or bool(_rows(cursor, *lock)[0][0])
         found = self.load(tool, scope, key)
         if found is not None:
             return Locked("exists", found, also_rows)
