@@ -149,3 +149,24 @@ def test_the_check_refuses_an_exception_handler_that_does_not_import(settings: A
                  f"{__name__}.PRM"):
         settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "EXCEPTION_HANDLER": path}
         assert "guarded_tools.E014" in errors(), path
+
+
+def test_the_handler_docs_architecture_shows_works_as_written(settings: Any, make_tool: Any,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    import re
+    import types
+
+    from tests.conftest import REPO_ROOT
+
+    text = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    code = re.search(r"```python\n(# shop/errors\.py\n.*?)```", text, flags=re.S)
+    assert code is not None
+    module = types.ModuleType("shop_errors")
+    exec(compile(code.group(1), "docs/architecture.md", "exec"), module.__dict__)
+    monkeypatch.setitem(__import__("sys").modules, "shop_errors", module)
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS,
+                              "EXCEPTION_HANDLER": "shop_errors.handler"}
+    for where, response in refusals(make_tool().name).items():
+        assert response["X-Shop-Support"] == "https://shop.example/support", where
+        assert code_of(response) == "not_authenticated", where
