@@ -86,6 +86,11 @@ DEFAULTS: dict[str, Any] = {
     "OBSERVERS": [],
     "ERROR_CATALOGS": [],
     "DOCS_URL": "",
+    # What turns an exception into the response of a REST view or the MCP endpoint, as DRF's
+    # EXCEPTION_HANDLER: an import string of handler(exc, context) -> response or None
+    # (None: an unhandled exception, a 500). Wrap the default to change what agents get; it
+    # asks the view how to render (the MCP endpoint answers JSON-RPC errors).
+    "EXCEPTION_HANDLER": "guarded_tools.transports.rest.exception_handler.exception_handler",
     # MCP
     "MCP_ALLOWED_ORIGINS": [],
     "SERVER_NAME": "guarded-tools",
@@ -101,7 +106,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 IMPORT_STRINGS = {"PIPELINE_CLASS", "STORE_CLASS", "STAGES", "OBSERVERS", "OAUTH_DEFAULT_SCOPES",
-                  "CONSENT_STEP_UP", "AGENT_AUTHENTICATION_CLASSES"}
+                  "CONSENT_STEP_UP", "AGENT_AUTHENTICATION_CLASSES", "EXCEPTION_HANDLER"}
 
 #: Settings that do nothing any more, each with why: accepted so that a site that still
 #: names one starts (check ``E001`` refuses unknown names), and warned of (``W006``).
