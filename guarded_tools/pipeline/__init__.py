@@ -1,10 +1,13 @@
 """Provides the guard pipeline: a call walks its stages, with the claim between them.
 
-    stages, before_claim:  validation ─► context ─► authorization ─► idempotency (key)
-                           ─► confirmation ("always")
+    stages, before_claim:  validation ─► context ─► authorization (scopes, permissions,
+                           authorize) ─► idempotency (key) ─► policy (the rule) ─► budget
+                           (the amount) ─► confirmation ("always")
     the claim, and the way it says the call goes (below)
-    stages, after_claim:   confirmation (precheck; "effect-only", "owner"), fresh claims only
-    execution (the handler) ─► [raised] release | recover | outcome_unknown
+    stages, after_claim:   budget (reserve) ─► confirmation (precheck; "effect-only",
+                           "owner"), fresh claims only
+    execution (the handler) ─► [raised] release (budget: on_release) | recover
+                                        | outcome_unknown
     stages, after_execute: output budget ─► verification ─► complete
 
 The stages are classes (``guarded_tools.pipeline.stages``) listed in the ``STAGES`` setting
