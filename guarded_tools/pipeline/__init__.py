@@ -62,7 +62,6 @@ from guarded_tools.core.errors import (
     GuardError,
     IdempotencyKeyReused,
     LeaseLost,
-    NotAuthenticated,
     OperationInFlight,
     OutcomeUnknownError,
     ToolError,
@@ -217,21 +216,12 @@ class Pipeline:
         return self.execute_fresh(call, claim)
 
     # -- what the pipeline's callers ask of a call ---------------------------------------
-    def identify(self, inv: Invocation) -> str:
-        scope = self.scope_of(inv)
-        if scope is None:
-            raise NotAuthenticated()
-        return scope
-
     def scope_of(self, inv: Invocation) -> str | None:
         """Whose keys the call uses: its principal, "anonymous" where allowed, else None."""
         return scope_of(self.tool, inv)
 
     def resolve_context(self, inv: Invocation) -> Any:
         return resolve_context(self.tool, inv)
-
-    def make_context(self, inv: Invocation, handle: OperationHandle | None) -> ToolContext:
-        return self.call(inv).context_for(handle)
 
     def call_handler(self, call: Call, ctx: ToolContext) -> Any:
         """The execution stage runs the handler (the list's last stage with ``execute``)."""
