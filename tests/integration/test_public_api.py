@@ -68,7 +68,7 @@ PUBLIC: dict[str, frozenset[str]] = {
         "principal_scope", "trace_carrier",
     }),
     "guarded_tools.pipeline.stages": frozenset({
-        "Call", "DEFAULT_STAGES", "HOOKS", "Stage", "insert_before",
+        "Call", "DEFAULT_STAGES", "HOOKS", "Stage",
     }),
     "guarded_tools.pipeline.recovery": frozenset({"SweepReport", "sweep"}),
     "guarded_tools.pipeline.reconciliation": frozenset({
