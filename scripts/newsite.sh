@@ -59,6 +59,7 @@ cleanup() {
 }
 trap cleanup EXIT
 now() { date +%s.%N; }
+lap() { [[ -n "${t_venv:-}" ]] && printf 'newsite: %6.1f s  %s\n' "$(echo "$(now) - $t_venv" | bc)" "$1"; true; }
 free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 wait_port() {  # wait_port PORT WHAT: up to 60 s for a listener
   local i
@@ -86,6 +87,7 @@ t_venv="$(now)"
 "$uv" pip install --quiet --python "$work/agent/bin/python" "mcp>=2,<3"
 "$uv" pip list --python "$work/venv/bin/python" 2>/dev/null | grep -iE '^(django|guarded-tools|celery|djangorestframework|redis) ' || true
 t_installed="$(now)"
+lap "the wheel and its dependencies installed"
 
 echo "== newsite: startproject and the quickstart's files =="
 export PATH="$work/venv/bin:$PATH"
@@ -99,6 +101,7 @@ cp "$quick/urls.py" mysite/urls.py
 cp "$quick/celery.py" mysite/celery.py
 cp "$quick/project_init.py" mysite/__init__.py
 cp "$quick/tools.py" shop/tools.py
+lap "startproject, startapp, the quickstart applied"
 
 # A throwaway Redis, the broker the quickstart names; without redis-server the site still
 # answers (tasks it cannot send are logged, and the agent's retry runs approved calls).
@@ -113,6 +116,7 @@ else
 fi
 
 python manage.py migrate --verbosity 0
+lap "migrated"
 installed="$(python -c 'import guarded_tools; print(guarded_tools.__file__)')"
 site_packages="$(python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
 [[ "$installed" == "$site_packages"/* ]] \
@@ -126,6 +130,7 @@ if grep -q 'guarded_tools\.[EW][0-9]' "$work/check.log"; then
   echo "newsite.sh: the quickstart's site has guarded_tools check messages (above)" >&2; exit 1
 fi
 python manage.py check --fail-level WARNING >/dev/null  # no warning at all without --deploy
+lap "checked"
 
 staff_password="newsite-$RANDOM$RANDOM"
 DJANGO_SUPERUSER_PASSWORD="$staff_password" python manage.py createsuperuser --noinput \
@@ -136,11 +141,13 @@ User = get_user_model()
 User.objects.create_user('agent')
 User.objects.create_user('olduser')" >/dev/null
 token="$(python manage.py drf_create_token agent | awk '{print $3}')"
+lap "the staff member, the agent and its token"
 
 port="$(free_port)"
 python manage.py runserver "127.0.0.1:$port" --noreload >"$work/runserver.log" 2>&1 &
 pids+=("$!")
 wait_port "$port" runserver
+lap "the site serves"
 marks="$("$work/agent/bin/python" "$root/scripts/newsite_prove.py" "http://127.0.0.1:$port" \
   "$token" boss "$staff_password" "$quick" | tee /dev/stderr | tail -n1)"
 
