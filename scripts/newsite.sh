@@ -10,7 +10,8 @@
 #      settings.py, urls.py, celery.py, mysite/__init__.py, shop/tools.py;
 #   4. migrate, `check --deploy` (none of the app's warnings may remain), assert that
 #      guarded_tools is imported from the virtualenv's site-packages, not this checkout;
-#   5. serve it (runserver, a throwaway Redis as the broker when redis-server exists) and
+#   5. serve it (runserver; a throwaway Redis as the broker and the quickstart's Celery
+#      worker when redis-server exists, which must run the approvers' notifications) and
 #      run scripts/newsite_prove.py: a read-only call, an invalid input, a call that waits
 #      for approval, the admin's pages (200 as a signed-in staff member), the approval, the
 #      agent's retry, its replay, and the same tools over MCP with the official client.
@@ -143,6 +144,10 @@ User.objects.create_user('olduser')" >/dev/null
 token="$(python manage.py drf_create_token agent | awk '{print $3}')"
 lap "the staff member, the agent and its token"
 
+if [[ -n "${CELERY_BROKER_URL:-}" ]]; then  # the quickstart's worker, as its celery.py says to run it
+  celery -A mysite worker --pool=solo --loglevel=INFO >"$work/worker.log" 2>&1 &
+  pids+=("$!")
+fi
 port="$(free_port)"
 python manage.py runserver "127.0.0.1:$port" --noreload >"$work/runserver.log" 2>&1 &
 pids+=("$!")
@@ -151,6 +156,18 @@ lap "the site serves"
 marks="$("$work/agent/bin/python" "$root/scripts/newsite_prove.py" "http://127.0.0.1:$port" \
   "$token" boss "$staff_password" "$quick" | tee /dev/stderr | tail -n1)"
 
+if [[ -n "${CELERY_BROKER_URL:-}" ]]; then
+  # The worker found guarded_tools' tasks through the quickstart's celery.py (autodiscovery,
+  # the CELERY_* settings) and ran the approvers' notification each request sent.
+  for ((i = 0; i < 600; i++)); do
+    [[ "$(grep -c 'guarded_tools.tasks.notify_approvers\[.*\] succeeded' "$work/worker.log")" -ge 2 ]] && break
+    sleep 0.1
+  done
+  grep -q 'guarded_tools.tasks.notify_approvers\[.*\] succeeded' "$work/worker.log" \
+    || { echo "newsite.sh: the Celery worker ran no notify_approvers task" >&2; exit 1; }
+  echo "newsite: the Celery worker ran $(grep -c 'notify_approvers\[.*\] succeeded' "$work/worker.log") approvers' notifications"
+fi
+lap "done"
 "$python" - "$t_venv" "$t_installed" "$marks" "$wheel_kb" "$django" <<'PY'
 import json, sys
 venv, installed, marks, wheel_kb, django = sys.argv[1:6]
