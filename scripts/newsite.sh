@@ -16,17 +16,21 @@
 #      for approval, the admin's pages (200 as a signed-in staff member), the approval, the
 #      agent's retry, its replay, and the same tools over MCP with the official client.
 # Options: --django 6.0|5.2 (default 6.0; 5.2 runs on Python 3.11, as CI's Django 5.2 line),
+#          --database-url postgres://USER@HOST:PORT/DB (a PostgreSQL cluster: the site gets a
+#            database of its own there, created and dropped here, with psycopg installed;
+#            the one line it adds to settings.py after the quickstart's is printed),
 #          --keep (leave the work folder for a look).
 # Prints the seconds from a fresh virtualenv to the first guarded call and to the first
 # approved call, and the wheel's size.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-django=6.0 keep=0
+django=6.0 keep=0 database_url=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --django) django="$2"; shift 2 ;;
+    --database-url) database_url="$2"; shift 2 ;;
     --keep) keep=1; shift ;;
-    *) echo "usage: $0 [--django 6.0|5.2] [--keep]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--django 6.0|5.2] [--database-url postgres://…] [--keep]" >&2; exit 2 ;;
   esac
 done
 case "$django" in
@@ -51,6 +55,7 @@ cleanup() {
   local rc=$? pid
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
   for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [[ -z "${db_name:-}" ]] || drop_database
   if [[ $rc -ne 0 ]]; then
     echo "newsite.sh: FAILED (exit $rc); the logs:" >&2
     tail -n 40 "$work"/*.log 2>/dev/null >&2 || true
@@ -84,6 +89,7 @@ echo "== newsite: a fresh virtualenv with the wheel =="
 t_venv="$(now)"
 "$uv" venv --quiet --python "$python" "$work/venv"
 "$uv" pip install --quiet --python "$work/venv/bin/python" "guarded-tools[redis] @ file://$wheel" "django==$django.*"
+[[ -z "$database_url" ]] || "$uv" pip install --quiet --python "$work/venv/bin/python" "psycopg[binary]>=3.1"
 "$uv" venv --quiet --python "$python" "$work/agent"
 "$uv" pip install --quiet --python "$work/agent/bin/python" "mcp>=2,<3"
 "$uv" pip list --python "$work/venv/bin/python" 2>/dev/null | grep -iE '^(django|guarded-tools|celery|djangorestframework|redis) ' || true
@@ -103,6 +109,31 @@ cp "$quick/celery.py" mysite/celery.py
 cp "$quick/project_init.py" mysite/__init__.py
 cp "$quick/tools.py" shop/tools.py
 lap "startproject, startapp, the quickstart applied"
+
+if [[ -n "$database_url" ]]; then  # the same site on PostgreSQL, in a database of its own
+  db_name="newsite_$RANDOM$RANDOM"
+  db_admin() { python - "$database_url" "$1" <<'PY'
+import sys, psycopg
+with psycopg.connect(sys.argv[1], autocommit=True) as connection:
+    connection.execute(sys.argv[2])
+PY
+  }
+  db_admin "CREATE DATABASE $db_name"
+  drop_database() { db_admin "DROP DATABASE IF EXISTS $db_name WITH (FORCE)" || true; }
+  site_url="${database_url%/*}/$db_name"
+  line="DATABASES = {\"default\": {\"ENGINE\": \"django.db.backends.postgresql\", **_newsite_pg(\"$site_url\")}}"
+  cat >>mysite/settings.py <<PY
+
+# newsite.sh --database-url: PostgreSQL instead of startproject's SQLite (not the quickstart's).
+def _newsite_pg(url):
+    from urllib.parse import urlsplit
+    u = urlsplit(url)
+    return {"NAME": u.path[1:], "USER": u.username, "PASSWORD": u.password or "",
+            "HOST": u.hostname, "PORT": str(u.port or 5432)}
+$line
+PY
+  echo "newsite: on PostgreSQL, database $db_name"
+fi
 
 # A throwaway Redis, the broker the quickstart names; without redis-server the site still
 # answers (tasks it cannot send are logged, and the agent's retry runs approved calls).

@@ -50,8 +50,11 @@ def test_the_site_installs_guarded_tools_and_token_authentication() -> None:
     assert "app.autodiscover_tasks()" in celery
 
 
-def test_ci_runs_the_proof_on_both_django_lines() -> None:
+def test_ci_runs_the_proof_on_both_django_lines_and_on_postgresql() -> None:
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert "stage newsite make newsite" in ci
-    assert 'stage newsite-dj52 make newsite NEWSITE_ARGS="--django 5.2"' in ci
+    assert ('stage newsite-dj52-pg make newsite'
+            ' NEWSITE_ARGS="--django 5.2 --database-url $DATABASE_URL"') in ci
+    # After the stage that starts the cluster and exports DATABASE_URL.
+    assert ci.index("stage postgres postgres") < ci.index("stage newsite-dj52-pg")
     assert "bash scripts/newsite.sh" in (REPO_ROOT / "Makefile").read_text()
