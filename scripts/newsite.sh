@@ -14,7 +14,10 @@
 #      worker when redis-server exists, which must run the approvers' notifications) and
 #      run scripts/newsite_prove.py: a read-only call, an invalid input, a call that waits
 #      for approval, the admin's pages (200 as a signed-in staff member), the approval, the
-#      agent's retry, its replay, and the same tools over MCP with the official client.
+#      agent's retry, its replay, and the same tools over MCP with the official client;
+#      then, where Chromium and the repository's Playwright exist, every page the app's
+#      admin index links to (200), and an approval by the request page's own button, with
+#      screenshots at 1280 px (scripts/newsite_browser.py).
 # Options: --django 6.0|5.2 (default 6.0; 5.2 runs on Python 3.11, as CI's Django 5.2 line),
 #          --database-url postgres://USER@HOST:PORT/DB (a PostgreSQL cluster: the site gets a
 #            database of its own there, created and dropped here, with psycopg installed;
@@ -184,6 +187,13 @@ python manage.py runserver "127.0.0.1:$port" --noreload >"$work/runserver.log" 2
 pids+=("$!")
 wait_port "$port" runserver
 lap "the site serves"
+# The approval in Chromium too, where this machine has it and the repository's environment
+# has Playwright (screenshots at 1280 px in $work/shots: --keep keeps them).
+if [[ -x /usr/bin/chromium ]] && "$root/.venv/bin/python" -c 'import playwright' 2>/dev/null; then
+  export GT_NEWSITE_BROWSER_PYTHON="$root/.venv/bin/python" GT_NEWSITE_SHOTS="$work/shots"
+else
+  echo "newsite: no Chromium or Playwright here: the admin is proved over HTTP only"
+fi
 marks="$("$work/agent/bin/python" "$root/scripts/newsite_prove.py" "http://127.0.0.1:$port" \
   "$token" boss "$staff_password" "$quick" | tee /dev/stderr | tail -n1)"
 

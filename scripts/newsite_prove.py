@@ -147,6 +147,21 @@ def main() -> None:
     say("MCP after approval", second.strip())
     expect("deactivate_user: done" in second and "'deactivated': True" in second,
            "MCP approved retry", second)
+    browser = os.environ.get("GT_NEWSITE_BROWSER_PYTHON")
+    if browser:  # the same approval in Chromium, by the page's own button
+        payload = {"operationId": "rest-2", "username": "olduser"}
+        status, body, _ = call("deactivate_user", payload)
+        expect(status == 202, "a second call that needs approval", (status, body))
+        done = subprocess.run(
+            [browser, str(Path(__file__).with_name("newsite_browser.py")), BASE, STAFF,
+             PASSWORD, body["error"]["confirmation"]["id"], os.environ["GT_NEWSITE_SHOTS"]],
+            capture_output=True, text=True, timeout=300)
+        print(done.stdout, end="")
+        expect(done.returncode == 0, "the approval in Chromium", done.stderr[-3000:])
+        status, body, _ = call("deactivate_user", payload)
+        expect(status == 200 and body["operation"]["replayed"] is False,
+               "the retry approved in Chromium", (status, body))
+        say("REST retry approved in Chromium 200", body["output"])
     print(json.dumps(marks))
 
 
