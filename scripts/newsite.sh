@@ -11,7 +11,8 @@
 #   4. migrate, `check --deploy` (none of the app's warnings may remain), assert that
 #      guarded_tools is imported from the virtualenv's site-packages, not this checkout;
 #   5. serve it (runserver; a throwaway Redis as the broker and the quickstart's Celery
-#      worker when redis-server exists, which must run the approvers' notifications) and
+#      worker when redis-server exists, which must run the approvers' notifications and,
+#      at the end, settle an abandoned operation by its sweep) and
 #      run scripts/newsite_prove.py: a read-only call, an invalid input, a call that waits
 #      for approval, the admin's pages (200 as a signed-in staff member), the approval, the
 #      agent's retry, its replay, and the same tools over MCP with the official client;
@@ -207,6 +208,33 @@ if [[ -n "${CELERY_BROKER_URL:-}" ]]; then
   grep -q 'guarded_tools.tasks.notify_approvers\[.*\] succeeded' "$work/worker.log" \
     || { echo "newsite.sh: the Celery worker ran no notify_approvers task" >&2; exit 1; }
   echo "newsite: the Celery worker ran $(grep -c 'notify_approvers\[.*\] succeeded' "$work/worker.log") approvers' notifications"
+  # An operation whose process died (in flight, its lease run out): the worker's sweep,
+  # sent as beat would send it, takes it over and settles it.
+  python manage.py shell -c '
+import time
+from datetime import timedelta
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from guarded_tools.models import Operation, OperationState
+from guarded_tools.store import fingerprint
+from guarded_tools.tasks import sweep
+agent = get_user_model().objects.get(username="agent")
+body = {"operationId": "abandoned-1", "username": "olduser"}
+row = Operation.objects.create(
+    tool="deactivate_user", scope=f"user:{agent.pk}", key=body["operationId"],
+    fingerprint=fingerprint(body), input=body, owner="a-process-that-died",
+    state=OperationState.IN_FLIGHT)
+Operation.objects.filter(pk=row.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
+sweep.delay()
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    row.refresh_from_db()
+    if row.state != OperationState.IN_FLIGHT:
+        break
+    time.sleep(0.2)
+print(f"newsite: the worker'"'"'s sweep settled the abandoned operation: {row.state}")
+assert row.state != OperationState.IN_FLIGHT, "the sweep never took the abandoned operation over"
+'
 fi
 lap "done"
 "$python" - "$t_venv" "$t_installed" "$marks" "$wheel_kb" "$django" <<'PY'
