@@ -143,6 +143,11 @@ def test_the_metadata_names_one_version_known_classifiers_and_the_tested_lines(
                 if n.endswith(".dist-info/METADATA"))
     metadata = Parser().parsestr(zipfile.ZipFile(built["wheel"]).read(info).decode())
     assert metadata["Version"] == __version__
+    written = [path.relative_to(REPO_ROOT).as_posix()
+               for folder in ("guarded_tools", "project")
+               for path in (REPO_ROOT / folder).rglob("*.py")
+               if f'"{__version__}"' in path.read_text()]
+    assert written == ["guarded_tools/core/version.py"]  # the one place it is written
     assert built["wheel"].name.startswith(f"guarded_tools-{__version__}-")
     classifiers = metadata.get_all("Classifier")
     assert set(classifiers) - trove.classifiers == set()
