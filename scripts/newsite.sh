@@ -109,9 +109,14 @@ cd mysite
 python manage.py startapp shop
 cat "$quick/settings_snippet.py" >>mysite/settings.py
 cp "$quick/urls.py" mysite/urls.py
+cp "$quick/tools.py" shop/tools.py
+# Before the Celery files: the deploy check says no Celery app is wired.
+python manage.py check --deploy >"$work/check-no-celery.log" 2>&1 || true
+grep -q 'guarded_tools\.W016' "$work/check-no-celery.log" \
+  || { cat "$work/check-no-celery.log" >&2; echo "newsite.sh: no W016 without celery.py" >&2; exit 1; }
+echo "newsite: without celery.py, check --deploy says: $(grep -o '(guarded_tools\.W016)[^:]*: *[^.]*' "$work/check-no-celery.log")"
 cp "$quick/celery.py" mysite/celery.py
 cp "$quick/project_init.py" mysite/__init__.py
-cp "$quick/tools.py" shop/tools.py
 lap "startproject, startapp, the quickstart applied"
 
 if [[ -n "$database_url" ]]; then  # the same site on PostgreSQL, in a database of its own
