@@ -1,7 +1,7 @@
 # Developer entry points; see README.md. `make test PYTEST_ARGS="-k foo -x"` passes args to every pytest run.
 PYTEST_ARGS ?=
 
-.PHONY: demo test matrix lint bench profile clean distclean
+.PHONY: demo test matrix lint bench profile newsite messages clean distclean
 
 demo:
 	bash scripts/demo.sh
@@ -17,6 +17,15 @@ lint:
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
 	.venv/bin/mypy
+
+# The built wheel installed into a fresh virtualenv and proved in a new django-admin
+# startproject site with docs/quickstart's files (scripts/newsite.sh; NEWSITE_ARGS="--django 5.2").
+newsite:
+	bash scripts/newsite.sh $(NEWSITE_ARGS)
+
+# guarded_tools/locale/django.pot, the message catalog template sites translate.
+messages:
+	bash scripts/messages.sh
 
 bench:
 	bash scripts/bench.sh
