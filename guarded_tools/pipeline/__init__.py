@@ -1,5 +1,7 @@
 """Provides the guard pipeline: a call walks its stages, with the claim between them.
 
+The path of one call::
+
     stages, before_claim:  validation ─► context ─► authorization ─► idempotency (key)
                            ─► confirmation ("always")
     the claim, and the way it says the call goes (below)

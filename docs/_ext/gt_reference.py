@@ -1,0 +1,332 @@
+"""Writes the docs' reference pages from the code, so they cannot drift from it.
+
+``{gt-reference} settings`` (and ``errors``, ``checks``, ``commands``, ``permissions``,
+``events``) renders one part of the reference from its source of truth: the settings
+declaration (``guarded_tools.conf.SETTINGS``), the guard's error catalog, the system
+checks' calls in the package's source, the management commands' parsers, the models'
+permissions and the lifecycle events the pipeline emits. What the code has and the docs
+cannot describe (an event or a permission without a note here) is a build warning, which
+``make docs`` turns into an error. The same functions serve the tests (``tests/docs``).
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import pkgutil
+import pprint
+import re
+import textwrap
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+PACKAGE = Path(__file__).resolve().parents[2] / "guarded_tools"
+
+#: What each lifecycle event means: the ``stage`` of the ``GuardEvent`` an observer receives.
+EVENTS: dict[str, str] = {
+    "started": "A call entered the pipeline (after its input was read).",
+    "authorized": "The caller's permissions allow the call.",
+    "policy_decided": "The tool's approval policy chose a rule for this call (``rule`` and"
+                      " ``decision`` in the event's meta).",
+    "confirmation_requested": "The call waits for a person's approval; nothing ran.",
+    "confirmed": "An approval was used: the approved call goes on to run.",
+    "declined": "A person declined the request, or it expired; the call will not run.",
+    "executed": "The handler returned (before its output was checked and stored).",
+    "output_validated": "The output matched the tool's output schema.",
+    "output_oversized": "The output was larger than the tool's output budget; the call failed.",
+    "output_unmeasurable": "The output could not be serialized to measure it; the call failed.",
+    "verified": "The tool's ``verify`` hook confirmed the effect.",
+    "succeeded": "The operation was stored as succeeded; its output answers every replay.",
+    "replayed": "A call with a key already used was answered from the stored operation: the"
+                " handler did not run again.",
+    "failed": "The handler raised, or a later stage refused its output; the operation is"
+              " stored as failed (a replay answers the same error).",
+    "recovered": "Recovery (the sweep, or a retry past the lease) completed an abandoned"
+                 " operation with the tool's ``recover`` hook.",
+    "outcome_unknown": "Nobody can tell whether the effect happened: the operation waits"
+                       " for a person to reconcile it in the admin.",
+}
+
+#: What each permission lets a person do in the admin (``app_label.codename``).
+PERMISSIONS: dict[str, str] = {
+    "approve_confirmation": "Approve or decline the requests that wait in the approval"
+                            " queue (as the tool's policy allows: never one's own call"
+                            " under ``Approvers(n)``).",
+    "manage_budgets": "Set, change and remove budget overrides (a higher limit for a time).",
+    "reconcile_operation": "Settle an operation whose outcome is unknown: mark it succeeded"
+                           " (with its output), failed or not executed, after checking the"
+                           " effect in the world.",
+    "view_operation": "See operations, their journal and history in the admin.",
+    "view_confirmation": "See the approval queue and every request's history.",
+    "view_budgetoverride": "See budget overrides and the budgets' use.",
+    "view_auditentry": "Read the audit trail.",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One system check call found in the package's source."""
+
+    id: str
+    level: str
+    message: str
+    hint: str
+    where: str
+
+
+def _text(node: ast.expr | None) -> str:
+    """A check's message or hint as written: f-string fields shown as ``{…}``."""
+    if node is None:
+        return ""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(_text(part) if isinstance(part, ast.Constant) else "{…}"
+                       for part in node.values)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _text(node.left) + _text(node.right)
+    if isinstance(node, ast.IfExp):
+        return _text(node.body) + " / " + _text(node.orelse)
+    return "{…}"
+
+
+def checks() -> list[Check]:
+    """Every ``checks.Error/Warning/…(…, id="guarded_tools.X000")`` in the package, by id."""
+    found: list[Check] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            ident = keywords.get("id")
+            if not (isinstance(ident, ast.Constant) and isinstance(ident.value, str)
+                    and ident.value.startswith("guarded_tools.")):
+                continue
+            func = node.func
+            level = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            message = _text(node.args[0] if node.args else keywords.get("msg"))
+            found.append(Check(ident.value, level, message, _text(keywords.get("hint")),
+                               str(path.relative_to(PACKAGE.parent))))
+    return sorted(found, key=lambda c: (c.id[len("guarded_tools."):][1:], c.id))
+
+
+def check_ids_in_source() -> set[str]:
+    """Every check id the package's source names anywhere (a check made another way shows)."""
+    ids: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        ids |= set(re.findall(r'id=f?"(guarded_tools\.[CEWI]\d{3})"',
+                              path.read_text(encoding="utf-8")))
+    return ids
+
+
+def events() -> set[str]:
+    """The lifecycle events the package emits (``….emit("stage", …)``)."""
+    found: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "emit" and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)):
+                found.add(node.args[0].value)
+    return found
+
+
+def commands() -> list[str]:
+    """The package's management commands."""
+    import guarded_tools.management.commands as package
+    return sorted(name for _, name, is_pkg in pkgutil.iter_modules(package.__path__)
+                  if not is_pkg and not name.startswith("_"))
+
+
+def permissions() -> list[tuple[str, str, str]]:
+    """(model, codename, name) of every permission of the app's models."""
+    from django.apps import apps
+    rows = []
+    for model in apps.get_app_config("guarded_tools").get_models():
+        meta = model._meta
+        for action in meta.default_permissions:
+            rows.append((meta.object_name or "", f"{action}_{meta.model_name}",
+                         f"Can {action} {meta.verbose_name_raw}"))
+        rows += [(meta.object_name or "", codename, str(name))
+                 for codename, name in meta.permissions]
+    return rows
+
+
+# -- rendering (reStructuredText, parsed in place of the directive) ---------------------------
+
+def _section(title: str, mark: str = "-") -> list[str]:
+    return [title, mark * max(len(title), 4), ""]
+
+
+def _literal(value: Any) -> str:
+    text = pprint.pformat(value, width=88, sort_dicts=False)
+    return f"``{text}``" if "\n" not in text else ""
+
+
+def settings_rst() -> Iterator[str]:
+    from guarded_tools.conf import SETTINGS
+    group = ""
+    for setting in SETTINGS:
+        if setting.group != group:
+            group = setting.group
+            yield from _section(group)
+        yield f".. _setting-{setting.name}:"
+        yield ""
+        yield from _section(f"``{setting.name}``", "~")
+        yield f":Type: ``{setting.type}``" + (" (import string)" if setting.import_string else "")
+        shown = _literal(setting.default)
+        if shown:
+            yield f":Default: {shown}"
+            yield ""
+        else:
+            yield ":Default:"
+            yield ""
+            yield "   .. code-block:: python"
+            yield ""
+            yield from ("      " + line for line in
+                        pprint.pformat(setting.default, width=80).splitlines())
+            yield ""
+        yield setting.doc
+        yield ""
+
+
+def errors_rst() -> Iterator[str]:
+    from guarded_tools.core.catalog import site_text
+    from guarded_tools.core.codes import BUILTIN
+    for entry in sorted(BUILTIN, key=lambda e: e.code):
+        yield ".. raw:: html"
+        yield ""
+        yield f'   <span id="{entry.code}"></span>'
+        yield ""
+        yield f".. _error-{entry.code}:"
+        yield ""
+        yield from _section(f"``{entry.code}`` ({entry.status})")
+        yield f":Status: {entry.status}"
+        yield f":Retry: ``{entry.retry}``"
+        yield ""
+        for label, text in (("Message", entry.message), ("Why", entry.why), ("Fix", entry.fix)):
+            yield f"**{label}.** " + _escape(site_text(text))
+            yield ""
+
+
+def _escape(text: str) -> str:
+    return re.sub(r"([*`|_\\])", r"\\\1", text)
+
+
+def checks_rst() -> Iterator[str]:
+    by_id: dict[str, list[Check]] = {}
+    for check in checks():
+        by_id.setdefault(check.id, []).append(check)
+    for ident, found in by_id.items():
+        yield f".. _check-{ident}:"
+        yield ""
+        yield from _section(f"``{ident}`` ({found[0].level})")
+        for check in found:
+            yield f"- **{_escape(check.message)}**"
+            if check.hint:
+                yield f"  Hint: {_escape(check.hint)}"
+            yield ""
+        yield f"Raised in ``{found[0].where}``."
+        yield ""
+
+
+def commands_rst() -> Iterator[str]:
+    for name in commands():
+        module = importlib.import_module(f"guarded_tools.management.commands.{name}")
+        command = module.Command()
+        yield from _section(f"``{name}``")
+        yield _escape(str(command.help))
+        yield ""
+        yield ".. code-block:: text"
+        yield ""
+        usage = command.create_parser("manage.py", name).format_help()
+        yield from ("   " + line for line in usage.splitlines())
+        yield ""
+
+
+def permissions_rst() -> Iterator[str]:
+    yield ".. list-table::"
+    yield "   :header-rows: 1"
+    yield ""
+    yield "   * - Permission"
+    yield "     - Model"
+    yield "     - What it lets a person do"
+    for model, codename, name in permissions():
+        yield f"   * - ``guarded_tools.{codename}``"
+        yield f"     - {model}"
+        yield f"     - {PERMISSIONS.get(codename, name + '.')}"
+    yield ""
+
+
+def events_rst() -> Iterator[str]:
+    yield ".. list-table::"
+    yield "   :header-rows: 1"
+    yield ""
+    yield "   * - Event (``GuardEvent.stage``)"
+    yield "     - When it is sent"
+    for name in sorted(events()):
+        yield f"   * - ``{name}``"
+        yield f"     - {EVENTS.get(name, '')}"
+    yield ""
+
+
+RENDERERS = {"settings": settings_rst, "errors": errors_rst, "checks": checks_rst,
+             "commands": commands_rst, "permissions": permissions_rst, "events": events_rst}
+
+
+def missing() -> list[str]:
+    """What the code has and the reference cannot describe: one line each."""
+    problems = [f"lifecycle event {name!r} has no entry in EVENTS"
+                for name in sorted(events() - set(EVENTS))]
+    problems += [f"lifecycle event {name!r} in EVENTS is never emitted"
+                 for name in sorted(set(EVENTS) - events())]
+    problems += [f"permission {codename!r} has no entry in PERMISSIONS"
+                 for _, codename, _ in permissions()
+                 if codename not in PERMISSIONS and not codename.startswith(
+                     ("add_", "change_", "delete_", "view_"))]
+    problems += [f"check {ident} is made in a way the reference does not read"
+                 for ident in sorted(check_ids_in_source() - {c.id for c in checks()})]
+    problems += [f"setting {s.name} has no description"
+                 for s in _settings() if not s.doc.strip()]
+    return problems
+
+
+def _settings() -> Any:
+    from guarded_tools.conf import SETTINGS
+    return SETTINGS
+
+
+def setup(app: Any) -> dict[str, Any]:
+    from docutils.parsers.rst import directives
+    from docutils.statemachine import StringList
+    from sphinx.util import logging
+    from sphinx.util.docutils import SphinxDirective
+    from sphinx.util.nodes import nested_parse_with_titles
+
+    logger = logging.getLogger(__name__)
+
+    class Reference(SphinxDirective):
+        required_arguments = 1
+        has_content = False
+
+        def run(self) -> list[Any]:
+            kind = directives.choice(self.arguments[0], tuple(RENDERERS))
+            lines = textwrap.dedent("\n".join(RENDERERS[kind]())).splitlines()
+            from docutils import nodes
+            node = nodes.section() if kind in ("settings", "errors", "checks",
+                                               "commands") else nodes.container()
+            node.document = self.state.document
+            nested_parse_with_titles(self.state, StringList(lines, source=f"<gt-{kind}>"), node)
+            return list(node.children)
+
+    def report(app: Any) -> None:
+        for problem in missing():
+            logger.warning("reference: %s", problem)
+
+    app.add_directive("gt-reference", Reference)
+    app.connect("builder-inited", report)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}
