@@ -16,7 +16,6 @@ import importlib
 import pkgutil
 import pprint
 import re
-import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -156,57 +155,58 @@ def permissions() -> list[tuple[str, str, str]]:
     return rows
 
 
-# -- rendering (reStructuredText, parsed in place of the directive) ---------------------------
-
-def _section(title: str, mark: str = "-") -> list[str]:
-    return [title, mark * max(len(title), 4), ""]
-
+# -- rendering (MyST Markdown, put in place of the page's ``{gt-reference}`` marker) -----------
 
 def _literal(value: Any) -> str:
     text = pprint.pformat(value, width=88, sort_dicts=False)
     return f"``{text}``" if "\n" not in text else ""
 
 
-def settings_rst() -> Iterator[str]:
+def _md(text: str) -> str:
+    """A docstring-style text (``literal``) as Markdown (`literal`)."""
+    return re.sub(r"``(.+?)``", r"`\1`", text).replace("\\ ", "")
+
+
+def _cell(text: str) -> str:
+    return _md(text).replace("|", "\\|").replace("\n", " ")
+
+
+def settings_md() -> Iterator[str]:
     from guarded_tools.conf import SETTINGS
     group = ""
     for setting in SETTINGS:
         if setting.group != group:
             group = setting.group
-            yield from _section(group)
-        yield f".. _setting-{setting.name}:"
+            yield f"## {group}"
+            yield ""
+        yield f"(setting-{setting.name})="
+        yield f"### `{setting.name}`"
         yield ""
-        yield from _section(f"``{setting.name}``", "~")
-        yield f":Type: ``{setting.type}``" + (" (import string)" if setting.import_string else "")
+        kind = f"`{setting.type}`" + (" (an import string)" if setting.import_string else "")
+        yield f":Type: {kind}"
         shown = _literal(setting.default)
-        if shown:
-            yield f":Default: {shown}"
+        yield f":Default: {_md(shown)}" if shown else ":Default: (below)"
+        yield ""
+        if not shown:
+            yield "```python"
+            yield from pprint.pformat(setting.default, width=80).splitlines()
+            yield "```"
             yield ""
-        else:
-            yield ":Default:"
-            yield ""
-            yield "   .. code-block:: python"
-            yield ""
-            yield from ("      " + line for line in
-                        pprint.pformat(setting.default, width=80).splitlines())
-            yield ""
-        yield setting.doc
+        yield _md(setting.doc)
         yield ""
 
 
-def errors_rst() -> Iterator[str]:
+def errors_md() -> Iterator[str]:
     from guarded_tools.core.catalog import site_text
     from guarded_tools.core.codes import BUILTIN
     for entry in sorted(BUILTIN, key=lambda e: e.code):
-        yield ".. raw:: html"
+        yield f"(error-{entry.code})="
+        yield f"## `{entry.code}` ({entry.status})"
         yield ""
-        yield f'   <span id="{entry.code}"></span>'
+        yield f'<span id="{entry.code}"></span>'
         yield ""
-        yield f".. _error-{entry.code}:"
-        yield ""
-        yield from _section(f"``{entry.code}`` ({entry.status})")
         yield f":Status: {entry.status}"
-        yield f":Retry: ``{entry.retry}``"
+        yield f":Retry: `{entry.retry}`"
         yield ""
         for label, text in (("Message", entry.message), ("Why", entry.why), ("Fix", entry.fix)):
             yield f"**{label}.** " + _escape(site_text(text))
@@ -214,68 +214,68 @@ def errors_rst() -> Iterator[str]:
 
 
 def _escape(text: str) -> str:
-    return re.sub(r"([*`|_\\])", r"\\\1", text)
+    return re.sub(r"([*_<>\\\[\]])", r"\\\1", text)
 
 
-def checks_rst() -> Iterator[str]:
+def checks_md() -> Iterator[str]:
     by_id: dict[str, list[Check]] = {}
     for check in checks():
         by_id.setdefault(check.id, []).append(check)
     for ident, found in by_id.items():
-        yield f".. _check-{ident}:"
+        yield f"(check-{ident})="
+        yield f"## `{ident}` ({found[0].level})"
         yield ""
-        yield from _section(f"``{ident}`` ({found[0].level})")
         for check in found:
-            yield f"- **{_escape(check.message)}**"
+            yield f"- {_escape(check.message)}"
             if check.hint:
-                yield f"  Hint: {_escape(check.hint)}"
-            yield ""
-        yield f"Raised in ``{found[0].where}``."
+                yield f"  *Hint:* {_escape(check.hint)}"
+        yield ""
+        yield f"Raised in `{found[0].where}`."
         yield ""
 
 
-def commands_rst() -> Iterator[str]:
+def commands_md() -> Iterator[str]:
     for name in commands():
         module = importlib.import_module(f"guarded_tools.management.commands.{name}")
         command = module.Command()
-        yield from _section(f"``{name}``")
+        yield f"(command-{name})="
+        yield f"## `{name}`"
+        yield ""
         yield _escape(str(command.help))
         yield ""
-        yield ".. code-block:: text"
-        yield ""
-        usage = command.create_parser("manage.py", name).format_help()
-        yield from ("   " + line for line in usage.splitlines())
+        yield "```text"
+        yield from command.create_parser("manage.py", name).format_help().splitlines()
+        yield "```"
         yield ""
 
 
-def permissions_rst() -> Iterator[str]:
-    yield ".. list-table::"
-    yield "   :header-rows: 1"
-    yield ""
-    yield "   * - Permission"
-    yield "     - Model"
-    yield "     - What it lets a person do"
+def permissions_md() -> Iterator[str]:
+    yield "| permission | model | what it lets a person do |"
+    yield "|---|---|---|"
     for model, codename, name in permissions():
-        yield f"   * - ``guarded_tools.{codename}``"
-        yield f"     - {model}"
-        yield f"     - {PERMISSIONS.get(codename, name + '.')}"
+        yield (f"| `guarded_tools.{codename}` | `{model}` |"
+               f" {_cell(PERMISSIONS.get(codename, name + '.'))} |")
     yield ""
 
 
-def events_rst() -> Iterator[str]:
-    yield ".. list-table::"
-    yield "   :header-rows: 1"
-    yield ""
-    yield "   * - Event (``GuardEvent.stage``)"
-    yield "     - When it is sent"
+def events_md() -> Iterator[str]:
+    yield "| event (`GuardEvent.stage`) | when it is sent |"
+    yield "|---|---|"
     for name in sorted(events()):
-        yield f"   * - ``{name}``"
-        yield f"     - {EVENTS.get(name, '')}"
+        yield f"| `{name}` | {_cell(EVENTS.get(name, ''))} |"
     yield ""
 
 
-RENDERERS = {"settings": settings_rst, "errors": errors_rst, "checks": checks_rst,
-             "commands": commands_rst, "permissions": permissions_rst, "events": events_rst}
+RENDERERS = {"settings": settings_md, "errors": errors_md, "checks": checks_md,
+             "commands": commands_md, "permissions": permissions_md, "events": events_md}
+
+#: A page's marker: the line ``{gt-reference} KIND`` inside a fenced block of its own.
+MARKER = re.compile(r"^```\{gt-reference\} (\w+)\n```$", re.M)
+
+
+def render(source: str) -> str:
+    """``source`` with each marker replaced by the generated Markdown."""
+    return MARKER.sub(lambda m: "\n".join(RENDERERS[m.group(1)]()), source)
 
 
 def missing() -> list[str]:
@@ -301,32 +301,18 @@ def _settings() -> Any:
 
 
 def setup(app: Any) -> dict[str, Any]:
-    from docutils.parsers.rst import directives
-    from docutils.statemachine import StringList
     from sphinx.util import logging
-    from sphinx.util.docutils import SphinxDirective
-    from sphinx.util.nodes import nested_parse_with_titles
 
     logger = logging.getLogger(__name__)
 
-    class Reference(SphinxDirective):
-        required_arguments = 1
-        has_content = False
-
-        def run(self) -> list[Any]:
-            kind = directives.choice(self.arguments[0], tuple(RENDERERS))
-            lines = textwrap.dedent("\n".join(RENDERERS[kind]())).splitlines()
-            from docutils import nodes
-            node = nodes.section() if kind in ("settings", "errors", "checks",
-                                               "commands") else nodes.container()
-            node.document = self.state.document
-            nested_parse_with_titles(self.state, StringList(lines, source=f"<gt-{kind}>"), node)
-            return list(node.children)
+    def generate(app: Any, docname: str, source: list[str]) -> None:
+        if MARKER.search(source[0]):
+            source[0] = render(source[0])
 
     def report(app: Any) -> None:
         for problem in missing():
             logger.warning("reference: %s", problem)
 
-    app.add_directive("gt-reference", Reference)
+    app.connect("source-read", generate)
     app.connect("builder-inited", report)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
