@@ -18,7 +18,7 @@ from guarded_tools.core.version import VERSION  # noqa: E402
 
 project = "guarded_tools"
 author = "guarded_tools contributors"
-copyright = "guarded_tools contributors"  # noqa: A001 - Sphinx's name
+copyright = "guarded_tools contributors"
 release = version = VERSION
 
 extensions = [

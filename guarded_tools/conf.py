@@ -1,4 +1,4 @@
-"""Provides the ``GUARDED_TOOLS`` settings: their one typed declaration, and the object that reads them.
+"""Provides the ``GUARDED_TOOLS`` settings: their typed declaration, and the object reading them.
 
 :data:`SETTINGS` declares every setting once (name, type, default, what it does); the
 defaults (:data:`DEFAULTS`), the system checks and the settings reference of the docs are
@@ -94,8 +94,9 @@ SETTINGS: tuple[Setting, ...] = (
                 " poll interval. A person decides in minutes or hours, so asking every second only"
                 " adds load."),
     Setting("CONFIRMATION_ALLOW_SELF_APPROVAL", "bool", False, _CONFIRMATIONS,
-            doc="Four eyes by default; ``True`` lets a person approve their own call of a tool with"
-                " ``confirm=\"always\"`` or ``\"effect-only\"``, never a policy's ``Approvers(n)``."),
+            doc="Four eyes by default; ``True`` lets a person approve their own call of a tool"
+                " with ``confirm=\"always\"`` or ``\"effect-only\"``, never a policy's"
+                " ``Approvers(n)``."),
     Setting("CONFIRMATION_SHARE_DECLINE_REASON", "bool", False, _CONFIRMATIONS,
             doc="Put the approver's reason for declining in the agent's message."),
     Setting("CONFIRMATION_REASON_MAX_CHARS", "int", 300, _CONFIRMATIONS,
