@@ -26,7 +26,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "gt_reference",
 ]
-myst_enable_extensions = ["colon_fence", "deflist", "fieldlist"]
+myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 source_suffix = {".md": "markdown", ".rst": "restructuredtext"}
 exclude_patterns = ["_build", "quickstart", "console", "README.md"]

@@ -183,9 +183,8 @@ def settings_md() -> Iterator[str]:
         yield f"### `{setting.name}`"
         yield ""
         kind = f"`{setting.type}`" + (" (an import string)" if setting.import_string else "")
-        yield f":Type: {kind}"
         shown = _literal(setting.default)
-        yield f":Default: {_md(shown)}" if shown else ":Default: (below)"
+        yield f"**Type** {kind} · **Default** {_md(shown) if shown else '(below)'}"
         yield ""
         if not shown:
             yield "```python"
@@ -205,8 +204,7 @@ def errors_md() -> Iterator[str]:
         yield ""
         yield f'<span id="{entry.code}"></span>'
         yield ""
-        yield f":Status: {entry.status}"
-        yield f":Retry: `{entry.retry}`"
+        yield f"**Status** {entry.status} · **Retry** `{entry.retry}`"
         yield ""
         for label, text in (("Message", entry.message), ("Why", entry.why), ("Fix", entry.fix)):
             yield f"**{label}.** " + _escape(site_text(text))

@@ -25,8 +25,8 @@ def test_every_setting_has_its_entry_with_type_and_default() -> None:
     for setting in SETTINGS:
         entry = text[text.index(f"(setting-{setting.name})="):]
         entry = entry[:entry.index("\n(", 1) if "\n(" in entry[1:] else len(entry)]
-        assert f"### `{setting.name}`" in entry and f":Type: `{setting.type}`" in entry
-        assert ":Default:" in entry
+        assert f"### `{setting.name}`" in entry and f"**Type** `{setting.type}`" in entry
+        assert "**Default** " in entry
 
 
 def test_each_code_of_the_guard_has_one_entry_with_the_anchor_its_link_names() -> None:
