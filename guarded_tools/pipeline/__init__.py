@@ -513,5 +513,6 @@ class Pipeline(FailureHandling):
 
 
 def get_pipeline(definition: Tool) -> Pipeline:
+    """The pipeline a tool's calls run through: an instance of the ``PIPELINE_CLASS`` setting."""
     cls = gt_settings.PIPELINE_CLASS
     return cls(definition)  # type: ignore[no-any-return]

@@ -12,7 +12,7 @@ hook                when
 ==================  ========================================================================
 ``before_claim``    every call, replays included, before anything is claimed or asked of a
                     person: validation, identity and context, authorization, the key,
-                    confirmation "always" (issue 27's policies decide here whether the call
+                    confirmation "always" (approval policies decide here whether the call
                     runs, needs N approvals, needs its owner, or is refused)
 ``after_claim``     the call is about to execute: a fresh claim (``claim``), or a call with
                     no claim row (``claim`` is None: a tool without idempotency, or the
@@ -31,7 +31,7 @@ hook                when
                     the authorization its replay would face, with no events
 ==================  ========================================================================
 
-Issue 27's budgets reserve "atomically with the claim": on the one-transaction path
+Budgets reserve "atomically with the claim": on the one-transaction path
 ``after_claim`` already runs inside the claim's transaction; on the ordinary path the
 store's claim commits in a transaction of its own, and the reservation needs the store to
 call the stages inside it (an ``in_claim(call, claim)`` hook, for the store to offer).
