@@ -93,7 +93,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     messages.extend(check_step_up())
+    messages.extend(check_exception_handler())
     return messages
+
+
+def check_exception_handler() -> list[checks.CheckMessage]:
+    """``EXCEPTION_HANDLER`` names a callable that imports (every error goes through it)."""
+    try:
+        handler = gt_settings.EXCEPTION_HANDLER
+        problem = None if callable(handler) else f"{handler!r} is not callable"
+    except Exception as exc:  # ImportError, or an error raised while importing its module
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is None:
+        return []
+    return [checks.Error(
+        f"GUARDED_TOOLS['EXCEPTION_HANDLER'] does not give a handler ({problem}).",
+        hint="Name a function handler(exc, context) -> response by its dotted path, as DRF's"
+        " EXCEPTION_HANDLER; the default is"
+        f" {DEFAULTS['EXCEPTION_HANDLER']!r}, which a site's handler may call and adjust.",
+        id="guarded_tools.E014",
+    )]
 
 
 def check_step_up() -> list[checks.CheckMessage]:

@@ -171,6 +171,14 @@ SETTINGS: tuple[Setting, ...] = (
             doc="Where error ``link``\\ s point (an anchor per code is appended); by default the"
                 " site's own ``errors/`` page. Point it at the docs' error reference"
                 " (``…/reference/errors/``) to send agents there."),
+    Setting("EXCEPTION_HANDLER", "str | None",
+            "guarded_tools.transports.rest.exception_handler.exception_handler", _EXTENSIONS,
+            import_string=True,
+            doc="What turns an exception into the response of a REST view or the MCP endpoint,"
+                " as DRF's ``EXCEPTION_HANDLER``: an import string of ``handler(exc, context)``"
+                " returning a response or ``None`` (``None``: an unhandled exception, a 500)."
+                " Wrap the default to change what agents get; it asks the view how to render"
+                " (the MCP endpoint answers JSON-RPC errors)."),
     # MCP and OAuth
     Setting("MCP_ALLOWED_ORIGINS", "list[str]", [], _MCP,
             doc="Browser origins allowed to reach the MCP endpoint (others get 403)."),

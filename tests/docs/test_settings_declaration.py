@@ -63,6 +63,7 @@ BEFORE: dict[str, Any] = {
     "OBSERVERS": [],
     "ERROR_CATALOGS": [],
     "DOCS_URL": "",
+    "EXCEPTION_HANDLER": "guarded_tools.transports.rest.exception_handler.exception_handler",
     "MCP_ALLOWED_ORIGINS": [],
     "SERVER_NAME": "guarded-tools",
     "OAUTH_PROTECTS": [],
@@ -73,7 +74,7 @@ BEFORE: dict[str, Any] = {
 }
 #: The settings imported on first read, as listed by hand before the declaration.
 IMPORTED_BEFORE = {"PIPELINE_CLASS", "STORE_CLASS", "STAGES", "OBSERVERS", "OAUTH_DEFAULT_SCOPES",
-                   "CONSENT_STEP_UP", "AGENT_AUTHENTICATION_CLASSES"}
+                   "CONSENT_STEP_UP", "AGENT_AUTHENTICATION_CLASSES", "EXCEPTION_HANDLER"}
 
 
 def test_the_declared_defaults_are_the_defaults_written_before() -> None:

@@ -80,7 +80,7 @@ PUBLIC: dict[str, frozenset[str]] = {
         "PendingOperationHandle", "db_now_plus", "fingerprint", "key_hash", "new_token",
         "reads_committed", "refuse_enclosing_transaction", "storable_json", "user_row",
     }),
-    "guarded_tools.store.backends": frozenset({"by_vendor"}),
+    "guarded_tools.store.backends": frozenset({"by_vendor", "features", "ops"}),
     "guarded_tools.store.counting": frozenset({"EstimatingPaginator"}),
     "guarded_tools.console.consent": frozenset({"ConsentView", "PasswordStepUp"}),
 }
