@@ -57,3 +57,14 @@ html_show_sourcelink = False
 html_copy_source = False
 html_theme_options = {"navigation_with_keys": True}
 # Furo loads no web font; Sphinx's search runs from searchindex.js in the built files.
+
+
+
+def _on_source_read(app: object, docname: str, source: list[str]) -> None:
+    """A page's link to the repository's CHANGELOG.md is a link to the changelog page
+    (which includes that file, its own links to ``docs/…`` made the site's)."""
+    source[0] = source[0].replace("](../CHANGELOG.md)", "](changelog.md)")
+
+
+def setup(app: object) -> None:
+    app.connect("source-read", _on_source_read)  # type: ignore[attr-defined]

@@ -111,7 +111,8 @@ def test_every_public_module_is_in_the_python_api_page() -> None:
 
 
 def test_every_page_is_in_the_navigation() -> None:
-    """A page no toctree lists is reachable by search alone (Sphinx warns; this says which)."""
+    """A page no toctree lists is reachable by search alone (Sphinx warns; this says which).
+    A listed page that does not exist is Sphinx's own warning, an error in ``make docs``."""
     pages = {path.relative_to(DOCS).with_suffix("").as_posix()
              for path in DOCS.rglob("*.md") if "_build" not in path.parts}
     listed = {"index"}
@@ -123,4 +124,4 @@ def test_every_page_is_in_the_navigation() -> None:
             for line in block.splitlines():
                 if line and not line.startswith(":"):
                     listed.add((base / line.strip()).as_posix())
-    assert pages == listed
+    assert pages - listed == set()
