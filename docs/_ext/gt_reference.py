@@ -64,6 +64,22 @@ PERMISSIONS: dict[str, str] = {
 }
 
 
+#: What a site's people do about a code, where the docs say more (the page's own links).
+SEE_ALSO: dict[str, str] = {
+    "outcome_unknown": "A person with `reconcile_operation` settles the operation in the admin"
+                       " after checking the world: [Recovering and reconciling"
+                       " operations](../howto/operators.md). A `recover` hook makes it rare:"
+                       " [A handler that survives crashes](../howto/crash-safe-handlers.md).",
+    "confirmation_required": "Staff approve or decline the request in the admin: [Approving"
+                             " requests in the admin](../howto/approvers.md); which calls wait"
+                             " is the tool's [approval policy](../howto/approval-policies.md).",
+    "rate_limited": "Limits per user and window: [Budgets, rate limits and"
+                    " overrides](../howto/budgets.md).",
+    "budget_exceeded": "Limits per user and window, and overrides for one user or group:"
+                       " [Budgets, rate limits and overrides](../howto/budgets.md).",
+}
+
+
 @dataclass(frozen=True)
 class Check:
     """One system check call found in the package's source."""
@@ -199,15 +215,18 @@ def errors_md() -> Iterator[str]:
     from guarded_tools.core.catalog import site_text
     from guarded_tools.core.codes import BUILTIN
     for entry in sorted(BUILTIN, key=lambda e: e.code):
+        yield f'<span id="{entry.code}"></span>'
+        yield ""
         yield f"(error-{entry.code})="
         yield f"## `{entry.code}` ({entry.status})"
-        yield ""
-        yield f'<span id="{entry.code}"></span>'
         yield ""
         yield f"**Status** {entry.status} · **Retry** `{entry.retry}`"
         yield ""
         for label, text in (("Message", entry.message), ("Why", entry.why), ("Fix", entry.fix)):
             yield f"**{label}.** " + _escape(site_text(text))
+            yield ""
+        if entry.code in SEE_ALSO:
+            yield f"**For the site.** {SEE_ALSO[entry.code]}"
             yield ""
 
 
