@@ -11,7 +11,7 @@ import re
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.docs.test_pages import HISTORY
+from tests.docs.reference import HISTORY
 
 PUBLIC_API = (REPO_ROOT / "tests" / "integration" / "test_public_api.py").read_text()
 MODULES = [*re.findall(r'^    "(guarded_tools[\w.]*)": frozenset', PUBLIC_API, flags=re.M),

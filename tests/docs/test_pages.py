@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT
-from tests.docs.reference import DOCS
+from tests.docs.reference import DOCS, HISTORY
 
 README = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
 QUICKSTART = DOCS / "quickstart"
@@ -56,8 +56,6 @@ def test_the_tutorial_includes_every_quickstart_file() -> None:
     assert included == set(QUICKSTART_FILES) == on_disk
 
 
-#: "issue 26", "Round 8", "item 4": history (a validation "issue" is not).
-HISTORY = re.compile(r"(?<![-\w])(?:[Ii]ssues? \d|[Rr]ounds? \d|[Ii]tems? \d)")
 
 
 @pytest.mark.parametrize("path", USER_PAGES, ids=lambda p: p.relative_to(REPO_ROOT).as_posix())
