@@ -1,7 +1,7 @@
 # Developer entry points; see README.md. `make test PYTEST_ARGS="-k foo -x"` passes args to every pytest run.
 PYTEST_ARGS ?=
 
-.PHONY: demo test matrix lint bench profile newsite messages clean distclean
+.PHONY: demo test matrix lint docs bench profile newsite messages clean distclean
 
 demo:
 	bash scripts/demo.sh
@@ -27,6 +27,11 @@ newsite:
 messages:
 	bash scripts/messages.sh
 
+# The docs site into docs/_build/html: every warning an error, every internal link and anchor checked, offline.
+docs:
+	bash scripts/venv.sh main
+	.venv/bin/python -m sphinx -b html -W --keep-going -n -E -q -d docs/_build/doctrees docs docs/_build/html
+
 bench:
 	bash scripts/bench.sh
 
@@ -34,7 +39,7 @@ profile:
 	bash scripts/bench.sh profile
 
 clean:
-	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench-results *.egg-info
+	rm -rf .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist bench-results *.egg-info docs/_build
 	find . -path ./.venv -prune -o -path ./.venv-dj52 -prune -o -path ./.venv-pg2 -prune -o -path ./.venv-bench -prune -o -name __pycache__ -type d -exec rm -rf {} +
 
 distclean: clean

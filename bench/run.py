@@ -525,7 +525,7 @@ def ablation_markdown(results: dict[str, Any]) -> list[str]:
 
 
 def markdown(results: dict[str, Any]) -> str:
-    """The figures as Markdown tables, for docs/performance.md."""
+    """The figures as Markdown tables, for bench/NOTEBOOK.md."""
     out: list[str] = []
     dbs = [db for db, d in results["databases"].items() if d.get("http")]
     if results["meta"].get("ablation"):

@@ -94,7 +94,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
-# Django's ModelBackend, with each user's permissions loaded in one query (README, "Permissions").
+# Django's ModelBackend, each user's permissions loaded in one query (docs: crash-safe handlers).
 AUTHENTICATION_BACKENDS = ["guarded_tools.auth_backends.OneQueryModelBackend"]
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -1,5 +1,7 @@
 """Provides the guard pipeline: a call walks its stages, with the claim between them.
 
+The path of one call::
+
     stages, before_claim:  validation ─► context ─► authorization (scopes, permissions,
                            authorize) ─► idempotency (key) ─► policy (the rule) ─► budget
                            (the amount) ─► confirmation ("always")

@@ -83,6 +83,7 @@ def db_now_plus(seconds: float) -> ExpressionWrapper:
 
 
 def new_token() -> str:
+    """A fresh random owner token for a claim."""
     return uuid.uuid4().hex
 
 

@@ -1,5 +1,5 @@
-"""docs/architecture.md's examples, run as written: a site adds stages and a class-based tool
-by following that page alone."""
+"""The docs' architecture page's examples, run as written: a site adds stages and a
+class-based tool by following that page alone."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.django_db
 
-DOC = REPO_ROOT / "docs" / "architecture.md"
+DOC = REPO_ROOT / "docs" / "explanation" / "architecture.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 
 def example(first_line: str) -> str:
     """The page's code block that opens with ``first_line`` (a file name, as a comment)."""
     found = [block for block in BLOCKS if block.startswith(first_line + "\n")]
-    assert len(found) == 1, f"docs/architecture.md has no single block for {first_line}"
+    assert len(found) == 1, f"{DOC} has no single block for {first_line}"
     return found[0]
 
 

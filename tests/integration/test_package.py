@@ -175,34 +175,6 @@ MARKDOWN_TARGETS = re.compile(
     re.MULTILINE)
 
 
-def relative_targets(markdown: str) -> list[str]:
-    """The link and image targets of ``markdown`` that are neither absolute (a scheme) nor
-    an anchor in the page itself: they break where the page is shown away from the
-    repository (a package index shows the README as the project's description)."""
-    prose = re.sub(r"```.*?```", "", markdown, flags=re.DOTALL)  # code shows, never links
-    prose = re.sub(r"`[^`\n]*`", "", prose)
-    found = [next(g for g in m.groups() if g) for m in MARKDOWN_TARGETS.finditer(prose)]
-    return [t for t in found if not re.match(r"[a-z][a-z0-9+.-]*:|#", t, re.IGNORECASE)]
-
-
-def test_relative_targets_are_found() -> None:
-    """The check itself can fail: each form of relative target is found."""
-    sample = ("See [the docs](docs/index.md), ![a chart](docs/performance.png),"
-              ' <img src="img/x.png">, [ok](https://example.com), [here](#here)\n'
-              "[ref]: docs/ref.md\n```\n[code](not/a/link)\n```\n")
-    assert relative_targets(sample) == ["docs/index.md", "docs/performance.png",
-                                        "img/x.png", "docs/ref.md"]
-
-
-# MERGE WATCH: fails until the README rewrite (docs' branch) has replaced the README's
-# relative links and images (docs/... pages and screenshots) with absolute addresses or
-# moved them to the docs site. If it fails after the merge, that rewrite is incomplete.
-def test_MERGE_WATCH_the_readme_has_no_relative_link_or_image() -> None:
-    """README.md is the long description a package index shows, away from the repository:
-    a relative link or image there breaks. Absolute addresses and in-page anchors only."""
-    assert relative_targets((REPO_ROOT / "README.md").read_text()) == []
-
-
 SETTINGS = """
 SECRET_KEY = "package-test"
 DEBUG = False

@@ -50,7 +50,7 @@ PUBLIC: dict[str, frozenset[str]] = {
     }),
     "guarded_tools.permissions": frozenset({"RefuseAgentCredentials"}),
     "guarded_tools.signals": frozenset({"confirmation_decided", "confirmation_requested"}),
-    "guarded_tools.conf": frozenset({"DEFAULTS", "gt_settings"}),
+    "guarded_tools.conf": frozenset({"DEFAULTS", "SETTINGS", "Setting", "gt_settings"}),
     "guarded_tools.tasks": frozenset({
         "enqueue_execute_approved", "enqueue_notify_approvers", "execute_approved",
         "notify_approvers", "sweep",

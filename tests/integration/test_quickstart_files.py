@@ -58,27 +58,3 @@ def test_ci_runs_the_proof_on_both_django_lines_and_on_postgresql() -> None:
     # After the stage that starts the cluster and exports DATABASE_URL.
     assert ci.index("stage postgres postgres") < ci.index("stage newsite-dj52-pg")
     assert "bash scripts/newsite.sh" in (REPO_ROOT / "Makefile").read_text()
-
-
-def readme_blocks() -> list[str]:
-    """The fenced code blocks of README.md, each without its fences."""
-    import re
-
-    text = (REPO_ROOT / "README.md").read_text()
-    return [m.group(1) for m in re.finditer(r"^```[^\n]*\n(.*?)^```", text, re.DOTALL | re.M)]
-
-
-# MERGE WATCH: fails until the README rewrite (docs' branch) shows the quickstart. The README
-# cannot include files, so its quickstart blocks must be these files, verbatim: a block that
-# opens with a quickstart file's first line is that whole file, and the five a reader needs
-# are there. If it fails after the merge, the README's copy drifted from what CI runs.
-def test_MERGE_WATCH_the_readme_quickstart_blocks_are_the_files_ci_runs() -> None:
-    files = {p.name: p.read_text() for p in QUICKSTART.glob("*.py")}
-    shown = set()
-    for block in readme_blocks():
-        for name, text in files.items():
-            if block.splitlines()[:1] == text.splitlines()[:1]:
-                assert block.rstrip("\n") == text.rstrip("\n"), f"README's {name} drifted"
-                shown.add(name)
-    assert {"settings_snippet.py", "urls.py", "tools.py", "celery.py",
-            "mcp_client.py"} - shown == set()

@@ -159,11 +159,11 @@ def test_the_handler_docs_architecture_shows_works_as_written(settings: Any, mak
 
     from tests.conftest import REPO_ROOT
 
-    text = (REPO_ROOT / "docs" / "architecture.md").read_text()
+    text = (REPO_ROOT / "docs" / "explanation" / "architecture.md").read_text()
     code = re.search(r"```python\n(# shop/errors\.py\n.*?)```", text, flags=re.S)
     assert code is not None
     module = types.ModuleType("shop_errors")
-    exec(compile(code.group(1), "docs/architecture.md", "exec"), module.__dict__)
+    exec(compile(code.group(1), "docs/explanation/architecture.md", "exec"), module.__dict__)
     monkeypatch.setitem(__import__("sys").modules, "shop_errors", module)
     settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS,
                               "EXCEPTION_HANDLER": "shop_errors.handler"}

@@ -2,7 +2,7 @@
 building.
 
 On SQLite the database works inside the app's process, and building and compiling the
-ORM's query was most of a call's store time (issue 29 item 3): the read of a key, the
+ORM's query was most of a call's store time (bench/NOTEBOOK.md): the read of a key, the
 claim, an atomic call's INSERTs and the completion are written once here
 (``Statements``, with SQLite's clock, ``STRFTIME(…, 'NOW')``, what Django's ``Now()``
 is there) and sent through ``connection.cursor()``. ``created_at`` and ``updated_at``
