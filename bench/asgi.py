@@ -1,6 +1,6 @@
 """ASGI entry point uvicorn serves during the peer benchmarks: the app's own, as documented.
 
-``guarded_tools.asgi.with_cancellation`` around Django's ASGI handler (README, async
+``guarded_tools.asgi.with_cancellation`` around Django's ASGI handler (docs, async
 handlers), with the bench settings: the tool endpoints cross into a thread once per call.
 """
 

@@ -1,12 +1,13 @@
-"""The peer of the benchmarks: FastMCP serving ``echo(value: int)`` (``bench/peer.py``).
+"""A peer of the benchmarks: FastMCP 4 serving ``echo(value: int)`` (``bench/peer.py``).
 
 ``app`` is FastMCP's Streamable HTTP application, stateless with JSON responses (one
 POST per ``tools/call``, as the app's MCP endpoint answers), for uvicorn
 (``uvicorn bench.fastmcp_app:app``) and for gunicorn with uvicorn workers (it is an
-ASGI application). Two tools: ``echo``, whose output FastMCP validates against the
-schema it derives from ``-> Echo`` (as shipped), and ``echo_raw`` with
-``output_schema=None`` (no output validation), beside the app's ``echo`` and
-``echo_raw`` (bench/tools.py) with the same schemas.
+ASGI application). The tool as FastMCP ships it: pydantic validates the arguments
+against the schema derived from ``value: int``; the result, typed ``-> Echo``, is sent
+as ``structuredContent`` (and as text) without being validated against the output
+schema derived from it; the synchronous function runs in a worker thread
+(``run_in_thread``, on by default). Anonymous, no middleware, nothing kept.
 """
 
 from __future__ import annotations
@@ -26,12 +27,6 @@ mcp = FastMCP("bench-peer")
 @mcp.tool
 def echo(value: int) -> Echo:
     """Return the value."""
-    return {"value": value}
-
-
-@mcp.tool(output_schema=None)
-def echo_raw(value: int) -> dict[str, int]:
-    """Return the value (no output schema, so no output validation)."""
     return {"value": value}
 
 

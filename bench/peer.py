@@ -1,26 +1,30 @@
-"""``python -m bench.peer``: the peer table of ``make bench``: FastMCP beside the app.
+"""``python -m bench.peer``: the peer table of ``make bench``: FastMCP 4 and django-mcpz
+beside the app.
 
 The same ``echo(value: int)`` tool, over MCP (one stateless POST per ``tools/call``,
 JSON responses, protocol 2025-11-25), served by one server process each:
 
-* under **uvicorn**: FastMCP (``bench.fastmcp_app``) and the app's ASGI entry
-  (``bench.asgi``: Django's ASGI handler in ``guarded_tools.asgi.with_cancellation``);
+* under **uvicorn**: FastMCP (``bench.fastmcp_app``), django-mcpz through Django's ASGI
+  handler (``bench.mcpz.asgi``) and the app's ASGI entry (``bench.asgi``: Django's ASGI
+  handler in ``guarded_tools.asgi.with_cancellation``);
 * under **gunicorn**: FastMCP with one uvicorn worker (``uvicorn_worker.UvicornWorker``:
-  FastMCP is ASGI only), and the app with one sync worker (WSGI, ``bench.wsgi``).
+  FastMCP is ASGI only), django-mcpz and the app with one sync worker each (WSGI,
+  ``bench.mcpz.wsgi`` and ``bench.wsgi``).
 
-Configurations, on each server: FastMCP as shipped (it validates the output against
-the schema it derives from ``-> Echo``) and with ``output_schema=None``; the app's
-read-only ``echo`` with the same output schema (validated), and ``echo_raw`` without
-one; the app's keyed ``echo_keyed`` with a fresh key per call and a DRF token, on
-PostgreSQL (FastMCP has no idempotency: that row is the app's own cost). Both sides
-are anonymous for the read-only tool. The app runs the middleware of
-``project.settings`` (Django's default set), FastMCP none.
+Calls, on each server: FastMCP 4.1.6 as shipped, django-mcpz 1.2.0 as documented, the
+app's read-only ``echo`` (anonymous) and its keyed ``echo_keyed`` with a fresh key per call
+and a DRF token on PostgreSQL (neither peer keeps anything: that row is the app's own
+cost). ``SIDES`` says what each does and does not do, and the report prints it.
 
-wrk drives them from its own process on loopback (``bench/mcp.lua`` checks every
-response's status and ``isError``) in rounds whose order rotates; after each keyed run
-the operations of its keys are counted in the database. CPU per request is the server
-process tree's CPU time (``/proc``) over the requests answered; PostgreSQL's backends
-separately. Writes JSON to ``--out`` and prints the table.
+wrk drives them from its own process on loopback, in rounds whose order rotates over every
+(server, call) pair; ``bench/mcp.lua`` checks every response (status, JSON-RPC result, the
+id of a request awaiting its answer, the echoed value in ``structuredContent`` and in the
+text, and for a keyed call its own key, not replayed), and after each keyed run the
+operations of its keys are counted in the database. CPU per request is the server process
+tree's CPU time (``/proc``) over the requests answered; PostgreSQL's backends separately.
+Ratios are taken round by round (each pair measured in the same round) and their median
+quoted, to FastMCP under uvicorn and to django-mcpz under gunicorn. Writes JSON to
+``--out`` and prints the table, what each side does, and the targets.
 """
 
 from __future__ import annotations
@@ -35,50 +39,131 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 from bench.cpu import CpuMeter, database_server_pid
 from bench.run import PYTHON, RESULTS, ROOT, Procs, free_port, log, parse_wrk
 
-MIDDLEWARE_NOTE = ("the app: Django's default middleware (Security, Session, Common, Csrf,"
-                   " Authentication, Message, XFrameOptions) and DRF's Token and Session"
-                   " authentication; FastMCP: none")
+MIDDLEWARE_NOTE = ("Django's seven middleware on both Django sides (Security, Session, Common,"
+                   " Csrf, Authentication, Message, XFrameOptions: project.settings), the same"
+                   " Django; FastMCP runs none")
 
-#: server: (framework, server software, command after the executable, path of MCP)
-SERVERS: dict[str, tuple[str, str, list[str], str]] = {
-    "fastmcp-uvicorn": ("fastmcp", "uvicorn", ["bench.fastmcp_app:app"], "/mcp/"),
-    "app-uvicorn": ("app", "uvicorn", ["bench.asgi:application"], "/agent/mcp/"),
+#: server: (framework, server software, command after the executable, path of MCP,
+#: the Django settings module it runs with, or None)
+SERVERS: dict[str, tuple[str, str, list[str], str, str | None]] = {
+    "fastmcp-uvicorn": ("fastmcp", "uvicorn", ["bench.fastmcp_app:app"], "/mcp/", None),
+    "mcpz-uvicorn": ("mcpz", "uvicorn", ["bench.mcpz.asgi:application"], "/mcp/",
+                     "bench.mcpz.settings"),
+    "app-uvicorn": ("app", "uvicorn", ["bench.asgi:application"], "/agent/mcp/",
+                    "bench.settings"),
     "fastmcp-gunicorn": ("fastmcp", "gunicorn", [
-        "bench.fastmcp_app:app", "--worker-class", "uvicorn_worker.UvicornWorker"], "/mcp/"),
+        "bench.fastmcp_app:app", "--worker-class", "uvicorn_worker.UvicornWorker"], "/mcp/",
+        None),
+    "mcpz-gunicorn": ("mcpz", "gunicorn", [
+        "bench.mcpz.wsgi:application", "--worker-class", "sync"], "/mcp/",
+        "bench.mcpz.settings"),
     "app-gunicorn": ("app", "gunicorn", [
-        "bench.wsgi:application", "--worker-class", "sync"], "/agent/mcp/"),
+        "bench.wsgi:application", "--worker-class", "sync"], "/agent/mcp/", "bench.settings"),
 }
 
-#: name, what, tool, keyed (a fresh key and the DRF token)
+#: name, framework, tool, keyed (a fresh key and the DRF token)
 CALLS: list[tuple[str, str, str, bool]] = [
-    ("FastMCP", "FastMCP as shipped (output validated against its derived schema)", "echo",
-     False),
-    ("FastMCP-noout", "FastMCP, output_schema=None", "echo_raw", False),
-    ("read", "app, read-only tool, anonymous, output schema validated", "echo", False),
-    ("read-noout", "app, read-only tool, anonymous, no output schema", "echo_raw", False),
-    ("keyed", "app, keyed tool, fresh key, DRF token, PostgreSQL, output validated",
-     "echo_keyed", True),
+    ("FastMCP", "fastmcp", "echo", False),
+    ("django-mcpz", "mcpz", "echo", False),
+    ("read", "app", "echo", False),
+    ("keyed", "app", "echo_keyed", True),
 ]
+
+#: What each call is, and what it does and does not do.
+SIDES: dict[str, dict[str, str]] = {
+    "FastMCP": {
+        "what": "FastMCP 4.1.6 as shipped, `-> Echo` (structuredContent)",
+        "authentication": "none: anonymous, no auth provider, no middleware",
+        "validation": "arguments by pydantic from `value: int`, lax (\"7\" passes as 7);"
+                      " the output is not validated against its derived schema",
+        "persistence": "none: nothing kept; the function runs in a worker thread",
+    },
+    "django-mcpz": {
+        "what": "django-mcpz 1.2.0, `MCPServer(auth=public)`, a plain synchronous Django view",
+        "authentication": "none: `public` (its bearer tokens and OAuth not used); Django's"
+                          " middleware runs",
+        "validation": "arguments decoded by msgspec into a Struct, strict (an int, no unknown"
+                      " field); the output is encoded, not validated",
+        "persistence": "none: no statement, nothing kept",
+    },
+    "read": {
+        "what": "the app's read-only `echo`, anonymous (allow_anonymous)",
+        "authentication": "DRF Token and Session authentication run, anonymous allowed for a"
+                          " read-only tool; Django's middleware runs",
+        "validation": "arguments by JSON Schema (no unknown field, an integer); the output"
+                      " validated against its output schema",
+        "persistence": "none: no statement, no operation row",
+    },
+    "keyed": {
+        "what": "the app's keyed `echo_keyed`, a fresh key per call, DRF token, PostgreSQL",
+        "authentication": "DRF token (one SELECT); Django's middleware runs",
+        "validation": "arguments by JSON Schema; the output validated against its output"
+                      " schema",
+        "persistence": "an operation per key in PostgreSQL, claimed and completed (two"
+                       " commits), so that a retry of the key is answered from it",
+    },
+}
+
+#: label: the configuration every ratio in its column is taken to
+REFERENCES: dict[str, str] = {"FastMCP 4.1.6": "uvicorn FastMCP",
+                              "django-mcpz (gunicorn)": "gunicorn django-mcpz"}
+
+#: The peer targets: (what, configuration, reference, the least ratio of throughput)
+TARGETS: list[tuple[str, str, str, float]] = [
+    ("read-only call under gunicorn ≥ 1.0x django-mcpz under gunicorn", "gunicorn read",
+     "gunicorn django-mcpz", 1.0),
+    ("read-only call under uvicorn ≥ 1.5x FastMCP 4.1.6", "uvicorn read", "uvicorn FastMCP",
+     1.5),
+    ("keyed fresh call, PostgreSQL, under uvicorn ≥ 0.6x FastMCP 4.1.6", "uvicorn keyed",
+     "uvicorn FastMCP", 0.6),
+]
+
+PACKAGES = ["fastmcp", "django-mcpz", "mcp", "msgspec", "pydantic", "Django",
+            "djangorestframework", "uvicorn", "gunicorn"]
 
 
 def configs() -> list[tuple[str, str, str, str, bool]]:
     """(name, what, server, tool, keyed) for every call on both server programs."""
     out = []
     for software in ("uvicorn", "gunicorn"):
-        for name, what, tool, keyed in CALLS:
-            framework = "fastmcp" if name.startswith("FastMCP") else "app"
-            out.append((f"{software} {name}", what, f"{framework}-{software}", tool, keyed))
+        for name, framework, tool, keyed in CALLS:
+            out.append((f"{software} {name}", SIDES[name]["what"], f"{framework}-{software}",
+                        tool, keyed))
     return out
 
 
+def server_env(server: str, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with the server's own Django settings (none for FastMCP)."""
+    settings = SERVERS[server][4]
+    out = dict(env)
+    if settings is None:
+        out.pop("DJANGO_SETTINGS_MODULE", None)
+    else:
+        out["DJANGO_SETTINGS_MODULE"] = settings
+    return out
+
+
+def packages() -> dict[str, str]:
+    """The versions of the packages the table compares, as installed here."""
+    found = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = "missing"
+    return found
+
+
 def command(server: str, port: int) -> list[str]:
-    _, software, args, _ = SERVERS[server]
+    _, software, args, _, _ = SERVERS[server]
     exe = shutil.which(software, path=str(Path(PYTHON).parent)) or software
     if software == "uvicorn":
         return [exe, *args, "--host", "127.0.0.1", "--port", str(port), "--log-level",
@@ -137,8 +222,9 @@ def operations(prefix: str, sent: int, timeout: float = 30) -> dict[str, int]:
 
 
 def check(result: dict[str, Any], states: dict[str, int] | None) -> str:
-    """"ok" when every response answered was a success and, for a keyed run, every
-    request made is a succeeded operation; otherwise what is wrong."""
+    """"ok" when every response answered was a correct answer to its own request
+    (``bench/mcp.lua``'s check) and, for a keyed run, every request made is a succeeded
+    operation; otherwise what is wrong."""
     problems = []
     if result["bad"] or result["socket_errors"]:
         problems.append(f"{result['bad']} bad responses, {result['socket_errors']} socket errors")
@@ -155,15 +241,16 @@ def check(result: dict[str, Any], states: dict[str, int] | None) -> str:
 
 def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
     procs = Procs()
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "DJANGO_SETTINGS_MODULE": "bench.settings"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     urls, meters = {}, {}
     db_pid = database_server_pid(os.environ["DATABASE_URL"])
     all_configs = configs()
     runs: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in all_configs}
     try:
-        for server, (framework, _, _, path) in SERVERS.items():
+        for server, (framework, _, _, path, _) in SERVERS.items():
             port = free_port()
-            proc = procs.start(command(server, port), env, RESULTS / f"peer-{server}.log")
+            proc = procs.start(command(server, port), server_env(server, env),
+                               RESULTS / f"peer-{server}.log")
             wait_port(port, proc)
             urls[server] = f"http://127.0.0.1:{port}{path}"
             meters[server] = CpuMeter({"app": proc.pid,
@@ -183,8 +270,9 @@ def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
                 states = operations(prefix, result["made"]) if keyed else None
                 result["operations"] = states
                 result["check"] = check(result, states)
+                result["round"] = round_no
                 runs[name].append(result)
-                log(f"[peer] round {round_no + 1}/{args.rounds} {name:24} {result['rps']:7.1f}"
+                log(f"[peer] round {round_no + 1}/{args.rounds} {name:22} {result['rps']:7.1f}"
                     f" req/s p50 {result.get('p50_ms', 0):6.2f} p99 {result.get('p99_ms', 0):6.2f}"
                     " ms " + " ".join(f"{k} {v:.0f}" for k, v in result["cpu_us"].items())
                     + f" µs; check: {result['check']}")
@@ -193,53 +281,117 @@ def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
     return summarize(all_configs, runs)
 
 
+def per_round(runs: dict[str, list[dict[str, Any]]], num: str, den: str,
+              value: Callable[[dict[str, Any]], float]) -> dict[str, Any]:
+    """``value(run)`` of ``num`` over that of ``den``, round by round (the lists are in
+    round order, one run per round each), and the median of those ratios."""
+    rounds = [value(n) / value(d) for n, d in zip(runs[num], runs[den], strict=True)
+              if value(d)]
+    if not rounds:
+        return {"median": None, "rounds": []}
+    return {"median": round(statistics.median(rounds), 3), "rounds": [round(x, 3) for x in rounds]}
+
+
+def rps(run: dict[str, Any]) -> float:
+    return float(run["rps"])
+
+
+def app_cpu(run: dict[str, Any]) -> float:
+    return float(run.get("cpu_us", {}).get("app", 0.0))
+
+
 def summarize(all_configs: list[tuple[str, str, str, str, bool]],
               runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Medians per configuration, its ratios to each reference, and the targets judged."""
     summary: dict[str, Any] = {}
     for name, what, server, tool, keyed in all_configs:
         rs = runs[name]
+        call = name.split(" ", 1)[1]
         summary[name] = {
-            "what": what, "server": server, "tool": tool, "keyed": keyed, "runs": rs,
+            "what": what, "server": server, "tool": tool, "keyed": keyed, "call": call,
+            "runs": rs,
             "rps": round(statistics.median(r["rps"] for r in rs), 1),
+            "rps_min": min(r["rps"] for r in rs), "rps_max": max(r["rps"] for r in rs),
             "p50_ms": round(statistics.median(r["p50_ms"] for r in rs), 2),
             "p99_ms": round(statistics.median(r["p99_ms"] for r in rs), 2),
             "cpu_us": {part: round(statistics.median(r["cpu_us"][part] for r in rs), 1)
                        for part in rs[0].get("cpu_us", {})},
             "checks": sorted({r["check"] for r in rs}),
+            "ratios": {label: per_round(runs, name, ref, rps)
+                       for label, ref in REFERENCES.items()},
+            # app CPU per call over django-mcpz's under gunicorn (a sync worker, no thread)
+            "cpu_ratio": per_round(runs, name, REFERENCES["django-mcpz (gunicorn)"], app_cpu),
         }
-    reference = summary["uvicorn FastMCP"]["rps"]
-    for entry in summary.values():
-        entry["ratio_to_fastmcp"] = round(entry["rps"] / reference, 3)
-    return {"configs": summary, "reference": "uvicorn FastMCP", "fairness": MIDDLEWARE_NOTE}
+    targets = []
+    for label, name, ref, least in TARGETS:
+        ratio = per_round(runs, name, ref, rps)
+        judged = all(c == "ok" for c in summary[name]["checks"] + summary[ref]["checks"])
+        met = ratio["median"] is not None and ratio["median"] >= least and judged
+        targets.append({"target": label, "config": name, "reference": ref, "least": least,
+                        **ratio, "met": met,
+                        "verdict": "met" if met else ("MISSED" if judged else
+                                                      "not judged: a check failed")})
+    return {"configs": summary, "references": REFERENCES, "targets": targets,
+            "sides": SIDES, "fairness": MIDDLEWARE_NOTE}
+
+
+def _ratio(entry: dict[str, Any]) -> str:
+    return "-" if entry["median"] is None else f"{entry['median']:.2f}"
 
 
 def table(peer: dict[str, Any]) -> str:
-    lines = ["\npeer: the same echo(value: int) over MCP, one server process each,"
-             " ratio to FastMCP as shipped under uvicorn",
-             f"  {'config':26} {'req/s':>8} {'ratio':>6} {'p50':>7} {'p99':>7}"
-             f" {'app µs':>7} {'db µs':>6}  checks",]
+    refs = list(peer["references"])
+    versions = peer.get("packages", {})
+    lines = ["\npeer: the same echo(value: int) over MCP, one server process each"
+             + (" (" + ", ".join(f"{k} {v}" for k, v in versions.items()) + ")"
+                if versions else ""),
+             "  ratios of throughput, round by round (median): to " + " and to ".join(
+                 f"{label} ({ref})" for label, ref in peer["references"].items()),
+             f"  {'config':22} {'req/s':>8} {'app µs':>7} {'db µs':>6}"
+             + "".join(f" {'x ' + label:>24}" for label in refs)
+             + f" {'CPU x mcpz':>10} {'p50':>7} {'p99':>7}  checks"]
     for name, c in peer["configs"].items():
         cpu = c["cpu_us"]
         db = f"{cpu['db']:6.0f}" if "db" in cpu and c["keyed"] else f"{'':6}"
-        lines.append(f"  {name:26} {c['rps']:8.1f} {c['ratio_to_fastmcp']:6.2f}"
-                     f" {c['p50_ms']:7.2f} {c['p99_ms']:7.2f} {cpu.get('app', 0):7.0f} {db}"
-                     f"  {', '.join(c['checks'])}")
-    lines.append("  gunicorn serves FastMCP with one uvicorn worker (it is ASGI only), the app"
-                 " with one sync worker (WSGI)")
-    lines.append(f"  same output validation per pair (*-noout: none on either side); same"
-                 f" authentication (anonymous) for the read-only tool; {peer['fairness']}")
+        lines.append(f"  {name:22} {c['rps']:8.1f} {cpu.get('app', 0):7.0f} {db}"
+                     + "".join(f" {_ratio(c['ratios'][label]):>24}" for label in refs)
+                     + f" {_ratio(c['cpu_ratio']):>10}"
+                     f" {c['p50_ms']:7.2f} {c['p99_ms']:7.2f}  {', '.join(c['checks'])}")
+    lines.append("  gunicorn serves FastMCP with one uvicorn worker (it is ASGI only), django-mcpz"
+                 " and the app with one sync worker (WSGI)")
+    lines.append(f"  {peer['fairness']}")
+    lines.append("  what each side does and does not do:")
+    for call, side in peer["sides"].items():
+        lines.append(f"    {call}: {side['what']}")
+        for aspect in ("authentication", "validation", "persistence"):
+            lines.append(f"      {aspect}: {side[aspect]}")
+    lines.append("  targets (same run):")
+    for t in peer["targets"]:
+        rounds = ", ".join(f"{x:.2f}" for x in t["rounds"])
+        lines.append(f"    {t['target']}: {_ratio(t)} (per round: {rounds}): {t['verdict']}")
     return "\n".join(lines)
 
 
 def markdown(peer: dict[str, Any]) -> str:
-    out = ["| configuration | req/s (median) | ratio to FastMCP | p50 ms | p99 ms |"
-           " server CPU per call | checks |", "|---|---:|---:|---:|---:|---:|---|"]
+    refs = list(peer["references"])
+    out = ["| configuration | req/s (median) | app CPU per call | "
+           + " | ".join(f"ratio to {label}" for label in refs)
+           + " | app CPU to django-mcpz (gunicorn) | p50 ms | p99 ms | checks |",
+           "|---|---:|---:|" + "---:|" * len(refs) + "---:|---:|---:|---|"]
     for name, c in peer["configs"].items():
         cpu = c["cpu_us"]
-        db = f" + {cpu['db'] / 1000:.1f} ms in PostgreSQL" if c["keyed"] and "db" in cpu else ""
-        out.append(f"| {name}: {c['what']} | {c['rps']:.0f} | {c['ratio_to_fastmcp']:.2f} |"
-                   f" {c['p50_ms']:.2f} | {c['p99_ms']:.2f} | {cpu.get('app', 0) / 1000:.1f} ms{db}"
-                   f" | {', '.join(c['checks'])} |")
+        db = f" + {cpu['db']:,.0f} µs in PostgreSQL" if c["keyed"] and "db" in cpu else ""
+        out.append(f"| {name}: {c['what']} | {c['rps']:,.0f} | {cpu.get('app', 0):,.0f} µs{db} | "
+                   + " | ".join(_ratio(c["ratios"][label]) for label in refs)
+                   + f" | {_ratio(c['cpu_ratio'])} | {c['p50_ms']:.2f} | {c['p99_ms']:.2f} |"
+                   f" {', '.join(c['checks'])} |")
+    out += ["", "| side | authentication | validation | persistence |", "|---|---|---|---|"]
+    out += [f"| {call} | {s['authentication']} | {s['validation']} | {s['persistence']} |"
+            for call, s in peer["sides"].items()]
+    out += ["", "| target | ratio (per round) | verdict |", "|---|---:|---|"]
+    out += [f"| {t['target']} | **{_ratio(t)}** ("
+            + ", ".join(f"{x:.2f}" for x in t["rounds"]) + f") | {t['verdict']} |"
+            for t in peer["targets"]]
     return "\n".join(out)
 
 
@@ -271,8 +423,11 @@ def main(argv: list[str]) -> int:
     import django
 
     django.setup()
+    load_start = [round(x, 2) for x in os.getloadavg()]
     peer = measure(args, token)
-    peer["load_average"] = list(os.getloadavg())
+    peer.update(packages=packages(), rounds=args.rounds, duration_s=args.duration,
+                load_average_start=load_start,
+                load_average=[round(x, 2) for x in os.getloadavg()])
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(peer, indent=2))
     print(table(peer))

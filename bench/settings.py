@@ -48,7 +48,7 @@ LOGGING = {**LOGGING, "loggers": {"guarded_tools": {"handlers": ["console"], "le
 #: guarded_tools.auth_backends.OneQueryModelBackend, below), "multi" (several statements
 #: per execute), "ssb" (psycopg's server-side binding, with its automatic preparation of
 #: statements) and "orm" (the ORM's store, no PostgreSQL backend). "multi" and "orm" choose
-#: ``STORE_CLASS`` (``bench.stores``). (The run in docs/performance.md also had "begin" and
+#: ``STORE_CLASS`` (``bench.stores``). (The run in bench/NOTEBOOK.md also had "begin" and
 #: "prepare", removed from the store after it.)
 BENCH_ABLATE = frozenset(filter(None, os.environ.get("BENCH_ABLATE", "").split(",")))
 if "perm" in BENCH_ABLATE:  # Django's own backend instead of the one-query one

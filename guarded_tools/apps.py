@@ -25,12 +25,10 @@ class GuardedToolsConfig(AppConfig):
         if not any(isinstance(f, LoggedOnce) for f in logger.filters):
             logger.addFilter(LoggedOnce())
 
-        if apps.is_installed("oauth2_provider"):  # its tokens' scopes, on every call
-            from guarded_tools.core import credentials
-            from guarded_tools.pipeline import stages
-
-            stages.insert_before("authorization", "guarded_tools.contrib.oauth.ScopeStage")
-            # The grant a waiting call was requested with, re-checked when its approval runs.
+        if apps.is_installed("oauth2_provider"):
+            # Its tokens' scopes, checked on every call by the authorization stage, and the
+            # grant a waiting call was requested with, re-checked when its approval runs.
             from guarded_tools.contrib.oauth import OAuthCredentials
+            from guarded_tools.core import credentials
 
             credentials.register(OAuthCredentials(), first=True)

@@ -94,7 +94,26 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
             )
         )
     messages.extend(check_step_up())
+    messages.extend(check_exception_handler())
     return messages
+
+
+def check_exception_handler() -> list[checks.CheckMessage]:
+    """``EXCEPTION_HANDLER`` names a callable that imports (every error goes through it)."""
+    try:
+        handler = gt_settings.EXCEPTION_HANDLER
+        problem = None if callable(handler) else f"{handler!r} is not callable"
+    except Exception as exc:  # ImportError, or an error raised while importing its module
+        problem = f"{type(exc).__name__}: {exc}"
+    if problem is None:
+        return []
+    return [checks.Error(
+        f"GUARDED_TOOLS['EXCEPTION_HANDLER'] does not give a handler ({problem}).",
+        hint="Name a function handler(exc, context) -> response by its dotted path, as DRF's"
+        " EXCEPTION_HANDLER; the default is"
+        f" {DEFAULTS['EXCEPTION_HANDLER']!r}, which a site's handler may call and adjust.",
+        id="guarded_tools.E014",
+    )]
 
 
 def check_step_up() -> list[checks.CheckMessage]:
@@ -500,3 +519,84 @@ def check_published_routes(app_configs: Any = None, **kwargs: Any) -> list[check
                 id="guarded_tools.W014",
             ))
     return messages
+
+
+#: Brokers one machine's processes share at most: kombu's in-memory transport lives inside
+#: one process (a worker never sees what the web process sends), its filesystem transport in
+#: one machine's folders.
+LOCAL_BROKERS = {"memory": "an in-process", "filesystem": "a filesystem"}
+#: What waits for a Celery worker (and beat), said where a deployment lacks one.
+WAITS_FOR_A_WORKER = (
+    "approvers' emails, EXECUTE_ON_APPROVAL's run at once, long-running calls started in the"
+    " background, and the sweep that recovers abandoned calls and expires requests")
+
+
+def _celery_app_found() -> bool:
+    """Whether the site created a Celery app (Celery's own Django guide: ``mysite/celery.py``
+    imported by ``mysite/__init__.py``); without one, ``current_app`` is Celery's fallback
+    app, named ``default``, which reads none of the site's ``CELERY_*`` settings."""
+    from celery import current_app
+
+    return str(current_app.main or "") != "default"
+
+
+@checks.register(checks.Tags.security, deploy=True)
+def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """What a deployed site needs beyond its settings' syntax: a Celery app, a broker its
+    processes share, and the address approvers' links start with (``check --deploy``)."""
+    messages: list[checks.CheckMessage] = []
+    if not _celery_app_found():
+        messages.append(checks.Warning(
+            "No Celery app found: the site's CELERY_* settings configure nothing, and what"
+            f" waits for a worker never runs ({WAITS_FOR_A_WORKER}).",
+            hint="Add mysite/celery.py with app = Celery('mysite');"
+            " app.config_from_object('django.conf:settings', namespace='CELERY');"
+            " app.autodiscover_tasks(), and in mysite/__init__.py: from .celery import app as"
+            " celery_app. Then run a worker and one beat: celery -A mysite worker -B.",
+            id="guarded_tools.W016",
+        ))
+    messages.extend(_check_broker())
+    user = getattr(settings, "GUARDED_TOOLS", {}) or {}
+    notify = user.get("CONFIRMATION_NOTIFY_EMAIL", DEFAULTS["CONFIRMATION_NOTIFY_EMAIL"]) \
+        if isinstance(user, dict) else False
+    said = notify and apps.is_installed("django.contrib.admin")  # W013 says it already
+    if isinstance(user, dict) and not said \
+            and not user.get("CONSOLE_BASE_URL", DEFAULTS["CONSOLE_BASE_URL"]):
+        messages.append(checks.Warning(
+            "GUARDED_TOOLS['CONSOLE_BASE_URL'] is not set: approvers' emails and the links"
+            " read away from a request carry no address of the site.",
+            hint="GUARDED_TOOLS = {..., 'CONSOLE_BASE_URL': 'https://ops.example.com'}, the"
+            " address people open the admin at.",
+            id="guarded_tools.W018",
+        ))
+    return messages
+
+
+def _check_broker() -> list[checks.CheckMessage]:
+    """A broker named, and one that the web processes and the workers share."""
+    broker = _celery_setting("broker_url", None) or ""
+    if isinstance(broker, (list, tuple)):
+        broker = broker[0] if broker else ""
+    scheme = str(broker).split(";", 1)[0].split("://", 1)[0].split("+", 1)[0].lower()
+    eager = bool(_celery_setting("task_always_eager", False))
+    if not broker:
+        problem = ("No Celery broker is named (CELERY_BROKER_URL): Celery falls back to"
+                   " amqp://guest@localhost//")
+    elif scheme in LOCAL_BROKERS:
+        problem = (f"CELERY_BROKER_URL names {LOCAL_BROKERS[scheme]} broker ({scheme}://),"
+                   " which a site's processes on several machines (or, in memory, two"
+                   " processes) cannot share")
+    elif eager:
+        problem = ("CELERY_TASK_ALWAYS_EAGER is on: tasks run inside the web request that"
+                   " sends them, and nothing runs them later")
+    else:
+        return []
+    return [checks.Warning(
+        f"{problem}; what waits for a worker ({WAITS_FOR_A_WORKER}) may never run.",
+        hint="CELERY_BROKER_URL = 'redis://localhost:6379/0' (pip install"
+        " 'guarded-tools[redis]') or your RabbitMQ's amqp:// address, and"
+        " CELERY_TASK_ALWAYS_EAGER = False. Without Celery, run `manage.py"
+        " guarded_tools_sweep --loop` beside the site: it recovers abandoned calls and"
+        " expires requests (emails and running approved calls at once still need a worker).",
+        id="guarded_tools.W017",
+    )]

@@ -52,7 +52,7 @@ class SweepTask(Task):  # type: ignore[misc]
 )
 def sweep() -> dict[str, Any]:
     """Recover abandoned operations. Safe to deliver twice or run concurrently."""
-    from guarded_tools.pipeline.recovery import sweep as run_sweep
+    from guarded_tools.pipeline.gateway import sweep as run_sweep
 
     close_old_connections()
     try:
@@ -73,6 +73,7 @@ def execute_approved(confirmation_id: str) -> None:
     from guarded_tools.core.credentials import CredentialRevoked
     from guarded_tools.core.errors import GuardError
     from guarded_tools.models import Confirmation, ConfirmationStatus
+    from guarded_tools.pipeline.gateway import run_approved
 
     close_old_connections()
     confirmation = Confirmation.objects.filter(pk=confirmation_id).first()
@@ -86,7 +87,7 @@ def execute_approved(confirmation_id: str) -> None:
         if not Confirmation.objects.consume(confirmation.pk):
             return
     try:
-        confirmations.execute(confirmation)
+        run_approved(confirmation)
     except CredentialRevoked as exc:
         # Final: the approval is used up by this refusal (a new credential asks anew), and
         # the row says why, for the task's poll and for the admin.
@@ -270,12 +271,12 @@ def _enqueue(task: Any, confirmation_id: Any, errors: tuple[type[Exception], ...
 
 
 def _keep_for_the_task(confirmation: Any, exc: Exception) -> None:
-    from guarded_tools.core.agent_errors import to_guard_error
     from guarded_tools.core.registry import registry
     from guarded_tools.core.repair import Audience
     from guarded_tools.models import Confirmation
+    from guarded_tools.pipeline.gateway import agent_error
 
-    error = to_guard_error(exc)
+    error = agent_error(exc)
     if error.code == "operation_in_flight":
         # Another caller's call of the same operation holds the key (an agent's retry that
         # consumed this approval first): that call runs it, and the task's state is read

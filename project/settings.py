@@ -11,6 +11,8 @@ from pathlib import Path
 
 import dj_database_url
 
+import guarded_tools
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("GT_VAR_DIR", BASE_DIR / "var"))
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -92,7 +94,7 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS: list[dict[str, str]] = []
-# Django's ModelBackend, with each user's permissions loaded in one query (README, "Permissions").
+# Django's ModelBackend, each user's permissions loaded in one query (docs: crash-safe handlers).
 AUTHENTICATION_BACKENDS = ["guarded_tools.auth_backends.OneQueryModelBackend"]
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
@@ -114,7 +116,7 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "guarded_tools demo",
     "DESCRIPTION": "Agent-callable tools, every call guarded.",
-    "VERSION": "0.1.0",
+    "VERSION": guarded_tools.__version__,  # the package's one version
     "OAS_VERSION": "3.1.0",
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",

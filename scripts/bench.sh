@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The benchmarks (`make bench`): wrk from Debian if missing, .venv-bench (scripts/venv.sh bench: requirements-bench.txt,
-# FastMCP for the peer table among them; never the tests' .venv), a throwaway PostgreSQL, then bench/run.py.
+# FastMCP 4 and django-mcpz for the peer table among them; never the tests' .venv), a throwaway PostgreSQL,
+# then bench/run.py.
 # `scripts/bench.sh profile [ARGS]` runs bench/profile.py's stage table instead (`make profile`).
 # Args go to bench/run.py (`make bench` passes none; `scripts/bench.sh --quick` is a one-round smoke run).
 # `scripts/bench.sh --against REF` measures this checkout and REF's (a temporary git worktree) side by side

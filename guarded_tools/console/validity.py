@@ -29,7 +29,7 @@ from guarded_tools.core.errors import ToolError
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Repair, RepairPlan
 from guarded_tools.models import Confirmation
-from guarded_tools.pipeline import get_pipeline
+from guarded_tools.pipeline.gateway import Gateway
 
 logger = logging.getLogger("guarded_tools.console")
 
@@ -71,12 +71,10 @@ def check_now(confirmation: Confirmation) -> Validity | None:
     definition = registry.find(confirmation.tool)
     if definition is None or definition.precheck is None:
         return None
-    pipeline = get_pipeline(definition)
     inv = Invocation(input=confirmation.input, user=confirmation.requested_by,
                      scope=confirmation.scope)
     try:
-        inv.context = pipeline.resolve_context(inv)
-        pipeline.check_preconditions(inv)
+        Gateway(definition).check_preconditions(inv)
     except ToolError as exc:
         why = _bounded(exc.text("message"))
         approval, covers = what_an_approval_covers(definition, exc)

@@ -10,10 +10,10 @@ the tool list; and the grant a call was requested with, which the run an approva
 re-checks. Only :mod:`guarded_tools.transports.rest.views`,
 :mod:`guarded_tools.transports.mcp.server`,
 :mod:`guarded_tools.permissions` import it, and only where DOT is an
-installed app; the pipeline never does: the scope check is ``ScopeStage``, which
-``GuardedToolsConfig.ready()`` puts before ``authorization`` in every stage list when DOT
-is installed, and the grant a waiting call was requested with is ``OAuthCredentials``,
-which it registers first among :mod:`guarded_tools.credentials`' kinds.
+installed app; the pipeline never does: the scope check and the grant a waiting call was
+requested with are ``OAuthCredentials``, which ``GuardedToolsConfig.ready()`` registers
+first among :mod:`guarded_tools.core.credentials`' kinds where DOT is installed, and the
+authorization stage asks those kinds on every call.
 """
 
 from __future__ import annotations
@@ -274,7 +274,11 @@ def check_scopes(definition: Tool, request: Any, token: Any = None) -> None:
 
 
 class ScopeStage(Stage):
-    """The stage that refuses a call whose OAuth token lacks one of the tool's scopes."""
+    """The stage that refuses a call whose OAuth token lacks one of the tool's scopes.
+
+    Not needed in a stage list: the authorization stage asks the credential kinds, this
+    module's ``OAuthCredentials`` among them, on every call. Kept for lists that name it.
+    """
 
     name = "oauth_scopes"
 
@@ -282,7 +286,7 @@ class ScopeStage(Stage):
         inv = call.inv
         if (inv.request is not None or inv.credential is not None) and apps.is_installed(
                 "oauth2_provider"):
-            check_scopes(self.tool, inv.request, inv.credential)
+            check_scopes(call.tool, inv.request, inv.credential)
 
     on_read = before_claim
 
@@ -336,6 +340,11 @@ class OAuthCredentials:
 
     def reference(self, auth: Any) -> str | None:
         return credential_reference(auth) if apps.is_installed("oauth2_provider") else None
+
+    def check_scopes(self, tool: Tool, request: Any, credential: Any = None) -> None:
+        """Refuse a call whose OAuth token lacks one of the tool's scopes."""
+        if apps.is_installed("oauth2_provider"):
+            check_scopes(tool, request, credential)
 
     def live(self, reference: str, user: Any) -> Any:
         token = live_token(reference) if apps.is_installed("oauth2_provider") else None

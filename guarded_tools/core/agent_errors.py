@@ -41,7 +41,10 @@ def to_guard_error(exc: BaseException) -> GuardError:
     if isinstance(exc, GuardError):
         return exc
     if isinstance(exc, (drf.NotAuthenticated, drf.AuthenticationFailed)):
-        return NotAuthenticated()
+        # As the view left it: 401 with its challenge, or 403 where it has none.
+        challenge = getattr(exc, "auth_header", None)
+        return NotAuthenticated(status=exc.status_code,
+                                headers={"WWW-Authenticate": challenge} if challenge else None)
     if isinstance(exc, drf.PermissionDenied):
         detail = str(getattr(exc, "detail", ""))
         if detail.startswith("CSRF Failed"):

@@ -296,6 +296,7 @@ catalogs = CatalogSet()
 
 
 def export_json(docs_url: str = "") -> dict[str, Any]:
+    """Every catalog's entries as JSON (``GET errors.json``), links resolved on ``docs_url``."""
     return {
         "catalogs": [
             {
@@ -313,6 +314,7 @@ def _line(text: str) -> str:
 
 
 def export_llms_txt(docs_url: str = "", title: str = "guarded_tools") -> str:
+    """Every catalog's entries as an llms.txt page (``GET llms.txt``) for agents to read."""
     lines = [
         f"# {title}: errors",
         "",

@@ -1,11 +1,15 @@
-"""Provides the kinds of credential a waiting call records, re-checked when its approval runs.
+"""Provides the kinds of credential a call comes with: their scopes, and what a waiting call
+records to re-check when its approval runs.
 
-A call that waits for a person's decision records what it authenticated with
-(``Confirmation.credential``); the approved run re-checks that it still stands. Each kind
-of credential is a :class:`CredentialKind` in this registry, consulted in order: the DRF
-token kind is here, the OAuth kind (``guarded_tools.contrib.oauth.OAuthCredentials``)
-is registered first by the app config where django-oauth-toolkit is installed. So the
-pipeline reaches the OAuth integration through this registry, never by importing it.
+Each kind of credential is a :class:`CredentialKind` in this registry, consulted in
+order: the DRF token kind is here, the OAuth kind
+(``guarded_tools.contrib.oauth.OAuthCredentials``) is registered first by the app config
+where django-oauth-toolkit is installed. A kind may check the scopes its credential
+grants (``check_scopes``), on every call and every read of a call's state (the
+authorization stage asks :func:`check_scopes`). A call that waits for a person's decision
+records what it authenticated with (``Confirmation.credential``); the approved run
+re-checks that it still stands. So the pipeline reaches the OAuth integration through
+this registry, never by importing it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ __all__ = [
     "CredentialKind",
     "CredentialRevoked",
     "DrfTokenCredentials",
+    "check_scopes",
     "kinds",
     "live",
     "reference",
@@ -59,6 +64,9 @@ class CredentialKind(Protocol):
     def live(self, reference: str, user: Any) -> Any:
         """The credential ``reference`` names, still standing for ``user`` (None when the
         kind has nothing to hand on), or ``CredentialRevoked``."""
+
+    # A kind may also define ``check_scopes(tool, request, credential)``: refuse a call
+    # (raise a ``GuardError``) whose credential lacks a scope the tool needs.
 
 
 def _digest(key: str) -> str:
@@ -124,3 +132,15 @@ def live(recorded: str, user: Any) -> Any:
         if recorded.startswith(kind.prefixes):
             return kind.live(recorded, user)
     raise CredentialRevoked()
+
+
+def check_scopes(tool: Any, request: Any, credential: Any = None) -> None:
+    """Ask every kind that checks scopes whether the call's credential (the request's, or
+    ``credential`` for a call with no request) grants what ``tool`` needs; a kind refuses
+    by raising. Nothing to check for a call with neither."""
+    if request is None and credential is None:
+        return
+    for kind in _kinds:
+        check = getattr(kind, "check_scopes", None)
+        if check is not None:
+            check(tool, request, credential)

@@ -283,8 +283,6 @@ class Tool:
         ``credential``: the OAuth access token of a call made without a request (an
         approved run), whose scopes are checked as a request's token's are.
         """
-        from guarded_tools.conf import gt_settings
-
         invocation = Invocation(
             input=input,
             user=user,
@@ -294,9 +292,19 @@ class Tool:
             signal=signal,
             credential=credential,
         )
-        pipeline = gt_settings.PIPELINE_CLASS(self)  # as get_pipeline(): no upward import
-        result: GuardResult = pipeline.run(invocation)
+        result: GuardResult = build_pipeline(self).run(invocation)
         return result
+
+
+def build_pipeline(definition: Tool) -> Any:
+    """The one factory of pipelines: the site's ``PIPELINE_CLASS`` for ``definition``.
+
+    Here, below every layer, so that a tool called in code reaches it with no upward
+    import; everything above calls it as ``guarded_tools.pipeline.get_pipeline``.
+    """
+    from guarded_tools.conf import gt_settings
+
+    return gt_settings.PIPELINE_CLASS(definition)
 
 
 def normalized(options: Mapping[str, Any]) -> dict[str, Any]:

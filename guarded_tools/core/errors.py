@@ -321,6 +321,8 @@ def issue_fields(issues: list[dict[str, Any]]) -> tuple[str, ...]:
 
 
 class MalformedRequest(GuardError):
+    """The body is not one valid JSON object (``malformed_request``)."""
+
     code = "malformed_request"
     error_type = "request_error"
     arises = "request"
@@ -348,6 +350,8 @@ class RequestTooLarge(GuardError):
 
 
 class IdempotencyKeyMissing(GuardError):
+    """The tool needs an idempotency key and the call has none (``idempotency_key_missing``)."""
+
     code = "idempotency_key_missing"
     error_type = "idempotency_error"
     key_advice = "new"
@@ -370,18 +374,24 @@ class IdempotencyKeyInvalid(GuardError):
 
 
 class IdempotencyKeyReused(GuardError):
+    """The key was used with another input (``idempotency_key_reused``)."""
+
     code = "idempotency_key_reused"
     error_type = "idempotency_error"
     arises = "keyed_call"
 
 
 class OperationInFlight(GuardError):
+    """Another call with the same key is running (``operation_in_flight``)."""
+
     code = "operation_in_flight"
     error_type = "idempotency_error"
     arises = "keyed_call"
 
 
 class NotAuthenticated(GuardError):
+    """The call carries no valid credentials (``not_authenticated``)."""
+
     code = "not_authenticated"
     error_type = "authorization_error"
     arises = "request"
@@ -446,31 +456,39 @@ class OperationFailed(GuardError):
 
 
 class ToolNotFound(GuardError):
+    """No tool of that name, or none this caller may see (``tool_not_found``)."""
+
     code = "tool_not_found"
     error_type = "request_error"
     arises = "request"
 
 
 class OperationNotFound(GuardError):
+    """No operation of that id for this caller (``operation_not_found``)."""
+
     code = "operation_not_found"
     error_type = "request_error"
     arises = "request"
 
 
 class ConfirmationNotFound(GuardError):
+    """No request for approval of that id for this caller (``confirmation_not_found``)."""
+
     code = "confirmation_not_found"
     error_type = "request_error"
     arises = "request"
 
 
 class RateLimited(GuardError):
+    """A throttle or a budget's count refused the call before it ran (``rate_limited``)."""
+
     code = "rate_limited"
     error_type = "request_error"
     arises = "request"
 
 
 class BudgetExceeded(GuardError):
-    """The call would take a budget past its limit in this window (issue 27): what remains,
+    """The call would take a budget past its limit in this window: what remains,
     when the window frees it, and a repair (lower the amount, wait, or ask the user)."""
 
     code = "budget_exceeded"

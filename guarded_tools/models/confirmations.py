@@ -19,6 +19,8 @@ from guarded_tools.models.operations import Operation
 
 
 class ConfirmationStatus(models.TextChoices):
+    """Where a request for approval stands."""
+
     PENDING = "pending", _("pending")
     """Waiting for a person."""
     APPROVED = "approved", _("approved")
@@ -39,6 +41,8 @@ LAPSING = (ConfirmationStatus.PENDING, ConfirmationStatus.APPROVED)
 
 
 class ConfirmationQuerySet(models.QuerySet["Confirmation"]):
+    """Queries over requests for approval (``Confirmation.objects``)."""
+
     def pending(self) -> ConfirmationQuerySet:
         return self.filter(status=ConfirmationStatus.PENDING, expires_at__gt=Now())
 

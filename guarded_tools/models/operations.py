@@ -16,6 +16,8 @@ from django.utils.translation import gettext_lazy as _
 
 
 class OperationState(models.TextChoices):
+    """Where an operation stands, from its claim to its end."""
+
     IN_FLIGHT = "in_flight", _("in flight")
     """A live owner holds the claim and its lease; the handler may be running."""
     ABANDONED = "abandoned", _("abandoned")
@@ -92,6 +94,8 @@ class CoveringIndex(models.Index):
 
 
 class OperationQuerySet(models.QuerySet["Operation"]):
+    """Queries over operations (``Operation.objects``)."""
+
     def abandoned(self) -> OperationQuerySet:
         """Claims with no live owner: abandoned, or in flight past their lease (DB clock)."""
         return self.filter(
@@ -249,6 +253,8 @@ class Operation(models.Model):
 
 
 class JournalEntryQuerySet(models.QuerySet["JournalEntry"]):
+    """Queries over journal entries (``JournalEntry.objects``)."""
+
     def live(self, operation_id: Any) -> JournalEntryQuerySet:
         """The operation's entries that count: the handler's own, not removed.
 

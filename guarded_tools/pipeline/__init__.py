@@ -1,18 +1,25 @@
 """Provides the guard pipeline: a call walks its stages, with the claim between them.
 
-    stages, before_claim:  validation ─► context ─► authorization ─► idempotency (key)
-                           ─► confirmation ("always")
+The path of one call::
+
+    stages, before_claim:  validation ─► context ─► authorization (scopes, permissions,
+                           authorize) ─► idempotency (key) ─► policy (the rule) ─► budget
+                           (the amount) ─► confirmation ("always")
     the claim, and the way it says the call goes (below)
-    stages, after_claim:   confirmation (precheck; "effect-only", "owner"), fresh claims only
-    execution (the handler) ─► [raised] release | recover | outcome_unknown
+    stages, after_claim:   budget (reserve) ─► confirmation (precheck; "effect-only",
+                           "owner"), fresh claims only
+    execution (the handler) ─► [raised] release (budget: on_release) | recover
+                                        | outcome_unknown
     stages, after_execute: output budget ─► verification ─► complete
 
 The stages are classes (``guarded_tools.pipeline.stages``) listed in the ``STAGES`` setting
 or a tool's ``stages``: a site adds or replaces one there, without subclassing this class
-(``PIPELINE_CLASS`` still can). Callers outside the call use public methods: ``run`` (a
-call), ``prepare``/``proceed`` (stop before the claim, go on later: MCP Tasks),
-``observe`` (the events of a call), ``resume`` (recovery took a claim over),
-``authorize_read`` (a read of a call's state).
+(``PIPELINE_CLASS`` still can). Each stage sees only the call (``stages.Call``): the
+tool, the invocation, its key and scope, its signal, the store, the events. The policy
+stage decides the approval rule before the claim, and the budget stage reserves after a
+fresh claim (both are in the default list). Callers above the pipeline (the transports,
+the tasks, the console) go through one façade, :mod:`guarded_tools.pipeline.gateway`,
+which builds pipelines with :func:`get_pipeline`, the one factory.
 
 The ways through a call, each for a reason:
 
@@ -52,31 +59,31 @@ from guarded_tools.core.call import (
     principal_scope,
     trace_carrier,
 )
-from guarded_tools.core.cancellation import CancelSignal
+from guarded_tools.core.definition import build_pipeline
 from guarded_tools.core.errors import (
     GuardError,
     IdempotencyKeyReused,
     LeaseLost,
-    NotAuthenticated,
     OperationInFlight,
     OutcomeUnknownError,
+    ToolError,
     VerificationError,
 )
 from guarded_tools.models import Operation, OperationState, ReleaseReason
+from guarded_tools.pipeline import failures
 from guarded_tools.pipeline.events import Events
-from guarded_tools.pipeline.failures import FailureHandling, release_reason
+from guarded_tools.pipeline.failures import release_reason
 from guarded_tools.pipeline.stages import Call, Stage, stage_classes
-from guarded_tools.pipeline.stages.base import overriding
+from guarded_tools.pipeline.stages.base import overriding, resolve_context, scope_of
 from guarded_tools.store import (
     Claim,
     OperationHandle,
     OperationStore,
     PendingOperationHandle,
-    fingerprint,
     refuse_enclosing_transaction,
     storable_json,
 )
-from guarded_tools.store.replays import Remembered, replays
+from guarded_tools.store.replays import replays
 
 if TYPE_CHECKING:
     from guarded_tools.core.definition import Tool
@@ -95,7 +102,7 @@ __all__ = [
 logger = logging.getLogger("guarded_tools")
 
 
-class Pipeline(FailureHandling):
+class Pipeline:
     """Runs one invocation of ``tool`` through its stages, and the claim between them."""
 
     store_class: type[OperationStore] | None = None
@@ -104,7 +111,12 @@ class Pipeline(FailureHandling):
         self.tool = definition
         self.store = (self.store_class or gt_settings.STORE_CLASS)()
         self.stage_classes = stage_classes(definition)
-        self.stages: list[Stage] = [cls(self) for cls in self.stage_classes]
+        self.stages: list[Stage] = [cls() for cls in self.stage_classes]
+
+    def call(self, inv: Invocation, events: Events | None = None) -> Call:
+        """What the stages are given for ``inv`` (with silent events unless ``events``)."""
+        return Call(self.tool, inv, events if events is not None else self.observe(
+            silent=True), store=self.store)
 
     def walk(self, hook: str, call: Call, *args: Any) -> None:
         """Call ``hook`` on every stage that has it, in the list's order."""
@@ -142,7 +154,9 @@ class Pipeline(FailureHandling):
 
         MCP Tasks hands a call over to Celery here (``proceed`` runs it on a worker).
         """
-        call = Call(inv, events, self.remembered(inv))
+        call = self.call(inv, events)
+        if not callable(self.tool.idempotency_key):  # a computed key exists only later
+            call.look_up_replay(call.given_key())
         self.walk("before_claim", call)
         return call
 
@@ -164,15 +178,14 @@ class Pipeline(FailureHandling):
     def authorize_read(self, inv: Invocation) -> None:
         """A read of a call's state or result (its operation, its confirmation, its task):
         the authorization its replay would face, with the call's stored input."""
-        self.walk("on_read", Call(inv, self.observe(silent=True)))
+        self.walk("on_read", self.call(inv))
 
     def check_preconditions(self, inv: Invocation) -> None:
-        """The tool's business preconditions now, as the confirmation stage checks them
-        before anyone is asked (the console's "is it still valid?"): the tool's
-        ``ToolError`` when the call would fail, else nothing. Nothing is claimed or run."""
-        from guarded_tools.pipeline.stages.confirmation import ConfirmationStage
-
-        ConfirmationStage(self).check_preconditions(Call(inv, self.observe(silent=True)))
+        """The tool's business preconditions now, as the stages check them before anyone
+        is asked (the console's "is it still valid?"): every stage's ``preconditions``
+        hook, in the list's order; the tool's ``ToolError`` when the call would fail,
+        else nothing. Nothing is claimed or run."""
+        self.walk("preconditions", self.call(inv))
 
     def resume(self, inv: Invocation, claim: Claim, handle: OperationHandle) -> GuardResult | None:
         """Decide a call recovery took over: ask ``recover``, never run the handler.
@@ -180,7 +193,8 @@ class Pipeline(FailureHandling):
         None when it was released (proven not executed); a second "not recovered" is
         marked unknown (nobody can prove the outcome).
         """
-        return self.run_recover(Call(inv, self.observe()), claim, handle, None, terminal=True)
+        return self.run_recover(self.call(inv, self.observe()), claim, handle, None,
+                                terminal=True)
 
     def claimed(self, call: Call) -> GuardResult:
         """Claim the key, then execute, replay, refuse or recover, as the claim says."""
@@ -203,58 +217,13 @@ class Pipeline(FailureHandling):
             return self.recover_abandoned(call, claim)
         return self.execute_fresh(call, claim)
 
-    # -- what the stages ask of the call -------------------------------------------------
-    def remembered(self, inv: Invocation) -> Remembered | None:
-        """This process's answer for the call's key, looked up before validation.
-
-        When the input is the very one answered (the same fingerprint, set here), it
-        passed this tool's validator then (only succeeded calls are remembered, and a
-        process keeps its schemas), so its replay skips validation; everything else
-        still runs, and any other input is validated first as always. A key computed
-        by a callable needs the validated input: it is looked up later instead.
-        """
-        if not self.tool.idempotent or callable(self.tool.idempotency_key):
-            return None
-        key = self.given_key(inv)
-        scope = self.scope_of(inv)
-        if not isinstance(key, str) or not key or scope is None:
-            return None  # refused later, by identify or resolve_key
-        found = replays.get(self.tool.name, scope, key)
-        if found is not None:
-            inv.fingerprint = fingerprint(inv.input)
-        return found
-
-    def identify(self, inv: Invocation) -> str:
-        scope = self.scope_of(inv)
-        if scope is None:
-            raise NotAuthenticated()
-        return scope
-
+    # -- what the pipeline's callers ask of a call ---------------------------------------
     def scope_of(self, inv: Invocation) -> str | None:
         """Whose keys the call uses: its principal, "anonymous" where allowed, else None."""
-        scope = principal_scope(inv.user, inv.principal)
-        if scope is None and self.tool.allow_anonymous:
-            return "anonymous"
-        return scope
+        return scope_of(self.tool, inv)
 
     def resolve_context(self, inv: Invocation) -> Any:
-        if self.tool.context is None:
-            return None
-        return self.tool.context(inv.input, user=inv.user, request=inv.request)
-
-    def given_key(self, inv: Invocation) -> Any:
-        """The key as the caller gave it (an input field or the header), unchecked."""
-        spec = self.tool.idempotency_key
-        return inv.input.get(spec) if isinstance(spec, str) else inv.header_key
-
-    def signal(self, inv: Invocation) -> CancelSignal:
-        if inv.signal is None:
-            inv.signal = CancelSignal()
-        return inv.signal
-
-    def make_context(self, inv: Invocation, handle: OperationHandle | None) -> ToolContext:
-        return ToolContext(user=inv.user, context=inv.context, signal=self.signal(inv),
-                           operation=handle, request=inv.request, tool=self.tool)
+        return resolve_context(self.tool, inv)
 
     def call_handler(self, call: Call, ctx: ToolContext) -> Any:
         """The execution stage runs the handler (the list's last stage with ``execute``)."""
@@ -295,15 +264,14 @@ class Pipeline(FailureHandling):
                            reason: str = ReleaseReason.FAILED_BEFORE_EFFECT) -> bool:
         """Release a claim recovery took over, proven not run (``release`` for a claim
         that no call of this process holds)."""
-        return self.release(Call(inv, self.observe(silent=True)), claim, reason)
+        return self.release(self.call(inv), claim, reason)
 
     def released_by_a_person(self, operation: Operation, fence: int) -> None:
         """A person decided that attempt ``fence`` never ran and released the key: the
         stages give back what its claim reserved. Called in the transaction that released
         it, so no retry can reserve again before this gives back."""
         inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
-        self.walk("on_release", Call(inv, self.observe(silent=True)),
-                  Claim("fresh", operation, fence=fence))
+        self.walk("on_release", self.call(inv), Claim("fresh", operation, fence=fence))
 
     @property
     def lease_seconds(self) -> int:
@@ -331,7 +299,7 @@ class Pipeline(FailureHandling):
     def execute_unclaimed(self, call: Call) -> GuardResult:
         """A tool without idempotency: no claim, nothing to replay or recover."""
         self.walk("after_claim", call, None)
-        output = self.call_handler(call, self.make_context(call.inv, None))
+        output = self.call_handler(call, call.context_for(None))
         call.events.emit("executed")
         result = GuardResult(output=output)
         self.walk("after_execute", call, result)
@@ -346,7 +314,7 @@ class Pipeline(FailureHandling):
             self.release(call, claim, release_reason(exc))
             raise
         handle = OperationHandle(self.store, claim, self.lease_seconds)
-        ctx = self.make_context(call.inv, handle)
+        ctx = call.context_for(handle)
         if self.tool.atomic:
             return self.execute_atomic(call, claim, ctx)
         try:
@@ -406,7 +374,7 @@ class Pipeline(FailureHandling):
             )
             call.events.operation_id = str(claim.operation.pk)
             handle = PendingOperationHandle(self.store, claim, self.lease_seconds)
-            output = self.call_handler(call, self.make_context(inv, handle))
+            output = self.call_handler(call, call.context_for(handle))
             call.events.emit("executed")
             summary = claim.operation.summary()
             result = GuardResult(output=output, operation=summary)
@@ -422,6 +390,94 @@ class Pipeline(FailureHandling):
         except Exception:
             logger.exception("could not release operation %s", claim.operation.pk)
             return True
+
+    # -- a failed handler, an abandoned claim (never run the handler again) -------------
+    def handle_failure(
+        self, call: Call, claim: Claim, handle: OperationHandle, exc: BaseException
+    ) -> GuardResult:
+        """Release (proven pre-effect), recover, or abandon; never run the handler again."""
+        if isinstance(exc, LeaseLost):
+            return self.after_lost_lease(claim, evidence=exc.evidence)
+        if isinstance(exc, ToolError) and (
+            not self.tool.journal or self.proves_no_effect(claim)
+        ):
+            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
+            raise exc
+        if self.tool.recover is not None:
+            result = self.run_recover(call, claim, handle, exc)
+            assert result is not None  # with an exception, "released" re-raises it
+            return result
+        if self.proves_no_effect(claim):
+            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
+            raise exc
+        # Without a recover hook nobody can ever prove the outcome: a person decides.
+        raise failures.mark_unknown(self.store, claim, exc, "no recover hook", call.inv, {
+            **claim.operation.summary(), "status": "outcome_unknown"}) from exc
+
+    def run_recover(
+        self,
+        call: Call,
+        claim: Claim,
+        handle: OperationHandle,
+        exc: BaseException | None,
+        *,
+        terminal: bool = False,
+    ) -> GuardResult | None:
+        """Ask the tool's ``recover`` what really happened.
+
+        ``terminal`` is set when recovery itself took the claim over: a second
+        "not recovered" then means nobody can prove the outcome, so it is marked
+        unknown instead of abandoned again.
+        """
+        summary = claim.operation.summary()
+        decision = failures.ask_recover(self.tool, self.store, call.inv, claim, handle, exc)
+        if decision.get("recovered"):
+            call.events.emit("recovered", recovered=True)
+            return self.finalize(call, claim, decision.get("output"), recovered=True)
+        if decision.get("outcome") == "unknown":
+            raise failures.mark_unknown(self.store, claim, exc, "outcome unknown", call.inv,
+                                        summary) from exc
+        # Asked after recover ran: it may have cleared the journal once it proved that
+        # no effect happened.
+        if self.proves_no_effect(claim):
+            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
+            if exc is not None:
+                raise exc
+            return None  # released: proven not executed
+        if terminal:
+            self.store.mark_unknown(claim, failures.evidence(
+                exc, "not recovered, journal not empty"))
+        else:
+            self.store.abandon(claim)
+        raise OutcomeUnknownError(extra={"operation": summary}) from exc
+
+    def proves_no_effect(self, claim: Claim) -> bool:
+        """True when nothing of the handler's effect can have committed."""
+        return failures.proves_no_effect(self.tool, self.store, claim)
+
+    def recover_abandoned(self, call: Call, claim: Claim) -> GuardResult:
+        """A caller met a claim with no live owner: recover it inline, never re-execute."""
+        from guarded_tools.pipeline.recovery import recover_operation
+
+        outcome = recover_operation(claim.operation, store=self.store, definition=self.tool)
+        operation = self.store.refresh(claim.operation)
+        if outcome == "released" or operation.state == OperationState.RELEASED:
+            # Proven not executed: the key is fresh, so this call claims it normally.
+            claim = self.claim(call.inv)
+            call.events.operation_id = str(claim.operation.pk)
+            if claim.kind == "fresh":
+                return self.execute_fresh(call, claim)
+            operation = claim.operation
+        if operation.state in (OperationState.SUCCEEDED, OperationState.FAILED,
+                               OperationState.OUTCOME_UNKNOWN):
+            return self.replay(call, operation)
+        raise OperationInFlight(
+            headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
+        )
+
+    def stored_error(self, operation: Operation) -> GuardError:
+        """The terminal error a person or recovery stored, for every replay."""
+        return failures.stored_error(operation)
 
     # -- replays -------------------------------------------------------------------------
     def replay(self, call: Call, operation: Operation) -> GuardResult:
@@ -462,21 +518,22 @@ class Pipeline(FailureHandling):
     # -- finalization --------------------------------------------------------------------
     def finalize(self, call: Call, claim: Claim, output: Any, *, recovered: bool) -> GuardResult:
         """Budget, verify, complete: finalization the caller's cancellation cannot stop."""
-        result = GuardResult(output=output, operation=claim.operation.summary(),
-                             recovered=recovered)
+        summary = claim.operation.summary()
+        result = GuardResult(output=output, operation=summary, recovered=recovered)
         try:
             self.walk("after_execute", call, result)
         except VerificationError as exc:
             if not self.tool.atomic:
                 self.store.mark_unknown(claim, exc.as_dict(), output=storable_json(output))
-            exc.extra["operation"] = claim.operation.summary()
+                summary = claim.operation.summary()  # the state it was marked with
+            exc.extra["operation"] = summary
             raise
         if not self.store.complete(claim, storable_json(output, result.output_json),
                                    recovered=recovered):
             if self.tool.atomic:
                 raise LeaseLost(str(claim.operation.pk))
             return self.after_lost_lease(claim, evidence={"output": storable_json(output)})
-        result.operation = {**claim.operation.summary(), "status": OperationState.SUCCEEDED,
+        result.operation = {**summary, "status": OperationState.SUCCEEDED,
                             "recovered": recovered}
         return result
 
@@ -511,5 +568,7 @@ class Pipeline(FailureHandling):
 
 
 def get_pipeline(definition: Tool) -> Pipeline:
-    cls = gt_settings.PIPELINE_CLASS
-    return cls(definition)  # type: ignore[no-any-return]
+    """The pipeline for ``definition``: the site's ``PIPELINE_CLASS`` (built by the one
+    factory, ``guarded_tools.core.definition.build_pipeline``)."""
+    pipeline: Pipeline = build_pipeline(definition)
+    return pipeline

@@ -1,8 +1,11 @@
-"""Provides what the pipeline does when a handler raised or a claim was abandoned.
+"""Provides the pieces the pipeline decides a failed handler or an abandoned claim with.
 
-Release (an empty journal or an atomic tool's rollback proves no effect), ask the tool's
-``recover``, or leave the outcome to a person: never run the handler again. A mixin of
-``guarded_tools.pipeline.Pipeline``; recovery reaches it through ``Pipeline.resume``.
+Whether a claim provably had no effect, the tool's ``recover`` asked, an outcome marked
+unknown with what failed, the stored error every replay answers, and why a claim is
+released. Plain functions, each given what it reads (the tool, the store, the claim):
+the pipeline (``Pipeline.handle_failure``, ``run_recover``, ``recover_abandoned``)
+chooses between release, recovery and a person's decision, and never runs the handler
+again.
 """
 
 from __future__ import annotations
@@ -19,172 +22,79 @@ from guarded_tools.core.errors import (
     ConfirmationExpired,
     ConfirmationRequired,
     GuardError,
-    LeaseLost,
-    OperationInFlight,
     OutcomeUnknownError,
     RateLimited,
     ToolError,
 )
 from guarded_tools.models import Operation, OperationState, ReleaseReason
-from guarded_tools.pipeline.stages.base import Call, principal_kwargs
-from guarded_tools.store import Claim, OperationHandle, OperationStore
+from guarded_tools.pipeline.stages.base import principal_kwargs
 
 logger = logging.getLogger("guarded_tools")
 
 if TYPE_CHECKING:
-    from guarded_tools.core.call import GuardResult, Invocation
+    from guarded_tools.core.call import Invocation
     from guarded_tools.core.definition import Tool
+    from guarded_tools.store import Claim, OperationHandle, OperationStore
 
 
-class FailureHandling:
-    """The pipeline's answers to a failed handler and to an abandoned claim."""
+def proves_no_effect(tool: Tool, store: OperationStore, claim: Claim) -> bool:
+    """True when nothing of the handler's effect can have committed.
 
-    if TYPE_CHECKING:
-        tool: Tool
-        store: OperationStore
+    An ``atomic`` tool's effect commits only with its completion; otherwise a
+    configured journal that is empty proves the handler stopped before its effect.
+    """
+    return tool.atomic or bool(tool.journal and store.journal_empty(claim.operation))
 
-        def release(self, call: Call, claim: Claim, reason: str) -> bool: ...
-        def claim(self, inv: Invocation) -> Claim: ...
-        def replay(self, call: Call, operation: Operation) -> GuardResult: ...
-        def execute_fresh(self, call: Call, claim: Claim) -> GuardResult: ...
-        def after_lost_lease(self, claim: Claim, *, evidence: Any = None) -> GuardResult: ...
-        def finalize(self, call: Call, claim: Claim, output: Any, *,
-                     recovered: bool) -> GuardResult: ...
 
-    def handle_failure(
-        self, call: Call, claim: Claim, handle: OperationHandle, exc: BaseException
-    ) -> GuardResult:
-        """Release (proven pre-effect), recover, or abandon; never run the handler again."""
-        if isinstance(exc, LeaseLost):
-            return self.after_lost_lease(claim, evidence=exc.evidence)
-        if isinstance(exc, ToolError) and (
-            not self.tool.journal or self.proves_no_effect(claim)
-        ):
-            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
-            raise exc
-        if self.tool.recover is not None:
-            result = self.run_recover(call, claim, handle, exc)
-            assert result is not None  # with an exception, "released" re-raises it
-            return result
-        if self.proves_no_effect(claim):
-            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
-            raise exc
-        # Without a recover hook nobody can ever prove the outcome: a person decides.
-        raise self.unknown(claim, exc, "no recover hook", call.inv, {
-            **claim.operation.summary(), "status": "outcome_unknown"}) from exc
+def mark_unknown(store: OperationStore, claim: Claim, exc: BaseException | None, recover: str,
+                 inv: Invocation, summary: dict[str, Any]) -> OutcomeUnknownError:
+    """Mark the outcome unknown, what failed on its event; the error the agent gets,
+    with the correlation id the event and the log carry."""
+    what = what_failed(exc, inv)
+    if exc is not None:
+        logger.error("outcome unknown %s: %s", what["correlation_id"], type(exc).__name__,
+                     exc_info=exc)
+    store.mark_unknown(claim, evidence(exc, recover), failure=what)
+    return OutcomeUnknownError(extra={"operation": summary,
+                                      "correlation_id": what["correlation_id"]})
 
-    def unknown(self, claim: Claim, exc: BaseException | None, recover: str, inv: Invocation,
-                summary: dict[str, Any]) -> OutcomeUnknownError:
-        """Mark the outcome unknown, what failed on its event; the error the agent gets,
-        with the correlation id the event and the log carry."""
-        what = what_failed(exc, inv)
-        if exc is not None:
-            logger.error("outcome unknown %s: %s", what["correlation_id"], type(exc).__name__,
-                         exc_info=exc)
-        self.store.mark_unknown(claim, evidence(exc, recover), failure=what)
-        return OutcomeUnknownError(extra={"operation": summary,
-                                          "correlation_id": what["correlation_id"]})
 
-    def run_recover(
-        self,
-        call: Call,
-        claim: Claim,
-        handle: OperationHandle,
-        exc: BaseException | None,
-        *,
-        terminal: bool = False,
-    ) -> GuardResult | None:
-        """Ask the tool's ``recover`` what really happened.
-
-        ``terminal`` is set when recovery itself took the claim over: a second
-        "not recovered" then means nobody can prove the outcome, so it is marked
-        unknown instead of abandoned again.
-        """
-        summary = claim.operation.summary()
-        decision = self.ask_recover(call.inv, claim, handle, exc)
-        if decision.get("recovered"):
-            call.events.emit("recovered", recovered=True)
-            return self.finalize(call, claim, decision.get("output"), recovered=True)
-        if decision.get("outcome") == "unknown":
-            raise self.unknown(claim, exc, "outcome unknown", call.inv, summary) from exc
-        # Asked after recover ran: it may have cleared the journal once it proved that
-        # no effect happened.
-        if self.proves_no_effect(claim):
-            self.release(call, claim, ReleaseReason.FAILED_BEFORE_EFFECT)
-            if exc is not None:
-                raise exc
-            return None  # released: proven not executed
-        if terminal:
-            self.store.mark_unknown(claim, evidence(exc, "not recovered, journal not empty"))
-        else:
-            self.store.abandon(claim)
-        raise OutcomeUnknownError(extra={"operation": summary}) from exc
-
-    def ask_recover(
-        self, inv: Invocation, claim: Claim, handle: OperationHandle, exc: BaseException | None
-    ) -> dict[str, Any]:
-        """The tool's ``recover`` answer; its own failure is an outcome nobody can prove."""
-        assert self.tool.recover is not None
-        try:
-            decision = self.tool.recover(
-                input=dict(inv.input),
-                context=inv.context,
-                error=exc,
-                operation=handle,
-                signal=CancelSignal(),
-                **principal_kwargs(self.tool.recover, inv),
-            )
-        except Exception as recovery_error:
-            raise self.unknown(claim, exc, "recover raised " + type(recovery_error).__name__,
-                               inv, claim.operation.summary()) from recovery_error
-        return dict(decision or {})
-
-    def proves_no_effect(self, claim: Claim) -> bool:
-        """True when nothing of the handler's effect can have committed.
-
-        An ``atomic`` tool's effect commits only with its completion; otherwise a
-        configured journal that is empty proves the handler stopped before its effect.
-        """
-        return self.tool.atomic or (
-            self.tool.journal and self.store.journal_empty(claim.operation)
+def ask_recover(tool: Tool, store: OperationStore, inv: Invocation, claim: Claim,
+                handle: OperationHandle, exc: BaseException | None) -> dict[str, Any]:
+    """The tool's ``recover`` answer; its own failure is an outcome nobody can prove
+    (marked unknown, and its error raised)."""
+    assert tool.recover is not None
+    try:
+        decision = tool.recover(
+            input=dict(inv.input),
+            context=inv.context,
+            error=exc,
+            operation=handle,
+            signal=CancelSignal(),
+            **principal_kwargs(tool.recover, inv),
         )
+    except Exception as recovery_error:
+        raise mark_unknown(store, claim, exc, "recover raised " + type(recovery_error).__name__,
+                           inv, claim.operation.summary()) from recovery_error
+    return dict(decision or {})
 
-    def recover_abandoned(self, call: Call, claim: Claim) -> GuardResult:
-        """A caller met a claim with no live owner: recover it inline, never re-execute."""
-        from guarded_tools.pipeline.recovery import recover_operation
 
-        outcome = recover_operation(claim.operation, store=self.store, definition=self.tool)
-        operation = self.store.refresh(claim.operation)
-        if outcome == "released" or operation.state == OperationState.RELEASED:
-            # Proven not executed: the key is fresh, so this call claims it normally.
-            claim = self.claim(call.inv)
-            call.events.operation_id = str(claim.operation.pk)
-            if claim.kind == "fresh":
-                return self.execute_fresh(call, claim)
-            operation = claim.operation
-        if operation.state in (OperationState.SUCCEEDED, OperationState.FAILED,
-                               OperationState.OUTCOME_UNKNOWN):
-            return self.replay(call, operation)
-        raise OperationInFlight(
-            headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
-        )
-
-    def stored_error(self, operation: Operation) -> GuardError:
-        """The terminal error a person or recovery stored, for every replay."""
-        data = dict(operation.error or {})
-        summary = operation.summary(replayed=True)
-        if operation.state == OperationState.OUTCOME_UNKNOWN:
-            return OutcomeUnknownError(extra={"operation": summary})
-        code = str(data.get("code") or "operation_failed")
-        error = ToolError(
-            code if is_code(code) else "operation_failed",
-            str(data.get("message") or "The operation failed."),
-            retry="never",
-            status=int(data.get("status") or 409),
-            repair=data.get("repair"),
-        )
-        error.extra["operation"] = summary
-        return error
+def stored_error(operation: Operation) -> GuardError:
+    """The terminal error a person or recovery stored, for every replay."""
+    data = dict(operation.error or {})
+    summary = operation.summary(replayed=True)
+    if operation.state == OperationState.OUTCOME_UNKNOWN:
+        return OutcomeUnknownError(extra={"operation": summary})
+    code = str(data.get("code") or "operation_failed")
+    error = ToolError(
+        code if is_code(code) else "operation_failed",
+        str(data.get("message") or "The operation failed."),
+        retry="never",
+        status=int(data.get("status") or 409),
+        repair=data.get("repair"),
+    )
+    error.extra["operation"] = summary
+    return error
 
 
 def release_reason(exc: BaseException) -> ReleaseReason:

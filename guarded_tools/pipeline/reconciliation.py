@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.catalog import is_code
+from guarded_tools.core.definition import build_pipeline
 from guarded_tools.core.errors import MalformedRequest
 from guarded_tools.core.registry import registry
 from guarded_tools.core.schema.validation import compile_schema, parse_json
@@ -277,7 +278,7 @@ def mark_not_executed(operation: Operation, user: Any, note: str, *, fence: int)
                            release_reason=ReleaseReason.NOT_EXECUTED)
         definition = registry.find(released.tool)
         if definition is not None:
-            gt_settings.PIPELINE_CLASS(definition).released_by_a_person(released, fence)
+            build_pipeline(definition).released_by_a_person(released, fence)
     return released
 
 

@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.call import Invocation
-from guarded_tools.core.definition import Tool
+from guarded_tools.core.definition import Tool, build_pipeline
 from guarded_tools.core.errors import GuardError
 from guarded_tools.core.registry import registry
 from guarded_tools.models import (
@@ -148,7 +148,7 @@ def _recover_claimed(
         # Nobody here can read authoritative state for an unknown tool.
         store.mark_unknown(claim, {"code": "outcome_unknown", "reason": "tool not registered"})
         return "unknown"
-    pipeline = gt_settings.PIPELINE_CLASS(definition)  # get_pipeline(): no upward import
+    pipeline = build_pipeline(definition)
     inv = Invocation(input=operation.input, user=operation.user, scope=operation.scope)
     if definition.recover is None:
         if pipeline.proves_no_effect(claim):

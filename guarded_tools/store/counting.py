@@ -10,7 +10,6 @@ their tiles say "more than …".
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +21,7 @@ from django.utils.functional import cached_property
 from django.utils.translation import gettext as _
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.store.backends import features, ops
 
 __all__ = ["EstimatingPaginator"]
 
@@ -53,14 +53,10 @@ def rounded(n: int) -> int:
 
 
 def estimate(queryset: QuerySet[Any]) -> int | None:
-    """PostgreSQL's estimate of the rows ``queryset`` returns (one ``EXPLAIN``, which
-    plans the query and runs nothing); None on other databases."""
-    if connections[queryset.db].vendor != "postgresql":
-        return None
-    plan = queryset.order_by().values("pk").explain(format="json")
-    if not plan:  # a query Django knows matches nothing (``pk__in=[]``) is never sent
-        return 0
-    return int(json.loads(plan)[0]["Plan"]["Plan Rows"])
+    """The planner's estimate of the rows ``queryset`` returns (PostgreSQL's: one
+    ``EXPLAIN``, which plans the query and runs nothing); None where the database's
+    store features say it has none (``estimates_rows``)."""
+    return ops(connections[queryset.db]).estimate_rows(queryset)  # type: ignore[no-any-return]
 
 
 def count_up_to(queryset: QuerySet[Any], limit: int | None = None) -> RowCount:
@@ -96,7 +92,7 @@ class EstimatingPaginator(Paginator):
     @cached_property
     def row_count(self) -> RowCount:
         items = self.object_list
-        if isinstance(items, QuerySet) and connections[items.db].vendor == "postgresql":
+        if isinstance(items, QuerySet) and features(connections[items.db]).estimates_rows:
             return count_up_to(items)
         return RowCount(super().count)
 

@@ -83,6 +83,7 @@ def db_now_plus(seconds: float) -> ExpressionWrapper:
 
 
 def new_token() -> str:
+    """A fresh random owner token for a claim."""
     return uuid.uuid4().hex
 
 
@@ -135,20 +136,3 @@ def reads_committed(options: dict[str, Any]) -> bool:
     except ValueError:
         return False  # Django refuses it when it connects
     return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
-
-
-def can_lock_keys(connection: Any) -> bool:
-    """Whether an atomic tool's call can lock its key and run as one transaction here.
-
-    PostgreSQL at READ COMMITTED (an advisory lock, then a read that sees what
-    committed before it); SQLite where every transaction takes the write lock when
-    it begins (``transaction_mode`` IMMEDIATE or EXCLUSIVE).
-    """
-    options = connection.settings_dict.get("OPTIONS") or {}
-    if connection.vendor == "postgresql":
-        return reads_committed(options)
-    if connection.vendor == "sqlite":
-        return str(options.get("transaction_mode") or "").upper() in ("IMMEDIATE", "EXCLUSIVE")
-    return False
-
-

@@ -225,6 +225,7 @@ async def _serve_once(scope: Scope, receive: Receive, send: Send, signal: Cancel
 
 
 def with_cancellation(app: ASGIApp) -> ASGIApp:
+    """Wrap Django's ASGI app: a client's disconnect aborts its call's signal (module doc)."""
     async def wrapped(scope: Scope, receive: Receive, send: Send) -> None:
         if scope.get("type") != "http":
             await app(scope, receive, send)

@@ -443,7 +443,7 @@ def _amount(input: dict[str, Any]) -> Decimal:
     return Decimal(str(input["amount"]))
 
 
-#: The demo's rules (README, *Approval policies and budgets*): small payments run at once,
+#: The demo's rules (docs: approval policies): small payments run at once,
 #: large ones need one approver, very large ones two, each user at most 2,000.00 a day
 #: (above it, two approvers) and 10 payments a minute. The people who manage budgets are
 #: emailed when a user's day reaches 50 %, 80 % and 100 % of it (docs/howto/budgets-and-audit.md).

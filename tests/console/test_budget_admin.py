@@ -1,7 +1,7 @@
 """Who sees the budget pages: the model's view permission or ``manage_budgets``, nothing else.
 
 Django's default view permission accepts the change permission too; here the change
-permission gives nothing (the README: ``view_budgetoverride`` or ``manage_budgets`` shows
+permission gives nothing (the docs: ``view_budgetoverride`` or ``manage_budgets`` shows
 the overrides, ``view_budgetcounter`` or ``manage_budgets`` the budget use). Through
 Django's test client, logged in through the admin's own form.
 """

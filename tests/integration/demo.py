@@ -43,7 +43,7 @@ def decide(person: Client, confirmation: Confirmation) -> None:
 
 
 class Payer:
-    """The agent paying from its Checking account to its Savings, as the README does."""
+    """The agent paying from its Checking account to its Savings, as the docs' demo tour does."""
 
     def __init__(self, agent: APIClient) -> None:
         self.agent = agent

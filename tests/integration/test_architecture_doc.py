@@ -1,5 +1,5 @@
-"""docs/architecture.md's examples, run as written: a site adds a stage and a class-based tool
-by following that page alone (issue 26's "Done when")."""
+"""The docs' architecture page's examples, run as written: a site adds stages and a
+class-based tool by following that page alone."""
 
 from __future__ import annotations
 
@@ -17,14 +17,14 @@ from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.django_db
 
-DOC = REPO_ROOT / "docs" / "architecture.md"
+DOC = REPO_ROOT / "docs" / "explanation" / "architecture.md"
 BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(), flags=re.S)
 
 
 def example(first_line: str) -> str:
     """The page's code block that opens with ``first_line`` (a file name, as a comment)."""
     found = [block for block in BLOCKS if block.startswith(first_line + "\n")]
-    assert len(found) == 1, f"docs/architecture.md has no single block for {first_line}"
+    assert len(found) == 1, f"{DOC} has no single block for {first_line}"
     return found[0]
 
 
@@ -41,7 +41,7 @@ def load(name: str, code: str) -> types.ModuleType:
 @pytest.fixture
 def shop() -> Iterator[None]:
     yield
-    for name in ("shop.stages", "shop.tools", "shop"):
+    for name in ("shop.stages", "shop.quiet", "shop.tools", "shop"):
         sys.modules.pop(name, None)
     if "add_note" in registry:
         registry.unregister("add_note")
@@ -87,3 +87,47 @@ def test_the_class_based_tool_of_the_page_is_listed_validated_and_replayed(
         invalid = client.post("/agent/tools/add_note/", {**call, "text": ""}, format="json")
         assert invalid.status_code == 422
         assert invalid.json()["error"]["code"] == "invalid_input"
+
+
+def test_a_stage_written_from_the_page_sees_the_call_and_its_preconditions_run_everywhere(
+    shop: None, settings: Any, client_for: Any, alice: Any,
+) -> None:
+    """The page's second stage, made by the pipeline with no arguments and configured in
+    ``STAGES``: it reads the tool, the input and the scope from the call, refuses over
+    REST before anything is claimed, and the console's precondition check reaches it
+    through the stage list."""
+    from guarded_tools.conf import DEFAULTS
+    from guarded_tools.core.call import Invocation, principal_scope
+    from guarded_tools.core.errors import ToolError
+    from guarded_tools.models import Operation
+    from guarded_tools.pipeline.gateway import Gateway
+
+    quiet = load("shop.quiet", example("# shop/quiet.py"))
+    stages = list(DEFAULTS["STAGES"])
+    stages.insert(stages.index("guarded_tools.pipeline.stages.idempotency.IdempotencyStage"),
+                  "shop.quiet.QuietNotes")
+    seen: list[Any] = []
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "STAGES": stages,
+                              "OBSERVERS": [seen.append]}
+    load("shop.tools", example("# shop/tools.py"))
+    client = client_for(alice)
+
+    shouted = {"operationId": str(uuid.uuid4()), "text": "RING TWICE"}
+    refused = client.post("/agent/tools/add_note/", shouted, format="json")
+    assert refused.status_code == 422, refused.content
+    assert refused.json()["error"]["code"] == "shouting"
+    assert not Operation.objects.filter(key=shouted["operationId"]).exists()
+
+    call = {"operationId": str(uuid.uuid4()), "text": "ring twice"}
+    answered = client.post("/agent/tools/add_note/", call, format="json")
+    assert answered.status_code == 200, answered.content
+    assert answered.json()["output"] == {"kept": "ring twice"}
+    checked = [e for e in seen if e.stage == "quiet_checked"]
+    assert checked and checked[-1].extra["scope"] == principal_scope(alice, None)
+
+    gateway = Gateway(registry.get("add_note"))
+    with pytest.raises(ToolError):
+        gateway.check_preconditions(Invocation(input=shouted, user=alice))
+    gateway.check_preconditions(Invocation(input=call, user=alice))
+    quiet.QuietNotes.tools = ()
+    gateway.check_preconditions(Invocation(input=shouted, user=alice))

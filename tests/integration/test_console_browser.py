@@ -3,7 +3,7 @@
 Every page is checked at 1280 px: the content area is no wider than it is
 (``scrollWidth <= clientWidth``), the presented summary and the evidence are on it, and
 each decision shows in *History* and the audit trail. ``GT_CONSOLE_SCREENSHOTS=docs``
-saves the README's screenshots (1280 and 1920 px, light and dark).
+saves the docs' screenshots (1280 and 1920 px, light and dark).
 """
 
 from __future__ import annotations

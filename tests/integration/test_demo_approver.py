@@ -1,7 +1,7 @@
 """The demo's `approver` (issue 25 item 18): staff with only an approver's permissions.
 
 The pages are walked as that person, logged in through the admin's login form with CSRF
-enforced, for requests the demo agent made over HTTP as the README's walk-through does.
+enforced, for requests the demo agent made over HTTP as the docs' demo tour does.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ CONF_LIST = "/admin/guarded_tools/confirmation/"
 
 
 def ask_payment(agent: APIClient, amount: str) -> tuple[dict[str, Any], Confirmation]:
-    """The README's walk: the accounts, an authorization, the payment (answered 202)."""
+    """The demo tour's walk: the accounts, an authorization, the payment (answered 202)."""
     source, receiver = call(agent, "list_payment_accounts", {}).json()["output"]["accounts"]
     authorization = call(agent, "prepare_payment_authorization", {
         "requestId": str(uuid.uuid4()), "sourceId": source["id"]}).json()["output"]
@@ -113,7 +113,7 @@ def test_the_demo_approver_cannot_reconcile_or_manage_users(agent: Any) -> None:
 
 def test_the_demo_policy_runs_small_payments_and_asks_two_for_large(
         agent: APIClient) -> None:
-    """The demo's rules as the README walks them: 12.50 runs at once, 500.00 asks one
+    """The demo's rules as the demo tour walks them: 12.50 runs at once, 500.00 asks one
     approver, above 1,000.00 asks two, and approver and approver2 give them."""
     from django.contrib.auth import get_user_model
 

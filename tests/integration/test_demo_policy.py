@@ -1,4 +1,4 @@
-"""The demo's payment policy, exactly as issue 27 states it and the README walks it, on the
+"""The demo's payment policy, exactly as issue 27 states it and the docs' demo tour walks it, on the
 seeded data (``demo_seed``): the agent's token over REST, approver and approver2 deciding
 in the admin with their own logins and CSRF tokens.
 

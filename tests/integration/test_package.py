@@ -7,6 +7,7 @@ render from the wheel installed in a new environment, with none of this checkout
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import subprocess
 import sys
@@ -80,7 +81,8 @@ def test_the_wheel_and_the_sdist_carry_every_file_of_the_package_and_the_license
     with tarfile.open(built["sdist"]) as archive:
         top = archive.getnames()[0].split("/")[0]
         sdist = {name.removeprefix(f"{top}/") for name in archive.getnames()}
-    shipped = package_files("templates", "static", "migrations")
+    shipped = package_files("templates", "static", "migrations", "locale")
+    assert "guarded_tools/locale/django.pot" in shipped
     admin = {name for name in shipped if name.startswith("guarded_tools/templates/admin/")}
     assert len(admin) >= 15 and "guarded_tools/static/guarded_tools/admin.css" in shipped
     assert any(name.startswith("guarded_tools/migrations/0001") for name in shipped)
@@ -108,6 +110,69 @@ def test_the_wheel_and_the_sdist_carry_every_file_of_the_package_and_the_license
     assert "License-Expression: MIT" in metadata and "License-File: LICENSE" in metadata
     project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
     assert project["license"] == "MIT" and project["license-files"] == ["LICENSE"]
+
+
+def test_twine_check_passes_on_both(built: dict[str, Path]) -> None:
+    """What a package index checks before it takes an upload: the metadata, and the long
+    description rendering (README.md, as Markdown)."""
+    pytest.importorskip("twine")
+    done = subprocess.run([sys.executable, "-m", "twine", "check", "--strict",
+                           built["wheel"], built["sdist"]],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.count("PASSED") == 2, done.stdout
+
+
+def test_the_metadata_names_one_version_known_classifiers_and_the_tested_lines(
+        built: dict[str, Path]) -> None:
+    """One version (guarded_tools.core.version, which pyproject reads); classifiers that all
+    exist, with the Python and Django lines CI tests (scripts/venv.sh: Django 6.0 on
+    Python 3.12, 5.2 on 3.11) and a development status; Django capped below the first line
+    nothing tests; project URLs only where an address exists."""
+    from email.parser import Parser
+
+    trove = pytest.importorskip("trove_classifiers")
+    from guarded_tools import __version__
+
+    pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    assert "version" not in project and project["dynamic"] == ["version"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {
+        "attr": "guarded_tools.core.version.VERSION"}
+    info = next(n for n in zipfile.ZipFile(built["wheel"]).namelist()
+                if n.endswith(".dist-info/METADATA"))
+    metadata = Parser().parsestr(zipfile.ZipFile(built["wheel"]).read(info).decode())
+    assert metadata["Version"] == __version__
+    written = [path.relative_to(REPO_ROOT).as_posix()
+               for folder in ("guarded_tools", "project")
+               for path in (REPO_ROOT / folder).rglob("*.py")
+               if f'"{__version__}"' in path.read_text()]
+    assert written == ["guarded_tools/core/version.py"]  # the one place it is written
+    assert built["wheel"].name.startswith(f"guarded_tools-{__version__}-")
+    classifiers = metadata.get_all("Classifier")
+    assert set(classifiers) - trove.classifiers == set()
+    for expected in ("Framework :: Django", "Framework :: Django :: 5.2",
+                     "Framework :: Django :: 6.0", "Programming Language :: Python :: 3.11",
+                     "Programming Language :: Python :: 3.12", "Typing :: Typed"):
+        assert expected in classifiers
+    assert [c for c in classifiers if c.startswith("Development Status :: ")]
+    venvs = (REPO_ROOT / "scripts" / "venv.sh").read_text()
+    assert "py=3.12" in venvs and "py=3.11" in venvs
+    assert "Django>=6.0,<6.1" in (REPO_ROOT / "requirements-demo.txt").read_text()
+    assert "Django>=5.2,<5.3" in (REPO_ROOT / "requirements-dj52.txt").read_text()
+    assert "Django<6.1,>=5.2" in metadata.get_all("Requires-Dist") or \
+        "Django>=5.2,<6.1" in metadata.get_all("Requires-Dist")
+    assert metadata["Requires-Python"] == ">=3.11"
+    # No repository or documentation address exists yet: none is invented.
+    assert metadata.get_all("Project-URL") is None and "urls" not in project
+    assert metadata["Description-Content-Type"] == "text/markdown"
+
+
+#: Links and images in Markdown: [text](target), ![alt](target), <img src="...">, and
+#: reference definitions "[name]: target".
+MARKDOWN_TARGETS = re.compile(
+    r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)|<img[^>]+src=[\"']([^\"']+)|^\s*\[[^\]]+\]:\s*(\S+)",
+    re.MULTILINE)
 
 
 SETTINGS = """

@@ -51,7 +51,7 @@ PUBLIC: dict[str, frozenset[str]] = {
     "guarded_tools.permissions": frozenset({"RefuseAgentCredentials"}),
     "guarded_tools.signals": frozenset({"budget_alert", "confirmation_decided",
                                         "confirmation_requested"}),
-    "guarded_tools.conf": frozenset({"DEFAULTS", "gt_settings"}),
+    "guarded_tools.conf": frozenset({"DEFAULTS", "SETTINGS", "Setting", "gt_settings"}),
     "guarded_tools.tasks": frozenset({
         "enqueue_execute_approved", "enqueue_notify_approvers", "enqueue_notify_budget_alert",
         "execute_approved", "notify_approvers", "notify_budget_alert", "remind_approvers",
@@ -70,7 +70,7 @@ PUBLIC: dict[str, frozenset[str]] = {
         "principal_scope", "trace_carrier",
     }),
     "guarded_tools.pipeline.stages": frozenset({
-        "Call", "DEFAULT_STAGES", "HOOKS", "Stage", "insert_before",
+        "Call", "DEFAULT_STAGES", "HOOKS", "Stage",
     }),
     "guarded_tools.pipeline.recovery": frozenset({"SweepReport", "sweep"}),
     "guarded_tools.pipeline.reconciliation": frozenset({
@@ -82,7 +82,7 @@ PUBLIC: dict[str, frozenset[str]] = {
         "PendingOperationHandle", "db_now_plus", "fingerprint", "key_hash", "new_token",
         "reads_committed", "refuse_enclosing_transaction", "storable_json", "user_row",
     }),
-    "guarded_tools.store.backends": frozenset({"by_vendor"}),
+    "guarded_tools.store.backends": frozenset({"by_vendor", "features", "ops"}),
     "guarded_tools.store.counting": frozenset({"EstimatingPaginator"}),
     "guarded_tools.console.consent": frozenset({"ConsentView", "PasswordStepUp"}),
 }

@@ -384,7 +384,7 @@ def test_a_day_over_its_budget_is_never_paid_with_one_approval_per_payment(
 
 @pytest.fixture
 def demo_agent() -> Any:
-    """The demo's agent, by its token, on the seeded data (as the README's walk-through)."""
+    """The demo's agent, by its token, on the seeded data (as the docs' demo tour)."""
     from io import StringIO
 
     from django.core.management import call_command

@@ -47,17 +47,17 @@ class Recording(Stage):
     name = "recording"
 
     def before_claim(self, call: Call) -> None:
-        SEEN.append((self.name, "before_claim", self.tool.name))
+        SEEN.append((self.name, "before_claim", call.tool.name))
         call.events.emit("recorded")
 
     def after_claim(self, call: Call, claim: Any) -> None:
-        SEEN.append((self.name, "after_claim", self.tool.name))
+        SEEN.append((self.name, "after_claim", call.tool.name))
 
     def after_execute(self, call: Call, result: Any) -> None:
-        SEEN.append((self.name, "after_execute", self.tool.name))
+        SEEN.append((self.name, "after_execute", call.tool.name))
 
     def on_replay(self, call: Call, result: Any) -> None:
-        SEEN.append((self.name, "on_replay", self.tool.name))
+        SEEN.append((self.name, "on_replay", call.tool.name))
 
 
 class Wrapped(ExecutionStage):

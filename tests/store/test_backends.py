@@ -219,3 +219,93 @@ def test_the_pending_operation_is_what_its_values_make_by_keyword(alice: Any) ->
     assert [getattr(claim.operation, a) for a in attnames] == [getattr(made, a) for a in attnames]
     assert claim.operation.user is alice  # attached: no query to read it
     assert claim.unrecorded and claim.unrecorded[0].kind == "claimed"
+
+
+def row_of(operation: Operation) -> Operation:
+    return Operation.objects.get(pk=operation.pk)
+
+
+@pytest.mark.parametrize("vendor", [False, True], ids=["orm", "vendor"])
+def test_a_transition_leaves_its_operation_as_a_read_would_without_reading(
+        alice: Any, vendor: bool) -> None:
+    """After the claim, an atomic call's INSERT and a takeover, the operation holds what
+    its row holds: the values the statement wrote, those of the database's clock loaded
+    when first read (one SELECT at most, none where the INSERT returned them), and its
+    user attached (no query), on Django 6 and 5.2 alike."""
+    from guarded_tools.store.backends import store_class
+
+    store = store_class(connection.vendor)() if vendor else OperationStore()
+    claim = store.claim(tool="t", scope="s", key="fresh", fp="f", input={"a": 1}, user=alice,
+                        lease_seconds=30)
+    with CaptureQueriesContext(connection) as sent:
+        assert claim.operation.user == alice
+        assert claim.operation.lease_expires_at == row_of(claim.operation).lease_expires_at
+    assert len(sent.captured_queries) <= 2, sent.captured_queries  # the row_of, one load
+
+    with transaction.atomic(durable=True):
+        assert store.lock_key(tool="t", scope="s", key="atomic").state == "locked"
+        pending = store.pending(tool="t", scope="s", key="atomic", fp="f", input={},
+                                user=alice)
+        store.insert_completed(pending, {"id": 7}, [])
+    operation = pending.operation
+    with CaptureQueriesContext(connection) as sent:
+        assert operation.user == alice and operation.state == "succeeded"
+    assert sent.captured_queries == []
+    assert operation.completed_at in (None, row_of(operation).completed_at)  # None: not read back
+
+    Operation.objects.filter(pk=claim.operation.pk).update(state=OperationState.ABANDONED)
+    abandoned = Operation.objects.select_related("user").defer("input").get(pk=claim.operation.pk)
+    with CaptureQueriesContext(connection) as sent:
+        taken = store.takeover(abandoned, 60)
+        assert taken is not None and taken.operation.user == alice
+        assert (taken.operation.state, taken.operation.owner, taken.operation.fence) == (
+            OperationState.IN_FLIGHT, taken.owner, 2)
+    assert len(sent.captured_queries) == 1, sent.captured_queries  # the compare-and-set
+    row = row_of(taken.operation)
+    with CaptureQueriesContext(connection) as sent:
+        assert taken.operation.lease_expires_at == row.lease_expires_at
+        assert taken.operation.updated_at == row.updated_at
+        assert taken.operation.input == {"a": 1}  # deferred before, still deferred
+    assert len(sent.captured_queries) == 3, sent.captured_queries  # one load each
+    assert row.lease_expires_at > claim.operation.lease_expires_at
+
+
+@pytest.mark.once
+def test_only_the_store_backends_ask_which_database_they_are_on() -> None:
+    """Generic code asks the store's ``features``/``ops`` objects, as Django's generic code
+    asks ``connection.features`` and ``connection.ops``, never ``connection.vendor``."""
+    import re
+    from pathlib import Path
+
+    import guarded_tools
+
+    asks = re.compile(r"vendor ?[!=]=|\.vendor\b")
+    root = Path(guarded_tools.__file__).parent
+    found = [f"{path.relative_to(root)}:{number}" for path in sorted(root.rglob("*.py"))
+             if not path.relative_to(root).as_posix().startswith("store/backends/")
+             for number, line in enumerate(path.read_text().splitlines(), 1)
+             if asks.search(line)]
+    assert found == []
+
+
+@pytest.mark.once
+def test_a_database_without_a_backend_gets_the_defaults() -> None:
+    """No key lock (atomic tools claim first), no row estimate (exact counts); and each
+    backend's answers follow its database's OPTIONS."""
+    from types import SimpleNamespace
+
+    from guarded_tools.store.backends import features, ops
+
+    def db(vendor: str, **options: Any) -> Any:
+        return SimpleNamespace(vendor=vendor, settings_dict={"OPTIONS": options})
+
+    mysql = db("mysql")
+    assert not features(mysql).can_lock_keys and not features(mysql).estimates_rows
+    assert ops(mysql).key_lock(1, 2) is None and ops(mysql).estimate_rows(None) is None
+    assert features(db("sqlite", transaction_mode="IMMEDIATE")).can_lock_keys
+    assert not features(db("sqlite")).can_lock_keys
+    assert ops(db("sqlite")).key_lock(1, 2) is None  # the transaction holds the write lock
+    postgresql = db("postgresql")
+    assert features(postgresql).can_lock_keys and features(postgresql).estimates_rows
+    assert not features(db("postgresql", isolation_level=3)).can_lock_keys  # SERIALIZABLE
+    assert ops(postgresql).key_lock(1, 2) == ("SELECT pg_try_advisory_xact_lock(%s, %s)", [1, 2])

@@ -1,7 +1,7 @@
 """The tool endpoints under ASGI cross into a thread once per call (issue 29 item 2).
 
 Driven through the app's ASGI entry (``with_cancellation`` around Django's ASGI handler,
-as the README documents), in process, with every ``sync_to_async`` call counted: the
+as the docs' production guide documents), in process, with every ``sync_to_async`` call counted: the
 site's middleware, DRF's authentication and the guarded call, database steps included,
 run in one crossing, whoever calls (anonymous, DRF token, session with CSRF).
 """

@@ -175,7 +175,7 @@ def test_schemathesis_finds_no_5xx_and_no_schema_violation(live_server: Any,
         run()
 
 
-# -- a site that follows the README: no DEFAULT_SCHEMA_CLASS, or no drf-spectacular ----------
+# -- a site that follows the docs: no DEFAULT_SCHEMA_CLASS, or no drf-spectacular ----------
 @pytest.mark.django_db
 def test_the_document_needs_no_default_schema_class(
         alice: Any, client_for: Any, session_client_for: Any, settings: Any) -> None:

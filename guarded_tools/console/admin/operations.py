@@ -46,7 +46,7 @@ from guarded_tools.models import (
     OperationState,
     unknown_first,
 )
-from guarded_tools.pipeline import reconciliation, recovery
+from guarded_tools.pipeline import gateway, reconciliation
 from guarded_tools.tasks import NextSweep, next_sweep
 
 # -- operations ------------------------------------------------------------------------------
@@ -449,7 +449,7 @@ class OperationAdmin(ExportMixin, SafeLookupsMixin, ReadOnlyMixin, admin.ModelAd
         if request.method != "POST" or not self.has_reconcile_permission(request):
             raise PermissionDenied
         operation = get_object_or_404(Operation, pk=pk)
-        outcome = recovery.recover_now(operation, request.user) if abandoned(operation) \
+        outcome = gateway.recover_now(operation, request.user) if abandoned(operation) \
             else "skipped"
         if outcome == "skipped":
             self.message_user(request, _("Nothing was recovered: this operation is not"

@@ -1,24 +1,31 @@
 """Provides ``Stage``, the interface of one step of a call, and ``Call``, what a stage is given.
 
-A stage is a class the pipeline instantiates once per call with the pipeline
-(``Stage(pipeline)``; ``self.tool`` is the tool's definition) and walks in the order of the
-stage list (``STAGES`` setting, or the tool's ``stages``), as DRF walks its policy classes.
-Each hook is called on every stage of the list, in order; a stage overrides only the hooks
-it needs, and the default hooks do nothing. A hook refuses a call by raising a
-``GuardError`` (an error of the catalog): the agent gets it as it gets any refusal.
+A stage is a class listed in the stage list (the ``STAGES`` setting, or a tool's
+``stages``). The pipeline instantiates it with no arguments (``Stage()``), as DRF
+instantiates a permission class, and walks the list in order. Each hook receives the
+call (a :class:`Call`) and nothing of the pipeline: the tool's definition is
+``call.tool``, the invocation ``call.inv``, whose key scope ``call.scope``, the key
+``call.key``, the cancel signal ``call.signal``, the handler's context
+``call.context_for(handle)``, the operation store ``call.store`` and the events
+``call.events``. A stage overrides only the hooks it needs; the default hooks do
+nothing. A hook refuses a call by raising a ``GuardError`` (an error of the catalog):
+the agent gets it as it gets any refusal.
 
 ==================  ========================================================================
 hook                when
 ==================  ========================================================================
 ``before_claim``    every call, replays included, before anything is claimed or asked of a
-                    person: validation, identity and context, authorization, the key,
-                    confirmation "always" (issue 27's policies decide here whether the call
-                    runs, needs N approvals, needs its owner, or is refused)
+                    person: validation, identity and context, authorization, the key, the
+                    approval policy's rule, confirmation "always"
+``preconditions``   the tool's business preconditions, with nothing claimed or asked: the
+                    confirmation stage checks them before a person is asked, and the
+                    console asks every stage of the list through
+                    ``Pipeline.check_preconditions`` ("is it still valid?")
 ``after_claim``     the call is about to execute: a fresh claim (``claim``), or a call with
                     no claim row (``claim`` is None: a tool without idempotency, or the
                     one-transaction path, where this runs inside the transaction that locks
-                    the key, so a refusal leaves nothing). Preconditions and confirmation
-                    "effect-only"/"owner". Never on a replay.
+                    the key, so a refusal leaves nothing). Budgets, preconditions and
+                    confirmation "effect-only"/"owner". Never on a replay.
 ``on_release``      the call's fresh claim was released without its effect (refused after
                     the claim, declined, proven not executed by the call, by recovery or
                     by a person): give back what ``after_claim`` reserved (the
@@ -31,11 +38,6 @@ hook                when
                     the authorization its replay would face, with no events
 ==================  ========================================================================
 
-Issue 27's budgets reserve "atomically with the claim": on the one-transaction path
-``after_claim`` already runs inside the claim's transaction; on the ordinary path the
-store's claim commits in a transaction of its own, and the reservation needs the store to
-call the stages inside it (an ``in_claim(call, claim)`` hook, for the store to offer).
-
 The execution stage is the one stage with ``execute(call, ctx)``: the last stage of the
 list that has it runs the handler.
 """
@@ -45,46 +47,137 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from guarded_tools.core.call import ToolContext, principal_scope
+from guarded_tools.core.cancellation import CancelSignal
+from guarded_tools.store import fingerprint
+from guarded_tools.store.replays import replays
 
 if TYPE_CHECKING:
     from guarded_tools.core.call import GuardResult, Invocation
+    from guarded_tools.core.definition import Tool
     from guarded_tools.pipeline.events import Events
-    from guarded_tools.store import Claim
+    from guarded_tools.store import Claim, OperationHandle, OperationStore
     from guarded_tools.store.replays import Remembered
 
-HOOKS = ("before_claim", "after_claim", "on_release", "after_execute", "on_replay", "on_read")
+HOOKS = ("before_claim", "preconditions", "after_claim", "on_release", "after_execute",
+         "on_replay", "on_read")
 
 
 @dataclass
 class Call:
-    """One call on its way through the stages: the invocation, its events, what is known."""
+    """One call on its way through the stages: everything a stage is given.
 
+    ``tool`` is the tool's definition, ``inv`` the invocation as the transport received
+    it (its ``scope``, ``key`` and ``fingerprint`` filled in by the stages before the
+    claim), ``events`` the call's observers and ``store`` the operation store.
+    """
+
+    tool: Tool
     inv: Invocation
     events: Events
+    store: OperationStore | None = None
     #: This process's stored answer for the call's key (the replay cache), when there is one.
     remembered: Remembered | None = None
     #: Set on the one-transaction path, once the key is locked (``after_claim`` runs in it).
     in_transaction: bool = False
     #: The rule of the tool's approval policy that decided the call (the policy stage).
     rule: Any = None
+    _looked_up: bool = field(default=False, repr=False)
+
+    @property
+    def scope(self) -> str:
+        """Whose keys the call uses (set by the context stage)."""
+        return self.inv.scope
+
+    @property
+    def key(self) -> str | None:
+        """The call's idempotency key (set by the idempotency stage)."""
+        return self.inv.key
+
+    @property
+    def signal(self) -> CancelSignal:
+        """The call's cancel signal (the caller's, or one made for the call)."""
+        if self.inv.signal is None:
+            self.inv.signal = CancelSignal()
+        return self.inv.signal
+
+    def principal_scope(self) -> str | None:
+        """Whose keys the call uses: its principal, "anonymous" where the tool allows
+        anonymous calls, else None."""
+        return scope_of(self.tool, self.inv)
+
+    def given_key(self) -> Any:
+        """The key as the caller gave it (an input field or the header), unchecked."""
+        spec = self.tool.idempotency_key
+        return self.inv.input.get(spec) if isinstance(spec, str) else self.inv.header_key
+
+    def resolve_context(self) -> Any:
+        """The tool's ``context`` for this call's input (None for a tool without one)."""
+        return resolve_context(self.tool, self.inv)
+
+    def fingerprint(self) -> str:
+        """The input's fingerprint, computed once per call (kept on ``inv.fingerprint``)."""
+        if not self.inv.fingerprint:
+            self.inv.fingerprint = fingerprint(self.inv.input)
+        return self.inv.fingerprint
+
+    def look_up_replay(self, key: Any) -> Remembered | None:
+        """This process's answer for ``key`` (the replay cache), read once per call.
+
+        The pipeline asks before validation for a key the caller gave; the idempotency
+        stage asks for a key computed from the validated input. When found, the input's
+        fingerprint is computed (once) for the comparison.
+        """
+        if self._looked_up or not self.tool.idempotent:
+            return self.remembered
+        scope = self.inv.scope or self.principal_scope()
+        if not isinstance(key, str) or not key or scope is None:
+            return None  # refused later, by the context or the idempotency stage
+        self._looked_up = True
+        self.remembered = replays.get(self.tool.name, scope, key)
+        if self.remembered is not None:
+            self.fingerprint()
+        return self.remembered
+
+    def context_for(self, handle: OperationHandle | None = None) -> ToolContext:
+        """The ``ToolContext`` the handler (or a check that runs like it) receives."""
+        inv = self.inv
+        return ToolContext(user=inv.user, context=inv.context, signal=self.signal,
+                           operation=handle, request=inv.request, tool=self.tool)
+
+
+def scope_of(tool: Tool, inv: Invocation) -> str | None:
+    """Whose keys a call of ``tool`` uses: its principal, "anonymous" where allowed, else None."""
+    scope = principal_scope(inv.user, inv.principal)
+    if scope is None and tool.allow_anonymous:
+        return "anonymous"
+    return scope
+
+
+def resolve_context(tool: Tool, inv: Invocation) -> Any:
+    """The tool's ``context`` for ``inv`` (None for a tool without one)."""
+    if tool.context is None:
+        return None
+    return tool.context(inv.input, user=inv.user, request=inv.request)
 
 
 class Stage:
-    """One step of a call; override the hooks the step needs (see the module's table)."""
+    """One step of a call; override the hooks the step needs (see the module's table).
+
+    Instantiated with no arguments; everything a hook needs comes with its ``call``.
+    """
 
     #: The stage's name in the list: a site's stage that replaces a built-in one keeps it.
     name = ""
 
-    def __init__(self, pipeline: Any) -> None:
-        #: The ``guarded_tools.pipeline.Pipeline`` walking this stage (not imported here:
-        #: the pipeline builds on its stages).
-        self.pipeline = pipeline
-        self.tool = pipeline.tool
-
     def before_claim(self, call: Call) -> None:
         """Every call, replays included, before the claim and before any person is asked."""
+
+    def preconditions(self, call: Call) -> None:
+        """The tool's business preconditions now: raise when the call would fail."""
 
     def after_claim(self, call: Call, claim: Claim | None) -> None:
         """The call is about to execute (a fresh claim, or no claim row yet)."""

@@ -25,19 +25,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import router, transaction
 from django.db.models import Count, Sum
-from django.db.models.functions import Now
 from django.utils import timezone
 
 from guarded_tools.core.errors import BudgetExceeded, GuardError, RateLimited, ValidationError
 from guarded_tools.core.policy import Budget, Policy, Rule, Run, stricter
 from guarded_tools.core.times import site_time, timestamp
-from guarded_tools.models import BudgetCounter, Operation, Reservation
+from guarded_tools.models import BudgetCounter, Reservation
 from guarded_tools.pipeline import budget_alerts, budget_overrides
 from guarded_tools.pipeline.stages.base import Call, Stage
 from guarded_tools.store import Claim
@@ -114,42 +113,43 @@ class BudgetStage(Stage):
 
     name = "budget"
 
-    @property
-    def budgets(self) -> Sequence[Budget]:
-        policy = self.tool.confirm
+    @staticmethod
+    def budgets(call: Call) -> Sequence[Budget]:
+        """The budgets of the tool's policy (none for a tool without one)."""
+        policy = call.tool.confirm
         return policy.budgets if isinstance(policy, Policy) else ()
 
     def before_claim(self, call: Call) -> None:
         """Refuse an amount a budget cannot count, before anything is reserved or asked."""
-        budgets = self.budgets
+        budgets = self.budgets(call)
         if not budgets:
             return
         refuse_amounts(budgets, call.inv.input)
 
     def after_claim(self, call: Call, claim: Claim | None) -> None:
-        if not self.budgets:
+        if not self.budgets(call):
             return
         using = router.db_for_write(Reservation)
         overrides = budget_overrides.overrides_for(
-            call.inv.user, (budget.name for budget in self.budgets), using)
+            call.inv.user, (budget.name for budget in self.budgets(call)), using)
         with transaction.atomic(using=using):
-            now = self.db_now(claim, using)
-            for budget in self.budgets:
+            now = self.db_now(call, claim)
+            for budget in self.budgets(call):
                 applied, _chosen = budget_overrides.apply(budget, overrides)
                 self.reserve(call, claim, applied, now, using)
 
     def on_release(self, call: Call, claim: Claim) -> None:
-        if self.budgets:
+        if self.budgets(call):
             Reservation.objects.using(router.db_for_write(Reservation)).filter(
                 operation_id=claim.operation.pk).delete()
 
-    def db_now(self, claim: Claim | None, using: str) -> datetime:
-        """The database's clock (read beside the claim's row), else this process's."""
+    def db_now(self, call: Call, claim: Claim | None) -> datetime:
+        """The database's clock when the claim was taken (the store set the claim's lease
+        to it plus the tool's lease), else this process's (a call with no claim row yet)."""
         if claim is not None:
-            now = Operation.objects.using(using).filter(pk=claim.operation.pk).annotate(
-                db_now=Now()).values_list("db_now", flat=True).first()
-            if now is not None:
-                return now
+            expires = claim.operation.lease_expires_at
+            if isinstance(expires, datetime):
+                return expires - timedelta(seconds=call.tool.lease)
         return timezone.now()
 
     def reserve(self, call: Call, claim: Claim | None, budget: Budget, now: datetime,

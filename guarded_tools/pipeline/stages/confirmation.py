@@ -24,18 +24,18 @@ class ConfirmationStage(Stage):
     name = "confirmation"
 
     def before_claim(self, call: Call) -> None:
-        if self.tool.confirm_mode == "always":
-            self.check_preconditions(call)
+        if call.tool.confirm_mode == "always":
+            self.preconditions(call)
             self.confirm(call)
 
     def after_claim(self, call: Call, claim: Claim | None) -> None:
-        if self.tool.confirm_mode == "always" and not call.in_transaction:
+        if call.tool.confirm_mode == "always" and not call.in_transaction:
             return  # checked before the claim (in the key's transaction, checked again)
-        self.check_preconditions(call)
-        if claim is not None and self.tool.confirms_after_claim:
+        self.preconditions(call)
+        if claim is not None and call.tool.confirms_after_claim:
             self.confirm(call, claim)
 
-    def check_preconditions(self, call: Call) -> None:
+    def preconditions(self, call: Call) -> None:
         """The tool's business preconditions, before anyone is asked to confirm the call.
 
         ``precheck(input=, context=, user=)`` raises the tool's ``ToolError`` (with its
@@ -45,9 +45,9 @@ class ConfirmationStage(Stage):
         answers ``invalid_input`` and no person is asked. It runs again, as always,
         right before the handler (what it looks up may change meanwhile).
         """
-        inv, tool = call.inv, self.tool
+        inv, tool = call.inv, call.tool
         if tool.input_check is not None and tool.confirms_after_claim:
-            tool.input_check(dict(inv.input), self.pipeline.make_context(inv, None))
+            tool.input_check(dict(inv.input), call.context_for(None))
         if tool.precheck is not None:
             tool.precheck(input=inv.input, context=inv.context, user=inv.user)
 
@@ -56,7 +56,7 @@ class ConfirmationStage(Stage):
                 self.earlier_request(call)):
             return  # the policy runs it without a person (its rule is in the events)
         call.events.emit("confirmation_requested")
-        if self.tool.queued_confirmation:
+        if call.tool.queued_confirmation:
             self.queued(call, claim)
         else:
             self.asked(call)
@@ -68,7 +68,7 @@ class ConfirmationStage(Stage):
 
         try:
             confirmation = require_approval(
-                self.tool, call.inv, claim.operation.pk if claim is not None else None,
+                call.tool, call.inv, claim.operation.pk if claim is not None else None,
                 policy=self.policy_fields(call))
         except ConfirmationError:
             call.events.emit("declined")
@@ -84,10 +84,10 @@ class ConfirmationStage(Stage):
         over its limit (the budget stage, under the counter's lock). A pending request
         is raised to it, and an approval not used yet is held against it at the run.
         """
-        if not isinstance(self.tool.confirm, Policy) or not isinstance(call.rule, Rule):
+        if not isinstance(call.tool.confirm, Policy) or not isinstance(call.rule, Rule):
             return None
         outcome = call.rule.outcome
-        fields = {"policy_rule": call.rule.label, "policy_version": self.tool.confirm.version}
+        fields = {"policy_rule": call.rule.label, "policy_version": call.tool.confirm.version}
         if isinstance(outcome, Owner):
             # No staff approval: the user the call acts for decides (as confirm="owner").
             return {**fields, "approvals_required": 0}
@@ -104,16 +104,16 @@ class ConfirmationStage(Stage):
         without a person changed since, and the stricter outcome (the request's) applies."""
         from guarded_tools.confirmations.queue import open_request
 
-        return open_request(self.tool, call.inv)
+        return open_request(call.tool, call.inv)
 
     def asked(self, call: Call) -> None:
         """The tool's ``confirm`` hook decides, now."""
-        inv, hook = call.inv, self.tool.confirm
+        inv, hook = call.inv, call.tool.confirm
         request: Any = hook["request"] if isinstance(hook, Mapping) else hook
         assert callable(request)
         confirmed, reason = decision(
             request(input=inv.input, context=inv.context, user=inv.user,
-                    signal=self.pipeline.signal(inv)),
+                    signal=call.signal),
             "confirmed",
         )
         if not confirmed:

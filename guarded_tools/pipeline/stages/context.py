@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from guarded_tools.core.errors import NotAuthenticated
 from guarded_tools.pipeline.stages.base import Call, Stage
 
 
@@ -13,7 +14,10 @@ class ContextStage(Stage):
 
     def before_claim(self, call: Call) -> None:
         inv = call.inv
-        inv.scope = self.pipeline.identify(inv)
-        inv.context = self.pipeline.resolve_context(inv)
+        scope = call.principal_scope()
+        if scope is None:
+            raise NotAuthenticated()
+        inv.scope = scope
+        inv.context = call.resolve_context()
 
     on_read = before_claim

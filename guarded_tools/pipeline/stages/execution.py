@@ -29,7 +29,7 @@ class ExecutionStage(Stage):
         ``async_to_sync`` from the request thread); when the caller's signal is
         aborted (the client went away) the coroutine is cancelled.
         """
-        handler = self.tool.handler
+        handler = call.tool.handler
         if inspect.iscoroutinefunction(handler):
             return async_to_sync(_cancellable)(handler, dict(call.inv.input), ctx)
         return handler(dict(call.inv.input), ctx)

@@ -11,8 +11,6 @@ from typing import Any
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from guarded_tools.pipeline.stages.base import Call, Stage
-from guarded_tools.store import fingerprint
-from guarded_tools.store.replays import replays
 
 
 class IdempotencyStage(Stage):
@@ -21,18 +19,18 @@ class IdempotencyStage(Stage):
     name = "idempotency"
 
     def before_claim(self, call: Call) -> None:
-        inv, tool = call.inv, self.tool
+        inv, tool = call.inv, call.tool
         if tool.idempotent:
-            inv.key = self.resolve_key(inv)
-        if (tool.idempotent or tool.confirm_mode) and not inv.fingerprint:
-            inv.fingerprint = fingerprint(inv.input)
+            inv.key = self.resolve_key(call)
+        if tool.idempotent or tool.confirm_mode:
+            call.fingerprint()
         if tool.idempotent and callable(tool.idempotency_key):  # such a key exists only now
-            call.remembered = replays.get(tool.name, inv.scope, inv.key or "")
+            call.look_up_replay(inv.key)
 
-    def resolve_key(self, inv: Any) -> str:
-        spec = self.tool.idempotency_key
+    def resolve_key(self, call: Call) -> str:
+        inv, spec = call.inv, call.tool.idempotency_key
         key: Any = spec(inv.input, context=inv.context) if callable(spec) else (
-            self.pipeline.given_key(inv))
+            call.given_key())
         if key is None or key == "":
             raise IdempotencyKeyMissing(repair={
                 "action": "change_input",

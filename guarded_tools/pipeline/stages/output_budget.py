@@ -25,18 +25,18 @@ class OutputBudgetStage(Stage):
 
     def measure(self, call: Call, output: object) -> str | None:
         """The output's JSON text, None if it is not JSON."""
-        budget = self.tool.output_budget_bytes or gt_settings.OUTPUT_BUDGET_BYTES
+        budget = call.tool.output_budget_bytes or gt_settings.OUTPUT_BUDGET_BYTES
         try:
             text = JSON_ENCODER.encode(output)
         except (TypeError, ValueError):
             call.events.emit("output_unmeasurable")
-            logger.warning("tool %s returned an output that is not JSON", self.tool.name)
+            logger.warning("tool %s returned an output that is not JSON", call.tool.name)
             return None
         size = len(text.encode("utf-8"))
         if size > budget:
             call.events.emit("output_oversized", extra={"bytes": size, "budget": budget})
             logger.warning(
-                "tool %s output is %d bytes, over its budget of %d", self.tool.name, size, budget
+                "tool %s output is %d bytes, over its budget of %d", call.tool.name, size, budget
             )
             return text
         call.events.emit("output_validated", extra={"bytes": size})

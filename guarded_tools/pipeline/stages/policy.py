@@ -27,12 +27,12 @@ class PolicyStage(Stage):
     name = "policy"
 
     def before_claim(self, call: Call) -> None:
-        policy = self.tool.confirm
+        policy = call.tool.confirm
         if not isinstance(policy, Policy):
             return
         inv = call.inv
         # Lazy: only a rule that reads the history queries it.
-        history = Operation.objects.filter(tool=self.tool.name, scope=inv.scope)
+        history = Operation.objects.filter(tool=call.tool.name, scope=inv.scope)
         rule = policy.decide(input=inv.input, user=inv.user, history=history)
         call.rule = rule
         call.events.emit("policy_decided", extra={"rule": rule.label, "version": policy.version})
@@ -52,8 +52,8 @@ class PolicyStage(Stage):
         inv = call.inv
         if call.remembered is not None:
             return True
-        if not self.tool.idempotent or not inv.key:
+        if not call.tool.idempotent or not inv.key:
             return False
         return Operation.objects.using(router.db_for_write(Operation)).filter(
-            tool=self.tool.name, scope=inv.scope, key=inv.key,
+            tool=call.tool.name, scope=inv.scope, key=inv.key,
         ).exclude(state=OperationState.RELEASED).exists()

@@ -20,5 +20,5 @@ class ValidationStage(Stage):
         remembered, inv = call.remembered, call.inv
         if remembered is not None and remembered.fingerprint == inv.fingerprint:
             return
-        validate(self.tool.validator, inv.input, known=self.tool.schema_names,
+        validate(call.tool.validator, inv.input, known=call.tool.schema_names,
                  max_issues=gt_settings.MAX_ISSUES)

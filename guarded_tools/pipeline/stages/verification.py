@@ -35,14 +35,14 @@ class VerificationStage(Stage):
 
     def verify(self, call: Call, result: Any) -> None:
         """Run ``verify`` with its own signal, bounded by ``verify_timeout``."""
-        verifier = self.tool.verify
+        verifier = call.tool.verify
         if verifier is None:
             return
         inv, signal = call.inv, CancelSignal()
         kwargs = {"input": dict(inv.input), "output": result.output, "context": inv.context,
                   "replayed": result.replayed, "recovered": result.recovered,
                   "signal": signal, **principal_kwargs(verifier, inv)}
-        timeout = self.tool.verify_timeout
+        timeout = call.tool.verify_timeout
         if timeout is None:
             answer = verifier(**kwargs)
         else:
@@ -50,8 +50,8 @@ class VerificationStage(Stage):
         verified, reason = decision(answer, "verified")
         if not verified:
             # The verifier's reason is application text that may quote the input: DEBUG only.
-            logger.warning("tool %s: verification failed", self.tool.name)
-            logger.debug("tool %s: verification failed: %s", self.tool.name, reason)
+            logger.warning("tool %s: verification failed", call.tool.name)
+            logger.debug("tool %s: verification failed: %s", call.tool.name, reason)
             raise VerificationError()
         call.events.emit("verified")
 

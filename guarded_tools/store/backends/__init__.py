@@ -16,7 +16,7 @@ from django.utils.module_loading import import_string
 
 from guarded_tools.models import Operation
 
-__all__ = ["by_vendor"]
+__all__ = ["by_vendor", "features", "ops"]
 
 #: vendor: the dotted path of its store class.
 BACKENDS = {
@@ -24,6 +24,11 @@ BACKENDS = {
     "sqlite": "guarded_tools.store.backends.sqlite.SQLiteOperationStore",
 }
 DEFAULT = "guarded_tools.store.backends.base.OperationStore"
+#: vendor: the module of its ``Features`` and ``Operations`` (``capabilities``' defaults).
+FEATURES = {
+    "postgresql": "guarded_tools.store.backends.postgresql",
+    "sqlite": "guarded_tools.store.backends.sqlite",
+}
 
 
 @cache
@@ -35,3 +40,24 @@ def store_class(vendor: str) -> Any:
 def by_vendor() -> Any:
     """A store for the vendor of the database ``Operation`` is written to."""
     return store_class(connections[router.db_for_write(Operation)].vendor)()
+
+
+@cache
+def _classes(vendor: str) -> tuple[Any, Any]:
+    from guarded_tools.store.backends.capabilities import StoreFeatures, StoreOperations
+
+    module = FEATURES.get(vendor)
+    if module is None:
+        return StoreFeatures, StoreOperations
+    return import_string(f"{module}.Features"), import_string(f"{module}.Operations")
+
+
+def features(connection: Any) -> Any:
+    """What the store can rely on ``connection``'s database for (a ``StoreFeatures``)."""
+    return _classes(connection.vendor)[0](connection)
+
+
+def ops(connection: Any) -> Any:
+    """How the store does on ``connection``'s database what differs between databases
+    (a ``StoreOperations``)."""
+    return _classes(connection.vendor)[1](connection)

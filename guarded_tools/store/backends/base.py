@@ -15,16 +15,16 @@ from datetime import datetime
 from typing import Any, Literal, NamedTuple
 
 from django.db import IntegrityError, connections, router, transaction
-from django.db.models import F
+from django.db.models import DEFERRED, F
 from django.db.models.functions import Now
 
 from guarded_tools.core.errors import IdempotencyKeyReused
 from guarded_tools.models import JournalEntry, Operation, OperationState
+from guarded_tools.store.backends import features, ops
 from guarded_tools.store.history import Kind, actor_label, event, record_all
 from guarded_tools.store.values import (
     COMPLETED,
     LOCK_CLASS,
-    can_lock_keys,
     db_now_plus,
     fresh_values,
     key_hash,
@@ -137,8 +137,7 @@ class OperationStore:
                 operation.save(force_insert=True, using=using)
         except IntegrityError:
             return self.load(tool, scope, key)
-        operation.__dict__.pop("lease_expires_at", None)  # the database's clock: loaded if asked
-        return operation, None
+        return as_saved(operation, using), None
 
     def load(self, tool: str, scope: str, key: str) -> Found | None:
         """The row for this key (its input deferred) and the database's clock, in one read."""
@@ -198,18 +197,18 @@ class OperationStore:
 
     def taken_over(self, operation: Operation, token: str) -> Claim:
         """The compare-and-set said exactly what the row now holds: no read back. The
-        lease (database clock) loads from the database if anyone asks for it."""
-        operation.state = OperationState.IN_FLIGHT
-        operation.owner = token
-        operation.fence += 1
-        for name in ("lease_expires_at", "updated_at"):
-            operation.__dict__.pop(name, None)
+        lease and the time of the change (the database's clock) load from the database
+        if anyone asks for them."""
+        operation = as_loaded(operation, _database(),
+                              state=OperationState.IN_FLIGHT.value, owner=token,
+                              fence=operation.fence + 1,
+                              lease_expires_at=DEFERRED, updated_at=DEFERRED)
         return Claim("fresh", operation, owner=token, fence=operation.fence)
 
     # -- atomic tools: key, effect and operation in one transaction --------------------
     def can_lock(self) -> bool:
         """True where an atomic tool's call can run as one transaction (see ``lock_key``)."""
-        return can_lock_keys(connections[_database()])
+        return bool(features(connections[_database()]).can_lock_keys)
 
     def lock_key(
         self, *, tool: str, scope: str, key: str, also: tuple[str, list[Any]] | None = None
@@ -232,10 +231,9 @@ class OperationStore:
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
         with connection.cursor() as cursor:
             also_rows = _rows(cursor, *also) if also is not None else []
-            held = True  # SQLite: the IMMEDIATE transaction already holds the write lock
-            if connection.vendor == "postgresql":
-                lock = [LOCK_CLASS, key_hash(tool, scope, key)]
-                held = bool(_rows(cursor, "SELECT pg_try_advisory_xact_lock(%s, %s)", lock)[0][0])
+            lock = ops(connection).key_lock(LOCK_CLASS, key_hash(tool, scope, key))
+            # None: the transaction holds the lock already (SQLite's IMMEDIATE one)
+            held = lock is None or bool(_rows(cursor, *lock)[0][0])
         found = self.load(tool, scope, key)
         if found is not None:
             return Locked("exists", found, also_rows)
@@ -267,7 +265,7 @@ class OperationStore:
         operation.state, operation.owner, operation.output = OperationState.SUCCEEDED, "", output
         operation.completed_at = Now()
         operation.save(force_insert=True, using=using)
-        operation.__dict__.pop("completed_at", None)  # the database's clock: loaded if asked
+        claim.operation = operation = as_saved(operation, using)
         if entries:
             JournalEntry.objects.using(using).bulk_create(
                 JournalEntry(operation_id=operation.pk, data=data, fence=claim.fence,
@@ -376,6 +374,46 @@ class OperationStore:
 def _attnames() -> tuple[str, ...]:
     """The operation's concrete fields' attnames, in their order (``Model.__init__``'s)."""
     return tuple(f.attname for f in Operation._meta.concrete_fields)
+
+
+def as_loaded(operation: Operation, using: str, **changes: Any) -> Operation:
+    """``operation`` as a read of its row would give it now, without the read.
+
+    ``changes`` are what a statement just wrote (by attname); a change to ``DEFERRED``
+    is a value only the database knows (its clock): like the fields ``operation`` had
+    deferred, it is left out of the instance built by ``Model.from_db`` (the documented
+    way a row becomes an instance), so Django loads it when it is first read, and never
+    otherwise. The user attached to ``operation`` (by the caller, or ``select_related``)
+    stays attached: reading it sends no query.
+    """
+    deferred = operation.get_deferred_fields()
+    names, values = [], []
+    for name in _attnames():
+        value = changes.get(name, DEFERRED if name in deferred else None)
+        if name not in changes and name not in deferred:
+            value = getattr(operation, name)
+        if value is not DEFERRED:
+            names.append(name)
+            values.append(value)
+    loaded = Operation.from_db(using, names, values)
+    user = Operation._meta.get_field("user")
+    if loaded.user_id is not None and user.is_cached(operation):  # type: ignore[attr-defined]
+        loaded.user = operation.user
+    return loaded
+
+
+def as_saved(operation: Operation, using: str) -> Operation:
+    """``operation`` just inserted by ``save()``, as a read of its row would give it.
+
+    A field given an expression (the database's clock) holds the value the INSERT
+    returned where Django reads it back (Django 6 on databases with ``RETURNING``) or is
+    deferred by Django itself; where it still holds the expression (Django 5.2) it is
+    deferred here (:func:`as_loaded`), loaded from the database if anyone asks for it.
+    """
+    deferred = operation.get_deferred_fields()
+    stale = {name: DEFERRED for name in _attnames()
+             if name not in deferred and hasattr(getattr(operation, name), "resolve_expression")}
+    return as_loaded(operation, using, **stale) if stale else operation
 
 
 def _savepoint_in_a_block(using: str) -> Any:

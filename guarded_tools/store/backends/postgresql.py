@@ -16,20 +16,49 @@ transaction: ``transaction.atomic()`` commits.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
+from django.db.models import QuerySet
+
 from guarded_tools.models import JournalEntry
 from guarded_tools.store.backends.base import Claim, Locked
+from guarded_tools.store.backends.capabilities import Statement, StoreFeatures, StoreOperations
 from guarded_tools.store.backends.sql import SQLOperationStore
 from guarded_tools.store.backends.statements import Dialect, Part, Statements
 from guarded_tools.store.history import Kind
-from guarded_tools.store.values import LOCK_CLASS, key_hash
+from guarded_tools.store.values import LOCK_CLASS, key_hash, reads_committed
 
 NOW = "STATEMENT_TIMESTAMP()"
 POSTGRESQL = Dialect(now=NOW, lease=f"({NOW} + %s)",
                      lease_param=lambda seconds: timedelta(seconds=seconds))
 LOCK = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+
+
+class Features(StoreFeatures):
+    """PostgreSQL: an advisory lock per key at READ COMMITTED, and the planner's estimates."""
+
+    estimates_rows = True
+
+    @property
+    def can_lock_keys(self) -> bool:
+        """At READ COMMITTED only: the read after the key's advisory lock then sees what
+        committed before it (``reads_committed``)."""
+        return reads_committed(self.options)
+
+
+class Operations(StoreOperations):
+    def key_lock(self, lock_class: int, key_hash: int) -> Statement | None:
+        """A try of a transaction-scoped advisory lock on the key's hash."""
+        return LOCK, [lock_class, key_hash]
+
+    def estimate_rows(self, queryset: QuerySet[Any]) -> int | None:
+        """One ``EXPLAIN`` (which plans the query and runs nothing)."""
+        plan = queryset.order_by().values("pk").explain(format="json")
+        if not plan:  # a query Django knows matches nothing (``pk__in=[]``) is never sent
+            return 0
+        return int(json.loads(plan)[0]["Plan"]["Plan Rows"])
 
 
 class PostgreSQLOperationStore(SQLOperationStore):
@@ -67,7 +96,7 @@ class PostgreSQLOperationStore(SQLOperationStore):
         after the try, each statement taking its own at READ COMMITTED."""
         if not (self.can_lock() and self.connection.in_atomic_block):
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
-        lock = (LOCK, [LOCK_CLASS, key_hash(tool, scope, key)])
+        lock = Operations(self.connection).key_lock(LOCK_CLASS, key_hash(tool, scope, key))
         read = (self.statements.select, [tool, scope, key])
         parts = [part for part in (also, lock, read) if part is not None]
         results = self.send(parts, rows=True)

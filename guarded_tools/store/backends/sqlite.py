@@ -2,7 +2,7 @@
 building.
 
 On SQLite the database works inside the app's process, and building and compiling the
-ORM's query was most of a call's store time (issue 29 item 3): the read of a key, the
+ORM's query was most of a call's store time (bench/NOTEBOOK.md): the read of a key, the
 claim, an atomic call's INSERTs and the completion are written once here
 (``Statements``, with SQLite's clock, ``STRFTIME(…, 'NOW')``, what Django's ``Now()``
 is there) and sent through ``connection.cursor()``. ``created_at`` and ``updated_at``
@@ -24,12 +24,29 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from guarded_tools.store.backends.base import Locked
+from guarded_tools.store.backends.capabilities import StoreFeatures, StoreOperations
 from guarded_tools.store.backends.sql import SQLOperationStore
 from guarded_tools.store.backends.statements import Dialect, Statements
 
 FORMAT = "'%%Y-%%m-%%d %%H:%%M:%%f'"  # (%% is a literal % in a statement with parameters)
 SQLITE = Dialect(now=f"STRFTIME({FORMAT}, 'NOW')", lease=f"STRFTIME({FORMAT}, 'NOW', %s)",
                  lease_param=lambda seconds: f"{int(seconds):+d} seconds", stamps_here=True)
+
+
+class Features(StoreFeatures):
+    """SQLite: the key's lock is the database's write lock, where a transaction takes it
+    as it begins."""
+
+    @property
+    def can_lock_keys(self) -> bool:
+        """Where every transaction takes the write lock when it begins (``transaction_mode``
+        IMMEDIATE or EXCLUSIVE): the key's read then sees every committed claim."""
+        mode = str(self.options.get("transaction_mode") or "").upper()
+        return mode in ("IMMEDIATE", "EXCLUSIVE")
+
+
+class Operations(StoreOperations):
+    """SQLite: the open transaction holds the write lock already; no estimates."""
 
 
 class SQLiteOperationStore(SQLOperationStore):

@@ -170,18 +170,20 @@ def _rpc_code(error: GuardError) -> int:
     return REQUEST_REFUSED
 
 
+def rpc_response(error: GuardError, request: Any = None) -> HttpResponse:
+    """``error`` as this endpoint answers it over HTTP: a JSON-RPC error, the HTTP status."""
+    data = error.as_dict(docs_url(request), NO_TOOL)
+    return json_response(rpc_error(None, _rpc_code(error), data["message"], data),
+                         error.status_code)
+
+
 def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
-    """DRF's exception handler for this view: a JSON-RPC error with the HTTP status."""
+    """An exception handler that always answers as this endpoint does (a JSON-RPC error
+    with the HTTP status and the error's headers), whatever the view."""
     error = to_guard_error(exc)
-    data = error.as_dict(docs_url(context.get("request")), NO_TOOL)
-    response = json_response(rpc_error(None, _rpc_code(error), data["message"], data),
-                             error.status_code)
+    response = rpc_response(error, context.get("request"))
     for name, value in error.headers.items():
         response[name] = value
-    if error.status_code == 401:
-        view, request = context.get("view"), context.get("request")
-        header = view.get_authenticate_header(request) if view and request else None
-        response["WWW-Authenticate"] = header or 'Token realm="api"'
     log_once(error, response, context.get("request"))
     return response
 
@@ -221,13 +223,18 @@ class McpView(GuardedAPIView):
 
     The site's DRF authentication, CSRF (session auth), permission and throttle
     classes apply to every POST; their refusals are JSON-RPC errors with the HTTP
-    status (401 carries ``WWW-Authenticate``). GET and DELETE answer 405.
+    status, made by ``EXCEPTION_HANDLER`` (the default asks ``error_response``). A 401
+    carries the first authentication class's challenge (OAuth's ``Bearer …
+    resource_metadata=…`` where ``OAUTH_PROTECTS`` names ``"mcp"``); where that class
+    has none (session authentication) the refusal is a 403, as DRF answers. GET and
+    DELETE answer 405.
     """
 
     oauth_surface = "mcp"
 
-    def get_exception_handler(self) -> Any:
-        return transport_error
+    def error_response(self, error: GuardError, request: Any = None) -> HttpResponse:
+        """How this endpoint renders an error over HTTP (for ``EXCEPTION_HANDLER``)."""
+        return rpc_response(error, request)
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # JSON is the only answer; clients must accept it, so never refuse with 406.

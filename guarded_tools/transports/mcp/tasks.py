@@ -135,7 +135,7 @@ def _task_id(confirmation: Confirmation) -> str:
 def resolve(task_id: Any, user: Any) -> tuple[TaskRef, Tool] | None:
     """The call behind ``task_id`` and its tool, when it is a task of ``user``'s, else None."""
     from guarded_tools.core.registry import registry
-    from guarded_tools.pipeline import Invocation, get_pipeline
+    from guarded_tools.pipeline.gateway import Gateway
 
     if not isinstance(task_id, str) or not task_id or len(task_id) > MAX_TASK_ID:
         return None
@@ -143,7 +143,7 @@ def resolve(task_id: Any, user: Any) -> tuple[TaskRef, Tool] | None:
     definition = registry.find(ref.tool) if ref is not None else None
     if ref is None or definition is None:
         return None
-    scope = get_pipeline(definition).scope_of(Invocation(input={}, user=user))
+    scope = Gateway(definition).scope_of(user)
     if scope is None or ref.scope != scope:
         return None  # another principal's task reads as an unknown one
     return ref, definition
@@ -168,9 +168,10 @@ def _rows() -> Any:
 def authorize(ref: TaskRef, definition: Tool, request: Any) -> None:
     """Refuse a read of the task (``tasks/get``, ``tasks/cancel``) its call's replay would be
     refused: the token's scopes, the permissions, ``authorize``, with the call's input."""
-    from guarded_tools.pipeline import Invocation, get_pipeline
+    from guarded_tools.pipeline import Invocation
+    from guarded_tools.pipeline.gateway import Gateway
 
-    get_pipeline(definition).authorize_read(
+    Gateway(definition).authorize_read(
         Invocation(input=ref.input, user=request.user, request=request, transport="mcp"))
 
 
@@ -196,7 +197,7 @@ def _operation(ref: TaskRef) -> Operation | None:
     )
 
 
-def _from_operation(ref: TaskRef, operation: Operation, pipeline: Any) -> TaskState:
+def _from_operation(ref: TaskRef, operation: Operation, gateway: Any) -> TaskState:
     if operation.state == OperationState.SUCCEEDED:
         summary = operation.summary()
         # The call ran elsewhere (a Celery worker): this process answers the next polls,
@@ -208,13 +209,13 @@ def _from_operation(ref: TaskRef, operation: Operation, pipeline: Any) -> TaskSt
                          output=operation.output, operation=summary,
                          recovered=operation.recovered)
     return TaskState(FAILED, "The call ended without a result it can prove.",
-                     operation.updated_at, error=pipeline.stored_error(operation))
+                     operation.updated_at, error=gateway.stored_error(operation))
 
 
 def state(ref: TaskRef, definition: Tool) -> TaskState | None:
     """The task's state now, or None when nothing of its call is stored (any more)."""
     from guarded_tools.confirmations.queue import error_for
-    from guarded_tools.pipeline import get_pipeline
+    from guarded_tools.pipeline.gateway import Gateway
 
     remembered = replays.get(ref.tool, ref.scope, ref.key)
     if remembered is not None and remembered.fingerprint == ref.fingerprint:
@@ -240,7 +241,7 @@ def state(ref: TaskRef, definition: Tool) -> TaskState | None:
         if confirmation.task_error is not None:
             operation = _operation(ref)
             if operation is not None and operation.state in _TERMINAL_OPERATION:
-                return _from_operation(ref, operation, get_pipeline(definition))
+                return _from_operation(ref, operation, Gateway(definition))
             error = dict(confirmation.task_error)
             if error.get("code") in FAILING_CODES:
                 return TaskState(FAILED, "The call failed.", changed, error=error)
@@ -253,7 +254,7 @@ def state(ref: TaskRef, definition: Tool) -> TaskState | None:
         return None if confirmation is None else TaskState(
             WORKING, "Approved; the call is starting.", confirmation.created_at)
     if operation.state in _TERMINAL_OPERATION:
-        return _from_operation(ref, operation, get_pipeline(definition))
+        return _from_operation(ref, operation, Gateway(definition))
     return TaskState(WORKING, "The call is running.", operation.updated_at)
 
 
@@ -296,16 +297,16 @@ def start(definition: Tool, inv: Any) -> TaskRef | Any:
 
     from guarded_tools.conf import gt_settings
     from guarded_tools.confirmations.requests import requested
-    from guarded_tools.pipeline import get_pipeline
+    from guarded_tools.pipeline.gateway import Gateway
     from guarded_tools.store import db_now_plus
 
-    pipeline = get_pipeline(definition)
+    gateway = Gateway(definition)
     # The stages before the claim (not run(): its lifecycle events belong to the call that
     # executes, on the worker); a call its key already answers goes on as usual.
-    call = pipeline.prepare(inv, pipeline.observe(inv))
+    call = gateway.prepare(inv)
     if (call.remembered is not None or not definition.idempotent
             or _operation_of(definition.name, inv)):
-        return pipeline.proceed(call)
+        return gateway.proceed(call)
     using = router.db_for_write(Confirmation)
     asked = requested(definition, inv)  # the hook's reads, before the transaction
     with transaction.atomic(using=using):

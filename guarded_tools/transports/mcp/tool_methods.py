@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import ConfirmationRequired, NotAuthenticated, ToolNotFound
 from guarded_tools.core.registry import registry
-from guarded_tools.pipeline import budget_status, get_pipeline, trace_carrier
+from guarded_tools.pipeline import budget_status, trace_carrier
+from guarded_tools.pipeline.gateway import Gateway, agent_error
 from guarded_tools.transports.mcp import tasks as tasks_ext
 from guarded_tools.transports.mcp.approvals import answers_with_task, awaiting
 from guarded_tools.transports.mcp.headers import param_header_problem
@@ -119,9 +119,9 @@ def _call(ex: Exchange, params: dict[str, Any], definition: Tool,
                                             started.created_at))}
             result = started
         else:
-            result = get_pipeline(definition).run(invocation)
+            result = Gateway(definition).run(invocation)
     except Exception as exc:  # every failure becomes an error the agent can read
-        error = to_guard_error(exc)
+        error = agent_error(exc)
         # A refusal that challenges the credentials (401, or an OAuth scope step-up's 403)
         # is the transport's: the host reads its status and WWW-Authenticate.
         if isinstance(error, NotAuthenticated) or "WWW-Authenticate" in error.headers:

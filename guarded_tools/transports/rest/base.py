@@ -23,12 +23,12 @@ from rest_framework.views import APIView
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.definition import Tool
+from guarded_tools.core.errors import NotAuthenticated
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
 from guarded_tools.pipeline import Invocation, trace_carrier
 from guarded_tools.transports.asgi import request_signal
-from guarded_tools.transports.rest.exception_handler import exception_handler
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
 
@@ -139,17 +139,21 @@ class GuardedAPIView(APIView):
         return authenticators
 
     def handle_exception(self, exc: Exception) -> Response:
-        """A 401 challenges with the first authentication's scheme when it is OAuth's
-        (``Bearer resource_metadata=…``), so that a host can start the OAuth flow."""
-        response = super().handle_exception(exc)
-        if response.status_code == 401 and isinstance(getattr(self, "request", None), Request):
-            header = self.get_authenticate_header(self.request)
-            if header and header.startswith("Bearer"):
-                response["WWW-Authenticate"] = header
-        return response
+        """As DRF does for its own ``NotAuthenticated``, the guard's ``not_authenticated``
+        challenges with the first authentication class's scheme (``Token``, or OAuth's
+        ``Bearer … resource_metadata=…`` where ``OAUTH_PROTECTS`` names this view), and is
+        a 403 where that class has no challenge (session authentication)."""
+        if isinstance(exc, NotAuthenticated) and "WWW-Authenticate" not in exc.headers:
+            challenge = self.get_authenticate_header(self.request)
+            if challenge:
+                exc.headers["WWW-Authenticate"] = challenge
+            else:
+                exc.status_code = 403
+        return super().handle_exception(exc)
 
     def get_exception_handler(self) -> Any:
-        return exception_handler
+        """``EXCEPTION_HANDLER``, as DRF's views read theirs."""
+        return gt_settings.EXCEPTION_HANDLER
 
     def error_audience(self) -> Audience:
         """Who reads this view's errors: a REST caller, about no tool (the tool list, an

@@ -1,4 +1,4 @@
-"""Provides the one exception handler that renders every error for agents."""
+"""Provides the app's exception handler (``EXCEPTION_HANDLER``): every error for agents."""
 
 from __future__ import annotations
 
@@ -88,20 +88,31 @@ def log_once(error: GuardError, response: HttpResponseBase, request: Any = None)
         meta[LOGGED] = True
 
 
-def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+def exception_handler(exc: Exception, context: dict[str, Any]) -> HttpResponseBase:
+    """The default ``EXCEPTION_HANDLER``: the guard's error for ``exc``, rendered by the
+    view (``error_response``: the MCP endpoint's JSON-RPC error) or as the REST error body,
+    with the error's headers; a 401's ``WWW-Authenticate`` is the challenge the view took
+    from its first authentication class (``GuardedAPIView.handle_exception``)."""
     error = to_guard_error(exc)
     request, view = context.get("request"), context.get("view")
+    render = getattr(view, "error_response", None)
+    response = render(error, request) if render is not None else rest_response(
+        error, request, view)
+    for name, value in error.headers.items():
+        response[name] = value
+    log_once(error, response, request)
+    return response
+
+
+def rest_response(error: GuardError, request: Any = None, view: Any = None) -> Response:
+    """``error`` as a REST view answers it: ``{"error": …}``, with the confirmation's
+    ``Location`` when it waits for a person."""
     describe = getattr(view, "error_audience", None)
     audience = describe() if describe is not None else None
     response = Response(error_payload(error, request, audience), status=error.status_code)
-    for name, value in error.headers.items():
-        response[name] = value
     if isinstance(error, ConfirmationRequired) and request is not None:
         confirmation = error.extra.get("confirmation") or {}
         location = status_url(request, "confirmation-detail", str(confirmation.get("id")))
         if location and confirmation.get("id"):
             response["Location"] = location
-    if error.status_code == 401:
-        response["WWW-Authenticate"] = 'Token realm="api"'
-    log_once(error, response, request)
     return response

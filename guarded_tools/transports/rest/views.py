@@ -35,13 +35,8 @@ from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import Confirmation, Operation
-from guarded_tools.pipeline import (
-    GuardResult,
-    Invocation,
-    budget_status,
-    get_pipeline,
-    principal_scope,
-)
+from guarded_tools.pipeline import GuardResult, Invocation, budget_status, principal_scope
+from guarded_tools.pipeline.gateway import Gateway
 from guarded_tools.transports.rest.base import (  # the views' base, shared with MCP
     GuardedAPIView,
     invocation_for,
@@ -111,7 +106,7 @@ class ToolCallView(GuardedAPIView):
         invocation = invocation_for(
             request, body, header_key=request.headers.get(gt_settings.IDEMPOTENCY_HEADER)
         )
-        return get_pipeline(definition).run(invocation)
+        return Gateway(definition).run(invocation)
 
 
 def own_row(request: Request, model: type[Any], pk: uuid.UUID | str,
@@ -135,33 +130,38 @@ def own_row(request: Request, model: type[Any], pk: uuid.UUID | str,
     return row
 
 
-def authorize_read(request: Request, tool: str, input: Mapping[str, Any]) -> None:
+def authorize_read(request: Request, tool: str | Gateway | None,
+                   input: Mapping[str, Any]) -> None:
     """Refuse a read of a call's state (its operation, its confirmation) as its replay would
     be refused: the token's scopes, the tool's permissions and ``authorize``. A retired
-    tool's rows stay readable by their principal (nothing is left to authorize them with)."""
-    definition = registry.find(tool)
-    if definition is not None:
-        get_pipeline(definition).authorize_read(
+    tool's rows stay readable by their principal (nothing is left to authorize them with).
+
+    ``tool``: the tool's name, or the request's ``Gateway`` (None for a retired tool)."""
+    if isinstance(tool, str):
+        definition = registry.find(tool)
+        tool = Gateway(definition) if definition is not None else None
+    if tool is not None:
+        tool.authorize_read(
             Invocation(input=dict(input), user=request.user, request=request, transport="rest"))
 
 
 class OperationDetailView(GuardedAPIView):
     def get(self, request: Request, pk: uuid.UUID | str) -> Response:
         operation = own_row(request, Operation, pk, OperationNotFound)
-        authorize_read(request, operation.tool, operation.input)
+        # The tool, looked up once, and one pipeline for every step of this read.
+        definition = registry.find(operation.tool)
+        gateway = Gateway(definition) if definition is not None else None
+        authorize_read(request, gateway, operation.input)
         data = {**operation.summary(), "tool": operation.tool,
                 "created_at": timestamp(operation.created_at),
                 "completed_at": timestamp(operation.completed_at)}
         if operation.state == "succeeded":
             data["output"] = operation.output
-        elif operation.error:
-            tool = registry.find(operation.tool)
-            if tool is not None:
-                error = get_pipeline(tool).stored_error(operation)
-                data["error"] = error.as_dict(docs_url(request), Audience(transport="rest"))
+        elif operation.error and gateway is not None:
+            error = gateway.stored_error(operation)
+            data["error"] = error.as_dict(docs_url(request), Audience(transport="rest"))
         # The call's latest confirmation: a pending one is what the operation waits for
         # (only a tool that asks for one, or a retired tool, can have it: agents poll here).
-        definition = registry.find(operation.tool)
         confirmation = None
         if definition is None or definition.confirm_mode is not None:
             confirmation = Confirmation.objects.filter(

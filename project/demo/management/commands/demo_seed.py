@@ -1,7 +1,7 @@
 """Creates the demo's users, token, orders, slots and accounts (idempotent).
 
 ``staff`` is a superuser (the operator); ``approver`` is staff with only what an approver
-needs (README, *For approvers*), so the demo shows the pages as such a person sees them.
+needs (docs: approvers), so the demo shows the pages as such a person sees them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from rest_framework.authtoken.models import Token
 from project.demo.models import Account, Order, Slot
 
 AGENT_TOKEN = "demo-agent-token-0000000000000000000000"
-#: What an approver needs (README, *For approvers*): the queue and request pages, deciding,
+#: What an approver needs (docs: approvers): the queue and request pages, deciding,
 #: the audit trail, and what the request page links to (the calls, the accounts it names).
 APPROVER_PERMISSIONS = ("guarded_tools.view_confirmation", "guarded_tools.approve_confirmation",
                         "guarded_tools.view_auditentry", "guarded_tools.view_operation",
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         Token.objects.filter(user=agent).exclude(key=AGENT_TOKEN).delete()
         Token.objects.get_or_create(user=agent, key=AGENT_TOKEN)
         self._person("staff", superuser=True)  # the operator: everything, reconciling too
-        # A person who only decides requests: the permissions the README recommends.
+        # A person who only decides requests: the permissions the docs recommend.
         wanted = Q()
         for permission in APPROVER_PERMISSIONS:
             app_label, codename = permission.split(".")

@@ -1,9 +1,9 @@
-"""The README's walk through with curl, replayed against the seeded demo: each answer it
-shows is the demo's, word for word ("…" stands for what differs from run to run).
+"""The docs' tour of the demo (docs/demo-tour.md), replayed against the seeded demo: each
+answer it shows is the demo's, word for word ("…" stands for what differs from run to run).
 
-The calls of the walk's first part (up to the first approval) are read from the README
-itself, sent with the demo agent's token as curl sends them, and every answer the README
-prints (a ``# {...}`` line, or a JSON block after the commands) is compared with the demo's.
+The calls of the walk's first part (up to the first approval) are read from the page itself,
+sent with the demo agent's token as curl sends them, and every answer the page prints (a
+``# {...}`` line, or a JSON block after the commands) is compared with the demo's.
 """
 
 from __future__ import annotations
@@ -20,14 +20,15 @@ from rest_framework.test import APIClient
 from project.demo.management.commands.demo_seed import AGENT_TOKEN
 from tests.conftest import REPO_ROOT
 
+TOUR = (REPO_ROOT / "docs" / "demo-tour.md").read_text()
 README = (REPO_ROOT / "README.md").read_text()
 #: The walk's first part: from its heading to the first approval, which a person gives.
-WALK = README[README.index("## A walk through with curl"):README.index("Log into `/admin/`")]
+WALK = TOUR[TOUR.index("## A walk through with curl"):TOUR.index("Log into `/admin/`")]
 CALL = re.compile(r"curl -si? +\$A/tools/([a-z_]+)/ [^\n]*?-d '([^']*)'")
 
 
 def steps() -> list[tuple[str, dict[str, Any], str]]:
-    """(tool, body, the answer the README shows or "") for each call, in the README's order."""
+    """(tool, body, the answer the page shows or "") for each call, in the page's order."""
     found: list[tuple[str, dict[str, Any], str]] = []
     blocks = re.findall(r"```(\w*)\n(.*?)```", WALK, flags=re.S)
     for kind, text in blocks:
@@ -49,13 +50,13 @@ def steps() -> list[tuple[str, dict[str, Any], str]]:
 
 
 def matches(shown: str, body: str) -> bool:
-    """``body`` is the README's ``shown`` text, "…" standing for any text."""
+    """``body`` is the page's ``shown`` text, "…" standing for any text."""
     pattern = ".*?".join(re.escape(part) for part in shown.split("…"))
     return re.fullmatch(pattern, body, flags=re.S) is not None
 
 
-@pytest.mark.django_db(reset_sequences=True)  # the README's ids are a fresh demo's
-def test_the_readme_walk_through_answers_as_the_demo_does() -> None:
+@pytest.mark.django_db(reset_sequences=True)  # the page's ids are a fresh demo's
+def test_the_tour_answers_as_the_demo_does() -> None:
     call_command("demo_seed", stdout=StringIO())
     agent = APIClient(HTTP_HOST="127.0.0.1:8000")
     agent.credentials(HTTP_AUTHORIZATION=f"Token {AGENT_TOKEN}")
@@ -78,20 +79,22 @@ def test_the_readme_walk_through_answers_as_the_demo_does() -> None:
             assert data == json.loads(shown), (tool, text)
             compared += 1
         elif shown:
-            assert matches(shown, text), f"{tool}:\nREADME: {shown}\ndemo:   {text}"
+            assert matches(shown, text), f"{tool}:\npage: {shown}\ndemo: {text}"
             compared += 1
     assert compared == 8
 
 
-def test_the_readme_says_what_the_demo_does_and_speaks_of_no_file_its_readers_lack() -> None:
-    commands = README[README.index("## The two commands"):README.index("### Deployment matrix")]
+def test_the_docs_say_what_the_demo_does_and_speak_of_no_file_their_readers_lack() -> None:
+    commands = TOUR[TOUR.index("## Running the demo"):TOUR.index("## A walk through with curl")]
     assert "`approver2`" in commands  # the second approver the walk-through needs
     assert "pip's progress" not in commands and "uv" in commands  # uv installs, pip else
     assert "exits 0" in commands
+    # The README names both commands, and the demo's users and token, as the tour does.
+    assert "make demo" in README and "make test" in README and "`approver2`" in README
     # Where the app chose otherwise than a reader might expect is for people who change
-    # it (docs/architecture.md), and speaks of no design file users do not have.
-    assert "DESIGN.md" not in README
-    architecture = (REPO_ROOT / "docs" / "architecture.md")
+    # it (the architecture page), and speaks of no design file users do not have.
+    assert "DESIGN.md" not in README and "DESIGN.md" not in TOUR
+    architecture = (REPO_ROOT / "docs" / "explanation" / "architecture.md")
     text = architecture.read_text()
     assert "## Decisions that may surprise, and why" in text and "DESIGN" not in text
     assert "`read_only` tools" in text and "ATOMIC_SINGLE_TRANSACTION = False" in text
