@@ -26,6 +26,9 @@ PACKAGE = Path(__file__).resolve().parents[2] / "guarded_tools"
 #: What each lifecycle event means: the ``stage`` of the ``GuardEvent`` an observer receives.
 EVENTS: dict[str, str] = {
     "started": "A call entered the pipeline (after its input was read).",
+    "budget_alert": "The call's reservation reached one of a budget's thresholds"
+                    " (``Budget(alerts=...)``), once per window and principal; ``extra``"
+                    " holds the budget, scope, threshold, measure, used and limit.",
     "authorized": "The caller's permissions allow the call.",
     "policy_decided": "The tool's approval policy chose a rule for this call (``rule`` and"
                       " ``decision`` in the event's meta).",
@@ -61,6 +64,8 @@ PERMISSIONS: dict[str, str] = {
     "view_confirmation": "See the approval queue and every request's history.",
     "view_budgetoverride": "See budget overrides and the budgets' use.",
     "view_auditentry": "Read the audit trail.",
+    "export_records": "Export the audit trail, operations and confirmations the admin's lists"
+                      " show (CSV, JSON Lines), besides viewing them: each export is audited.",
 }
 
 

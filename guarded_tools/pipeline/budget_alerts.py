@@ -54,9 +54,9 @@ def reached(budget: Budget, calls: int, total: Decimal) -> list[tuple[int, str, 
 
 
 def record(counter: BudgetCounter, budget: Budget, calls: int, total: Decimal, using: str,
-           emit: Callable[..., Any] | None = None) -> list[BudgetAlert]:
+           events: Any = None) -> list[BudgetAlert]:
     """Insert the alerts ``counter`` now reaches and has not had; announce each new one
-    when the transaction commits (``emit(stage, **meta)``: the call's lifecycle events)."""
+    when the transaction commits (to ``events``, the call's lifecycle events, if given)."""
     found = reached(budget, calls, total)
     if not found:
         return []
@@ -74,12 +74,12 @@ def record(counter: BudgetCounter, budget: Budget, calls: int, total: Decimal, u
         except IntegrityError:  # recorded by another call: told once, by that one
             continue
     for alert in made:
-        transaction.on_commit(_announcing(alert, emit), using=using, robust=True)
+        transaction.on_commit(_announcing(alert, events), using=using, robust=True)
     return made
 
 
-def _announcing(alert: BudgetAlert, emit: Callable[..., Any] | None) -> Callable[[], None]:
-    return lambda: announce(alert, emit)
+def _announcing(alert: BudgetAlert, events: Any) -> Callable[[], None]:
+    return lambda: announce(alert, events)
 
 
 def described(alert: BudgetAlert) -> dict[str, Any]:
@@ -90,10 +90,11 @@ def described(alert: BudgetAlert) -> dict[str, Any]:
             "window_start": timestamp(counter.window_start)}
 
 
-def announce(alert: BudgetAlert, emit: Callable[..., Any] | None = None) -> None:
-    """Tell observers, the signal's receivers and (by the task queue) the managers."""
-    if emit is not None:
-        emit("budget_alert", extra=described(alert))
+def announce(alert: BudgetAlert, events: Any = None) -> None:
+    """Tell observers (``events``: the call's ``Events``), the signal's receivers and (by the
+    task queue) the managers."""
+    if events is not None:
+        events.emit("budget_alert", extra=described(alert))
     signals.budget_alert.send(sender=BudgetAlert, alert=alert)
     if gt_settings.BUDGET_ALERT_NOTIFY_EMAIL:
         try:

@@ -159,11 +159,14 @@ def test_the_unique_row_alone_keeps_an_alert_to_one_without_the_counter_lock() -
                                            window_start=budget.window_start(timezone.now()))
     announced: list[str] = []
 
+    class Events:
+        def emit(self, stage: str, **meta: Any) -> None:
+            announced.append(stage)
+
     def race(i: int) -> int:
         using = router.db_for_write(BudgetAlert)
         with transaction.atomic(using=using):
-            made = budget_alerts.record(counter, budget, 8, Decimal(0), using,
-                                        lambda stage, **kw: announced.append(stage))
+            made = budget_alerts.record(counter, budget, 8, Decimal(0), using, Events())
         return len(made)
 
     made = in_threads(16, race, timeout=60)

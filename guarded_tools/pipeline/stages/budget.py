@@ -177,7 +177,7 @@ class BudgetStage(Stage):
             operation_id=claim.operation.pk if claim is not None else None)
         # Under the same lock: the thresholds this reservation reaches, each told once.
         budget_alerts.record(counter, budget, used["n"] + 1, total + counted, using,
-                             call.events.emit)
+                             call.events)
 
     def refusal(self, budget: Budget, over_count: bool, total: Decimal, frees: datetime,
                 now: datetime) -> GuardError:
