@@ -43,6 +43,7 @@ from guarded_tools.pipeline import (
 )
 from guarded_tools.transports.rest.base import (  # the views' base, shared with MCP
     GuardedAPIView,
+    described,
     invocation_for,
     visible_tools,
 )
@@ -66,7 +67,8 @@ class ToolListView(GuardedAPIView):
             t.allow_anonymous and t.read_only for t in registry
         ):
             raise NotAuthenticated()
-        return Response({"tools": [t.describe() for t in visible_tools(request.user, request)]})
+        return Response({"tools": [described(t, request)
+                                   for t in visible_tools(request.user, request)]})
 
 
 class ToolCallView(GuardedAPIView):
