@@ -56,7 +56,9 @@ def use(allowance: Allowance, now: datetime, amount: Decimal,
         n, total = used({"counter": counter}, using)
         per = allowance.budget.per
         if allowance.count is not None and n + 1 > allowance.count:
-            return f"its {allowance.count} calls per {per} are used"
+            calls = "call it allows per {} is" if allowance.count == 1 else (
+                "calls it allows per {} are")
+            return f"the {allowance.count} {calls.format(per)} used"
         if allowance.limit is not None and total + amount > allowance.limit:
             return (f"it would pass the allowance's {allowance.limit:.2f} per {per}"
                     f" ({max(allowance.limit - total, Decimal(0)):.2f} left)")

@@ -78,7 +78,8 @@ def test_two_granters_let_exactly_the_allowed_calls_run(make_tool: Any, agent: A
     fourth = call(agent, definition.name, payment(200))
     assert fourth.status_code == 202 and handler.count == 3
     message = fourth.json()["error"]["message"]
-    assert f"past allowance #{allowance.pk}: its 3 calls per day are used" in message, message
+    assert f"past allowance #{allowance.pk}, 0 calls and 300.00 left today until" in message
+    assert "the 3 calls it allows per day are used" in message, message
     # The timeline and the audit trail say under which allowance, granted by whom.
     said = OperationEvent.objects.filter(kind="allowance_used").values_list(
         "details__said", flat=True)
@@ -261,3 +262,57 @@ def test_granting_from_a_request_approves_it_too(make_tool: Any, agent: Any, ali
     assert call(agent, definition.name, body).status_code == 200
     assert call(agent, definition.name, payment(250)).status_code == 200
     assert handler.count == 2
+
+
+# -- over MCP, with the official client -------------------------------------------------
+@pytest.mark.skipif(
+    not __import__("importlib.metadata").metadata.version("mcp").startswith("2"),
+    reason="the official client's 2.x API")
+@pytest.mark.django_db(transaction=True)
+def test_over_mcp_the_agent_reads_its_allowance_and_runs_under_it(
+        live_server: Any, user_factory: Any, make_tool: Any, granters: list[Any]) -> None:
+    import anyio
+    import httpx2
+    from mcp.client.session import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from rest_framework.authtoken.models import Token
+
+    agent_user = user_factory("mcp-agent")
+    token = Token.objects.create(user=agent_user)
+    handler = Effects()
+    definition = make_tool(handler, confirm=allowing(), input_schema={
+        **SCHEMA, "required": ["operationId", "amount", "receiverId"]})
+    allowance = allowances.propose(bounds(definition.name, agent_user, count=1), granters[0])
+
+    def session_does(*arguments: dict[str, Any]) -> tuple[Any, list[Any]]:
+        answers: list[Any] = []
+        listed: list[Any] = []
+
+        async def main() -> None:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Token {token.key}"},
+                                      timeout=30)
+            transport = streamable_http_client(f"{live_server.url}/agent/mcp/",
+                                               http_client=http)
+            async with transport as (read, write), ClientSession(read, write) as session:
+                await session.initialize()
+                listed.append(await session.list_tools())
+                for args in arguments:
+                    answers.append(await session.call_tool(definition.name, args))
+
+        anyio.run(main)
+        return listed[0], answers
+
+    listed, (ran, past) = session_does(payment(120), payment(120))
+    tool = next(t for t in listed.tools if t.name == definition.name)
+    assert f"under your allowance #{allowance.pk}" in (tool.description or "")
+    assert "1 call and 900.00 left today" in (tool.description or ""), tool.description
+    assert tool.meta["io.github.guarded-tools/allowances"]
+    assert ran.is_error is False, ran.content
+    assert past.is_error is True
+    error = past.meta["io.github.guarded-tools/error"]
+    assert error["code"] == "confirmation_required"
+    assert f"past allowance #{allowance.pk}, 0 calls and 780.00 left today" in \
+        past.content[0].text
+    assert "the 1 call it allows per day is used" in \
+        past.content[0].text
+    assert handler.count == 1

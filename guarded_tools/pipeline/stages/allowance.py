@@ -102,7 +102,8 @@ class AllowanceStage(Stage):
                 if why is None:
                     self.ran_under(call, claim, allowance, amount)
                     return
-            passed.append(f"allowance #{allowance.pk}: {why}")
+            passed.append(f"allowance #{allowance.pk}, {allowances.left_text(allowance)}"
+                          f" until {allowances.until(allowance.expires_at)}: {why}")
             call.events.emit("allowance_passed", extra={"allowance": allowance.pk, "why": why})
         if passed:
             # The rule's normal path; its name says which limit the call passed (the 202).
