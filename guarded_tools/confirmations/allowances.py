@@ -164,7 +164,8 @@ def still_may_grant(given: Mapping[str, Any], allowance: Allowance) -> bool:
     the approve permission, the rule's group and permission)."""
     from django.contrib.auth import get_user_model
 
-    user = get_user_model()._default_manager.filter(pk=given.get("id"), is_active=True).first()
+    pk: Any = given.get("id")
+    user = get_user_model()._default_manager.filter(pk=pk, is_active=True).first()
     if user is None:
         return False
     if allowance.approvals_required == 0:
@@ -261,8 +262,8 @@ def _approve_request(allowance: Allowance, user: Any, note: str) -> None:
     the person may decide it (its own rule asks no more than the allowance's)."""
     from guarded_tools.confirmations.queue import DecisionRefused, approve, can_decide
 
-    request = Confirmation.objects.filter(pk=allowance.confirmation_id,
-                                          status=ConfirmationStatus.PENDING).first()
+    pk: Any = allowance.confirmation_id
+    request = Confirmation.objects.filter(pk=pk, status=ConfirmationStatus.PENDING).first()
     if request is None or can_decide(user, request) is not None:
         return
     try:

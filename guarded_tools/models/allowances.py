@@ -119,7 +119,6 @@ class Allowance(models.Model):
         verbose_name = _("allowance")
         verbose_name_plural = _("allowances")
         ordering = ["-created_at", "-pk"]
-        permissions = [("grant_allowance", _("Can grant and revoke allowances"))]
         indexes = [models.Index(fields=["tool", "status"], name="gt_allowance_tool")]
         constraints = [
             models.CheckConstraint(
@@ -201,6 +200,9 @@ class AllowanceCounter(models.Model):
         constraints = [models.UniqueConstraint(fields=["allowance", "window_start"],
                                                name="gt_allowance_counter_unique")]
 
+    def __str__(self) -> str:
+        return f"allowance #{self.allowance_id} · {self.window_start:%Y-%m-%d %H:%M}"
+
 
 class AllowanceUse(models.Model):
     """One call that ran under an allowance: given back when its claim is released."""
@@ -214,3 +216,6 @@ class AllowanceUse(models.Model):
     class Meta:
         verbose_name = _("allowance use")
         verbose_name_plural = _("allowance uses")
+
+    def __str__(self) -> str:
+        return f"{self.amount} of {self.counter_id} for {self.operation_id}"

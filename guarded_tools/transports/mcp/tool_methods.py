@@ -55,8 +55,8 @@ def describe_tool(definition: Tool, modern: bool, request: Any = None) -> dict[s
 
 def list_tools(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "tools": [describe_tool(t, ex.modern, ex.request) for t in visible_tools(ex.request.user, ex.request)
-                  if t.reachable_over_mcp]
+        "tools": [describe_tool(t, ex.modern, ex.request)
+                  for t in visible_tools(ex.request.user, ex.request) if t.reachable_over_mcp]
     }
     if ex.modern:
         # Per caller (permissions decide the list), and never stale after a change.
