@@ -78,7 +78,8 @@ def test_granted_from_a_request_page_runs_the_next_calls(make_tool: Any, client_
 
 
 def test_a_bound_in_the_two_approver_tier_needs_a_second_granter(
-        make_tool: Any, client_for: Any, alice: Any, granters: list[Any]) -> None:
+        make_tool: Any, client_for: Any, alice: Any, granters: list[Any],
+        user_factory: Any) -> None:
     handler = Effects()
     definition = make_tool(handler, confirm=allowing(), input_schema=SCHEMA)
     one, two = (browser(p) for p in granters)
@@ -99,8 +100,17 @@ def test_a_bound_in_the_two_approver_tier_needs_a_second_granter(
     allowance.refresh_from_db()
     assert allowance.status == AllowanceStatus.ACTIVE
     assert "approver and approver2" in two.get(LIST).content.decode()
-    assert call(client_for(alice), definition.name, payment(2000)).status_code == 200
-    assert handler.count == 1
+    ran = call(client_for(alice), definition.name, payment(2000))
+    assert ran.status_code == 200 and handler.count == 1
+    # The operation's timeline says under which allowance it ran, and who granted it.
+    staff = people(user_factory, "operator")[0]
+    from django.contrib.auth.models import Permission
+
+    staff.user_permissions.add(Permission.objects.get(codename="view_operation"))
+    page = browser(staff).get(
+        f"/admin/guarded_tools/operation/{ran.json()['operation']['id']}/change/")
+    assert f"ran under allowance #{allowance.pk}, granted by approver and approver2" in \
+        page.content.decode()
     # Revoked in the list: the next call waits for people.
     two.post(LIST, {"action": "revoke_selected", "_selected_action": [allowance.pk]})
     assert call(client_for(alice), definition.name, payment(2000)).status_code == 202
