@@ -41,8 +41,8 @@ PROBES = (Decimal(1), Decimal("0.5"), Decimal("0.1"), Decimal("0.01"), Decimal(0
 #: The most combinations of constrained values tried.
 MOST_COMBINATIONS = 50
 
-__all__ = ["GrantRefused", "Requirement", "grant", "propose", "requirement", "revoke",
-           "suspend", "takes_allowances", "words_for_agent"]
+__all__ = ["GrantRefused", "Requirement", "grant", "like_request", "propose", "requirement",
+           "revoke", "suspend", "takes_allowances", "words_for_agent"]
 
 
 class GrantRefused(Exception):
@@ -125,6 +125,33 @@ def requirement(allowance: Allowance, base: Mapping[str, Any] | None = None,
     assert isinstance(outcome, Approvers)
     return Requirement(outcome.n, strictest.label, outcome.group or "",
                        outcome.permission or "")
+
+
+def like_request(confirmation: Confirmation, *, count: int | None = 5,
+                 days: int = 30) -> Allowance:
+    """An unsaved allowance for calls like ``confirmation``'s: its requester, its tool, its
+    amount as the bound a call (the field the tool's budgets sum, else ``amount``), its
+    other text fields as the only values allowed, ``count`` calls a day, for ``days``."""
+    from datetime import timedelta
+
+    definition = registry.find(confirmation.tool)
+    policy = getattr(definition, "confirm", None)
+    sum_field = next((b.sum_field for b in policy.budgets if b.sum_field), "") if isinstance(
+        policy, Policy) else ""
+    if not sum_field and "amount" in confirmation.input:
+        sum_field = "amount"
+    key_field = getattr(definition, "key_field", None)
+    value = confirmation.input.get(sum_field) if sum_field else None
+    try:
+        per_call = Decimal(str(value)) if value is not None else None
+    except ArithmeticError:
+        per_call = None
+    constraints = {name: [value] for name, value in confirmation.input.items()
+                   if isinstance(value, str) and name not in (key_field, sum_field)}
+    return Allowance(tool=confirmation.tool, user_id=confirmation.requested_by_id,
+                     confirmation=confirmation, sum_field=sum_field, per_call=per_call,
+                     count=count, window="day", constraints=constraints,
+                     expires_at=timezone.now() + timedelta(days=days))
 
 
 def _no_history() -> Any:

@@ -45,7 +45,8 @@ PUBLIC: dict[str, frozenset[str]] = {
         "DecisionRefused", "approve", "can_decide", "decline",
     }),
     "guarded_tools.confirmations.allowances": frozenset({
-        "GrantRefused", "Requirement", "grant", "propose", "requirement", "revoke", "suspend",
+        "GrantRefused", "Requirement", "grant", "like_request", "propose", "requirement",
+        "revoke", "suspend",
         "takes_allowances", "words_for_agent",
     }),
     "guarded_tools.credentials": frozenset({

@@ -10,7 +10,6 @@ never change once proposed: a different one is a new allowance.
 from __future__ import annotations
 
 from datetime import timedelta
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django import forms
@@ -25,7 +24,6 @@ from django.utils.translation import ngettext
 
 from guarded_tools.confirmations import allowances
 from guarded_tools.console.admin.common import SafeLookupsMixin, stacked_time
-from guarded_tools.core.policy import Policy
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Allowance, AllowanceStatus, Confirmation
 
@@ -160,19 +158,10 @@ class AllowanceAdmin(SafeLookupsMixin, admin.ModelAdmin):
         found = Confirmation.objects.filter(pk=asked).first() if _uuid(asked) else None
         if found is None:
             return {**initial, **super().get_changeform_initial_data(request)}
-        definition = registry.find(found.tool)
-        sum_field = next((b.sum_field for b in getattr(definition.confirm, "budgets", ())
-                          if b.sum_field), "") if definition is not None and isinstance(
-            definition.confirm, Policy) else ""
-        if not sum_field and "amount" in found.input:
-            sum_field = "amount"
-        key_field = definition.key_field if definition is not None else None
-        amount = _decimal(found.input.get(sum_field)) if sum_field else None
-        constraints = {name: [value] for name, value in found.input.items()
-                       if isinstance(value, str) and name not in (key_field, sum_field)}
+        like = allowances.like_request(found)
         initial.update(tool=found.tool, user=found.requested_by_id, confirmation=found.pk,
-                       sum_field=sum_field, per_call=amount, count=5,
-                       constraints=constraints)
+                       sum_field=like.sum_field, per_call=like.per_call, count=like.count,
+                       constraints=like.constraints)
         return initial
 
     def save_model(self, request: HttpRequest, obj: Allowance, form: Any,
@@ -276,9 +265,3 @@ def _uuid(value: Any) -> bool:
         return False
     return True
 
-
-def _decimal(value: Any) -> Decimal | None:
-    try:
-        return Decimal(str(value)) if value is not None else None
-    except (InvalidOperation, ValueError):
-        return None
