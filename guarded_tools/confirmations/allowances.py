@@ -130,8 +130,9 @@ def requirement(allowance: Allowance, base: Mapping[str, Any] | None = None,
 def like_request(confirmation: Confirmation, *, count: int | None = 5,
                  days: int = 30) -> Allowance:
     """An unsaved allowance for calls like ``confirmation``'s: its requester, its tool, its
-    amount as the bound a call (the field the tool's budgets sum, else ``amount``), its
-    other text fields as the only values allowed, ``count`` calls a day, for ``days``."""
+    amount as the bound a call (the field the tool's budgets sum, else ``amount``), the
+    other fields an approval binds (the tool's ``intent``, else its text fields) as the only
+    values allowed, ``count`` calls a day, for ``days``."""
     from datetime import timedelta
 
     definition = registry.find(confirmation.tool)
@@ -146,8 +147,12 @@ def like_request(confirmation: Confirmation, *, count: int | None = 5,
         per_call = Decimal(str(value)) if value is not None else None
     except ArithmeticError:
         per_call = None
+    # The fields an approval binds (the tool's ``intent``), else the text fields.
+    intent = getattr(definition, "intent", None)
     constraints = {name: [value] for name, value in confirmation.input.items()
-                   if isinstance(value, str) and name not in (key_field, sum_field)}
+                   if name not in (key_field, sum_field) and (
+                       name in intent if intent else isinstance(value, str))
+                   and isinstance(value, str | int) and not isinstance(value, bool)}
     return Allowance(tool=confirmation.tool, user_id=confirmation.requested_by_id,
                      confirmation=confirmation, sum_field=sum_field, per_call=per_call,
                      count=count, window="day", constraints=constraints,
