@@ -100,6 +100,8 @@ def test_a_bound_in_the_two_approver_tier_needs_a_second_granter(
     allowance.refresh_from_db()
     assert allowance.status == AllowanceStatus.ACTIVE
     assert "approver and approver2" in two.get(LIST).content.decode()
+    shown = two.get(f"{LIST}{allowance.pk}/change/")
+    assert shown.status_code == 200 and "2 (rule &quot;huge&quot;)" in shown.content.decode()
     ran = call(client_for(alice), definition.name, payment(2000))
     assert ran.status_code == 200 and handler.count == 1
     # The operation's timeline says under which allowance it ran, and who granted it.

@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from guarded_tools.confirmations import allowances
-from guarded_tools.console.admin.common import SafeLookupsMixin, stacked_time
+from guarded_tools.console.admin.common import SafeLookupsMixin
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Allowance, AllowanceStatus, Confirmation
 
@@ -52,9 +52,9 @@ class AllowanceForm(forms.ModelForm):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        field = self.fields["tool"]
-        assert isinstance(field, forms.ChoiceField)
-        field.choices = [("", "---------"), *[(n, n) for n in allowing_tools()]]
+        field = self.fields.get("tool")  # not on an allowance's page: it shows its values
+        if isinstance(field, forms.ChoiceField):
+            field.choices = [("", "---------"), *[(n, n) for n in allowing_tools()]]
 
     def clean_constraints(self) -> Any:
         value = self.cleaned_data.get("constraints") or {}
@@ -114,7 +114,7 @@ class AllowanceAdmin(SafeLookupsMixin, admin.ModelAdmin):
                                   "constraints", "expires_at"]}),
         (None, {"fields": ["note", "confirmation"]}),
     ]
-    shown = ["number", "tool", "principal", "state", "status_reason", "bounds", "left",
+    shown = ["number", "tool", "principal", "state", "status_reason", "bounds", "until", "left",
              "granted_by", "required", "policy_rule", "policy_version", "request", "note",
              "created_at", "revoked_by", "revoked_at"]
 
@@ -253,7 +253,7 @@ class AllowanceAdmin(SafeLookupsMixin, admin.ModelAdmin):
 
     @admin.display(description=_("until"), ordering="expires_at")
     def until(self, obj: Allowance) -> str:
-        return stacked_time(obj.expires_at)
+        return allowances.until(obj.expires_at)
 
 
 def _uuid(value: Any) -> bool:
