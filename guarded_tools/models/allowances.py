@@ -167,9 +167,11 @@ class Allowance(models.Model):
         for field, allowed in (self.constraints or {}).items():
             if input.get(field) not in list(allowed):
                 return f"its {field} is not one the allowance names"
-        if self.per_call is not None and self.sum_field:
+        if self.sum_field:
             counted = amount_of(input, self.sum_field)
-            if counted is None or counted > self.per_call:
+            if counted is None:
+                return f"its {self.sum_field} is not an amount the allowance can count"
+            if self.per_call is not None and counted > self.per_call:
                 return f"it asks more than {self.per_call:.2f} a call"
         return None
 

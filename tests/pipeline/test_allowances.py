@@ -316,3 +316,30 @@ def test_over_mcp_the_agent_reads_its_allowance_and_runs_under_it(
     assert "the 1 call it allows per day is used" in \
         past.content[0].text
     assert handler.count == 1
+
+
+def test_an_observer_sees_the_allowance_used_passed_and_given_back(
+        make_tool: Any, client_for: Any, alice: Any, granters: list[Any]) -> None:
+    seen: list[Any] = []
+    fail = {"now": False}
+
+    def handler(input: Any, ctx: Any) -> Any:
+        if fail["now"]:
+            raise ToolError("receiver_busy", "The receiver is busy.", retry="as_is")
+        return {"paid": input["amount"]}
+
+    definition = make_tool(handler, confirm=allowing(), input_schema=SCHEMA,
+                           observe=seen.append)
+    allowance = allowances.propose(bounds(definition.name, alice, count=2), granters[0])
+    agent = client_for(alice)
+    assert call(agent, definition.name, payment()).status_code == 200
+    fail["now"] = True
+    assert call(agent, definition.name, payment()).status_code == 409
+    fail["now"] = False
+    assert call(agent, definition.name, payment(120, receiver="r-99")).status_code == 202
+    stages = [(e.stage, e.extra.get("allowance")) for e in seen
+              if e.stage.startswith("allowance_")]
+    assert stages == [("allowance_used", allowance.pk), ("allowance_used", allowance.pk),
+                      ("allowance_returned", allowance.pk), ("allowance_passed", allowance.pk)]
+    used = next(e for e in seen if e.stage == "allowance_used")
+    assert used.extra["granted_by"] == "approver"
