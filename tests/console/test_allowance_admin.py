@@ -143,3 +143,51 @@ def test_the_form_says_why_a_bound_cannot_be_granted(make_tool: Any, alice: Any,
               "per_call": "30", "window": "day", "constraints": "{}"}
     page = client.post(LIST + "add/", values).content.decode()
     assert "need nobody&#x27;s approval" in page and not Allowance.objects.exists()
+
+
+def test_mark_not_executed_gives_the_use_back_once(make_tool: Any, client_for: Any,
+                                                   alice: Any, granters: list[Any],
+                                                   user_factory: Any) -> None:
+    """An outcome a person proves never happened gives its allowance use back; the same
+    decision posted again gives nothing back twice."""
+    from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+
+    from guarded_tools.confirmations import allowances
+    from guarded_tools.models import AllowanceUse, Operation, OperationState
+    from tests.pipeline.allowance_support import bounds
+
+    runs: list[str] = []
+
+    def handler(input: Any, ctx: Any) -> Any:
+        runs.append(input["operationId"])
+        if len(runs) == 1:  # sent, then the line dropped: the outcome is unknown
+            ctx.operation.write({"upstream_request": "req-1"})
+            raise ConnectionError("upstream unreachable")
+        return {"paid": len(runs)}
+
+    definition = make_tool(handler, confirm=allowing(), input_schema=SCHEMA)
+    allowances.propose(bounds(definition.name, alice, count=2), granters[0])
+    agent = client_for(alice)
+    body = payment(100)
+    assert call(agent, definition.name, body).json()["error"]["code"] == "outcome_unknown"
+    operation = Operation.objects.get(tool=definition.name)
+    assert AllowanceUse.objects.filter(operation_id=operation.pk).count() == 1
+    person = user_factory("operator", is_staff=True, perms=(
+        "guarded_tools.view_operation", "guarded_tools.reconcile_operation"))
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(person)
+    ops = "/admin/guarded_tools/operation/"
+    assert client.get(ops).status_code == 200
+    form = {"action": "mark_not_executed", ACTION_CHECKBOX_NAME: [operation.pk],
+            f"fence-{operation.pk}": operation.fence, "note": "no record of req-1",
+            "csrfmiddlewaretoken": client.cookies["csrftoken"].value}
+    client.post(ops, form)
+    operation.refresh_from_db()
+    assert operation.state == OperationState.RELEASED
+    assert not AllowanceUse.objects.exists()
+    assert call(agent, definition.name, body).status_code == 200  # the retry uses it again
+    client.post(ops, form)  # posted twice: refused, nothing given back
+    assert AllowanceUse.objects.count() == 1
+    assert call(agent, definition.name, payment(100)).status_code == 200
+    assert call(agent, definition.name, payment(100)).status_code == 202  # 2 of 2 used
+    assert AuditEntry.objects.filter(action="allowance_return").count() == 1
