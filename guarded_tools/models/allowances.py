@@ -16,6 +16,8 @@ from guarded_tools.core.policy import Budget
 
 
 class AllowanceStatus(models.TextChoices):
+    """Where an allowance stands: waiting for granters, active, suspended or revoked."""
+
     PENDING = "pending", _("waiting for more granters")
     """Granted by fewer people than its bounds need: nothing runs under it yet."""
     ACTIVE = "active", _("active")
@@ -28,6 +30,8 @@ class AllowanceStatus(models.TextChoices):
 
 
 class AllowanceQuerySet(models.QuerySet["Allowance"]):
+    """Allowances by what a call asks of them: the active ones, a principal's."""
+
     def active(self) -> AllowanceQuerySet:
         """Active and not expired (on the database clock)."""
         return self.filter(status=AllowanceStatus.ACTIVE, expires_at__gt=Now())

@@ -80,11 +80,11 @@ class AllowanceStage(Stage):
         rule = call.rule
         if not takes_allowances(rule):
             return
-        policy = self.tool.confirm if isinstance(self.tool.confirm, Policy) else None
+        policy = call.tool.confirm if isinstance(call.tool.confirm, Policy) else None
         inv = call.inv
         found = list(Allowance.objects.using(router.db_for_write(Allowance)).active()
                      .for_principal(inv.user, application_of(inv))
-                     .filter(tool=self.tool.name).annotate(db_now=Now()).order_by("pk"))
+                     .filter(tool=call.tool.name).annotate(db_now=Now()).order_by("pk"))
         passed: list[str] = []
         for allowance in found:
             why = allowance.refuses(inv.input) or covers(allowance, rule, inv)
@@ -129,7 +129,7 @@ class AllowanceStage(Stage):
                    amount=str(amount) if allowance.sum_field else None)
 
     def on_release(self, call: Call, claim: Claim) -> None:
-        policy = self.tool.confirm
+        policy = call.tool.confirm
         if not isinstance(policy, Policy) or not any(takes_allowances(r) for r in policy.rules):
             return
         returned = give_back(claim.operation.pk)
@@ -139,6 +139,6 @@ class AllowanceStage(Stage):
                 actor=None, action=AuditEntry.Action.ALLOWANCE_RETURN,
                 operation_id=claim.operation.pk, status="returned",
                 note=f"gave back its use of allowance #{pk} (released without its effect)",
-                data={"allowance": pk, "tool": self.tool.name})
+                data={"allowance": pk, "tool": call.tool.name})
             record(claim.operation.pk, Kind.ALLOWANCE_RETURNED, "", allowance=pk,
                    said=f"gave back its use of allowance #{pk}")
