@@ -166,6 +166,7 @@ SETTINGS: tuple[Setting, ...] = (
         "guarded_tools.pipeline.stages.idempotency.IdempotencyStage",
         "guarded_tools.pipeline.stages.policy.PolicyStage",
         "guarded_tools.pipeline.stages.budget.BudgetStage",
+        "guarded_tools.pipeline.stages.allowance.AllowanceStage",
         "guarded_tools.pipeline.stages.confirmation.ConfirmationStage",
         "guarded_tools.pipeline.stages.execution.ExecutionStage",
         "guarded_tools.pipeline.stages.output_budget.OutputBudgetStage",

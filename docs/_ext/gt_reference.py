@@ -49,6 +49,15 @@ EVENTS: dict[str, str] = {
                  " operation with the tool's ``recover`` hook.",
     "outcome_unknown": "Nobody can tell whether the effect happened: the operation waits"
                        " for a person to reconcile it in the admin.",
+    "allowance_used": "The call ran under a standing approval instead of asking a person"
+                      " (``allowance`` and ``granted_by`` in the event's meta).",
+    "allowance_passed": "An allowance could not cover the call (used up, over its per-call"
+                        " bound, an input outside its constraints): the call takes the rule's"
+                        " normal path (``allowance`` and ``why`` in the meta).",
+    "allowance_stopped": "An allowance was suspended at this call: its policy now asks more,"
+                         " or a person who granted it lost the permission or was deactivated.",
+    "allowance_returned": "A claim released without its effect gave back its use of an"
+                          " allowance.",
 }
 
 #: What each permission lets a person do in the admin (``app_label.codename``).

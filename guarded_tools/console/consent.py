@@ -15,6 +15,8 @@ refuses to be framed (``X-Frame-Options: DENY``) whatever the site's middleware.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.contrib.auth import authenticate
@@ -35,6 +37,7 @@ from django.views.decorators.csrf import csrf_protect
 from django.views.decorators.debug import sensitive_post_parameters
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.confirmations import allowances
 from guarded_tools.confirmations import queue as confirmations
 from guarded_tools.core import credentials
 from guarded_tools.core.registry import registry
@@ -213,6 +216,9 @@ class ConsentView(View):
         open_ = (confirmation.status == ConfirmationStatus.PENDING
                  and Confirmation.objects.pending().filter(pk=confirmation.pk).exists())
         context.setdefault("open", open_)
+        offer = allowance_offer(confirmation) if context["open"] else None
+        if offer is not None:
+            context.update(offer=offer, offer_bounds=allowances.bounds_text(offer))
         return render(request, self.template_name, {
             "confirmation": confirmation,
             "request_shown": present_request(confirmation, request.user),
@@ -249,6 +255,8 @@ class ConsentView(View):
             if decision == "approve":
                 confirmations.approve(confirmation, request.user, reason,
                                       verified_by=verified_by)
+                if request.POST.get("allow") == "1":
+                    self.grant_allowance(request, confirmation, reason, verified_by)
             else:
                 confirmations.decline(confirmation, request.user,
                                       reason.strip() or "Declined by the user.",
@@ -256,3 +264,36 @@ class ConsentView(View):
         except confirmations.DecisionRefused as exc:
             return self.page(request, confirmation, status=409, open=False, refusal=str(exc))
         return HttpResponseRedirect(f"{request.path}?done=1")
+
+    def grant_allowance(self, request: HttpRequest, confirmation: Confirmation, note: str,
+                        verified_by: str) -> None:
+        """The owner's allowance for calls like this one, with the bounds they chose and
+        the same step-up as their approval (an offer the policy no longer makes: none)."""
+        offer = allowance_offer(confirmation, status=ConfirmationStatus.APPROVED)
+        if offer is None:
+            return
+        try:
+            offer.count = max(1, min(int(request.POST.get("allow_count") or 1), 1000))
+            days = max(1, min(int(request.POST.get("allow_days") or 30), 366))
+            if offer.sum_field and request.POST.get("allow_per_call"):
+                offer.per_call = Decimal(request.POST["allow_per_call"])
+        except (ValueError, ArithmeticError):
+            return
+        offer.expires_at = timezone.now() + timedelta(days=days)
+        try:
+            allowances.propose(offer, request.user, base=confirmation.input, note=note,
+                               verified_by=verified_by)
+        except allowances.GrantRefused:
+            logger.info("allowance not granted from consent page of %s", confirmation.pk)
+
+
+def allowance_offer(confirmation: Confirmation, *, status: str = ConfirmationStatus.PENDING
+                    ) -> Any:
+    """An allowance the owner may grant themself for calls like ``confirmation``'s: its
+    rule is ``Owner(allowances=True)`` for every call within the offer's bounds; else
+    None."""
+    if confirmation.status != status or confirmation.requested_by_id is None:
+        return None
+    offer = allowances.like_request(confirmation)
+    needed = allowances.requirement(offer, confirmation.input)
+    return offer if not needed.problem and needed.n == 0 else None

@@ -38,16 +38,23 @@ class Owner:
     """
 
     strictness: ClassVar[float] = 0.5
+    #: The owner may grant an allowance for their own account on the consent page.
+    allowances: bool = False
 
 
 @dataclass(frozen=True)
 class Approvers:
     """``n`` distinct approvers (never the requester), optionally from a group or holding
-    a permission besides the approve permission."""
+    a permission besides the approve permission.
+
+    ``allowances=True`` lets people who could approve such a call grant a standing
+    approval (an ``Allowance``): bounded calls of one principal then run without asking.
+    """
 
     n: int = 1
     group: str | None = None
     permission: str | None = None
+    allowances: bool = False
 
     @property
     def strictness(self) -> float:

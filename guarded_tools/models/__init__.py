@@ -1,9 +1,16 @@
 """Provides the app's models: the operation journal, the confirmation queue, the audit
-trail with each operation's events, and the budgets' counters.
+trail with each operation's events, the budgets' counters and the allowances.
 
 One module per subject; every model is importable from ``guarded_tools.models`` as before.
 """
 
+from guarded_tools.models.allowances import (
+    Allowance,
+    AllowanceCounter,
+    AllowanceQuerySet,
+    AllowanceStatus,
+    AllowanceUse,
+)
 from guarded_tools.models.audit import AuditEntry, OperationEvent, record_in_admin_history
 from guarded_tools.models.budgets import BudgetAlert, BudgetCounter, BudgetOverride, Reservation
 from guarded_tools.models.confirmations import (
@@ -25,6 +32,11 @@ from guarded_tools.models.operations import (
 
 __all__ = [
     "LAPSING",
+    "Allowance",
+    "AllowanceCounter",
+    "AllowanceQuerySet",
+    "AllowanceStatus",
+    "AllowanceUse",
     "AuditEntry",
     "BudgetAlert",
     "BudgetCounter",

@@ -30,6 +30,11 @@ class AuditEntry(models.Model):
         RECOVER = "recover", _("recovered operation")
         BUDGET_OVERRIDE_SET = "budget_override_set", _("set budget override")
         BUDGET_OVERRIDE_REMOVED = "budget_override_removed", _("removed budget override")
+        ALLOWANCE_GRANT = "allowance_grant", _("granted allowance")
+        ALLOWANCE_USE = "allowance_use", _("ran under allowance")
+        ALLOWANCE_RETURN = "allowance_return", _("gave back allowance use")
+        ALLOWANCE_SUSPEND = "allowance_suspend", _("suspended allowance")
+        ALLOWANCE_REVOKE = "allowance_revoke", _("revoked allowance")
         EXPORT = "export", _("exported records")
 
     actor = models.ForeignKey(
@@ -122,6 +127,8 @@ class OperationEvent(models.Model):
         CONFIRMATION_APPROVED = "confirmation_approved", _("Approval granted")
         CONFIRMATION_DECLINED = "confirmation_declined", _("Approval declined")
         DECISION = "decision", _("Decision by a person")
+        ALLOWANCE_USED = "allowance_used", _("Ran under an allowance")
+        ALLOWANCE_RETURNED = "allowance_returned", _("Allowance given back")
 
     id = models.BigAutoField(primary_key=True)
     operation = models.ForeignKey(

@@ -349,6 +349,9 @@ def _event(row: OperationEvent, operation: Operation, definition: Any) -> Event:
     elif row.kind in (Kind.CONFIRMATION_APPROVED, Kind.CONFIRMATION_DECLINED):
         # Who decided is the row's WHO; one approval of several says where the request stands.
         detail = "; ".join(str(details[k]) for k in ("approvals", "reason") if details.get(k))
+    elif row.kind in (Kind.ALLOWANCE_USED, Kind.ALLOWANCE_RETURNED):
+        # "ran under allowance #12, granted by approver and approver2"
+        detail = str(details.get("said", ""))
     elif row.kind == Kind.OUTCOME_UNKNOWN:
         detail = ", ".join(f"{k}: {details[k]}" for k in ("failure", "recover", "reason")
                            if details.get(k))

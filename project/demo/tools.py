@@ -445,14 +445,16 @@ def _amount(input: dict[str, Any]) -> Decimal:
 
 #: The demo's rules (docs: approval policies): small payments run at once,
 #: large ones need one approver, very large ones two, each user at most 2,000.00 a day
-#: (above it, two approvers) and 10 payments a minute. The people who manage budgets are
-#: emailed when a user's day reaches 50 %, 80 % and 100 % of it (docs/howto/budgets-and-audit.md).
+#: (above it, two approvers) and 10 payments a minute. Approvers may grant allowances
+#: (standing approvals) for repeated payments: one approver for those bounded to 1,000.00 a
+#: payment, two above. The people who manage budgets are emailed when a user's day reaches
+#: 50 %, 80 % and 100 % of it (docs/howto/budgets-and-audit.md).
 PAYMENT_POLICY = Policy(version="1", rules=[
     Rule(name="up to 50.00", when=lambda input, **kw: _amount(input) <= 50, outcome=Run(),
          description="Payments up to 50.00 run at once"),
     Rule(name="up to 1,000.00", when=lambda input, **kw: _amount(input) <= 1000,
-         outcome=Approvers(1), description="up to 1,000.00 need one approver"),
-    Rule(name="above 1,000.00", outcome=Approvers(2),
+         outcome=Approvers(1, allowances=True), description="up to 1,000.00 need one approver"),
+    Rule(name="above 1,000.00", outcome=Approvers(2, allowances=True),
          description="more need two approvers"),
 ], budgets=[
     Budget(name="send_payment per day", window_seconds=86_400, sum_field="amount",

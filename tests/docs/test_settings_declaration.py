@@ -54,6 +54,7 @@ BEFORE: dict[str, Any] = {
         "guarded_tools.pipeline.stages.idempotency.IdempotencyStage",
         "guarded_tools.pipeline.stages.policy.PolicyStage",
         "guarded_tools.pipeline.stages.budget.BudgetStage",
+        "guarded_tools.pipeline.stages.allowance.AllowanceStage",  # added with allowances
         "guarded_tools.pipeline.stages.confirmation.ConfirmationStage",
         "guarded_tools.pipeline.stages.execution.ExecutionStage",
         "guarded_tools.pipeline.stages.output_budget.OutputBudgetStage",

@@ -44,6 +44,11 @@ PUBLIC: dict[str, frozenset[str]] = {
     "guarded_tools.confirmations": frozenset({
         "DecisionRefused", "approve", "can_decide", "decline",
     }),
+    "guarded_tools.confirmations.allowances": frozenset({
+        "GrantRefused", "Requirement", "grant", "like_request", "propose", "requirement",
+        "revoke", "suspend",
+        "takes_allowances", "words_for_agent",
+    }),
     "guarded_tools.credentials": frozenset({
         "CredentialKind", "CredentialRevoked", "DrfTokenCredentials", "kinds", "register",
         "unregister",
@@ -59,7 +64,9 @@ PUBLIC: dict[str, frozenset[str]] = {
     }),
     "guarded_tools.auth_backends": frozenset({"OneQueryModelBackend"}),
     "guarded_tools.models": frozenset({
-        "LAPSING", "AuditEntry", "BudgetAlert", "BudgetCounter", "BudgetOverride", "Confirmation",
+        "LAPSING", "Allowance", "AllowanceCounter", "AllowanceQuerySet", "AllowanceStatus",
+        "AllowanceUse", "AuditEntry", "BudgetAlert", "BudgetCounter", "BudgetOverride",
+        "Confirmation",
         "ConfirmationQuerySet", "ConfirmationStatus", "CoveringIndex", "JournalEntry",
         "JournalEntryQuerySet", "Operation", "OperationEvent", "OperationQuerySet",
         "OperationState", "ReleaseReason", "Reservation", "record_in_admin_history",

@@ -7,10 +7,12 @@ audit row through :mod:`guarded_tools.confirmations.queue` and
 that a crafted POST cannot skip it.
 
 One module per group of views: :mod:`.confirmations`, :mod:`.operations`,
-:mod:`.records`, :mod:`.budgets` (overrides, with ``manage_budgets``, and budget use);
+:mod:`.records`, :mod:`.budgets` (overrides, with ``manage_budgets``, and budget use),
+:mod:`.allowances` (granted and revoked by those who may approve the calls);
 what they share in :mod:`.common` and :mod:`.rendering`.
 """
 
+from guarded_tools.console.admin.allowances import AllowanceAdmin
 from guarded_tools.console.admin.budgets import BudgetOverrideAdmin, BudgetUseAdmin
 from guarded_tools.console.admin.common import (
     MAX_LOOKUP_CHARS,
@@ -41,8 +43,8 @@ from guarded_tools.console.admin.rendering import (
 
 __all__ = [
     "FENCE_FIELD", "JSON_SHOWN_CHARS", "MAX_LOOKUP_CHARS", "RECONCILIATIONS",
-    "AuditEntryAdmin", "BudgetOverrideAdmin", "BudgetUseAdmin", "ConfirmationAdmin",
-    "JournalEntryAdmin", "OperationAdmin",
+    "AllowanceAdmin", "AuditEntryAdmin", "BudgetOverrideAdmin", "BudgetUseAdmin",
+    "ConfirmationAdmin", "JournalEntryAdmin", "OperationAdmin",
     "ReadOnlyMixin", "SafeChangeList", "SafeLookupsMixin", "ToolFilter", "evidence",
     "highlight_json", "input_rows", "json_download", "posted_fences", "pretty_json",
     "stacked_time", "unmatchable", "unmatchable_lookup",

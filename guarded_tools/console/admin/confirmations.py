@@ -421,5 +421,19 @@ class ConfirmationAdmin(ExportMixin, SafeLookupsMixin, ReadOnlyMixin, admin.Mode
                                       args=[confirmation.pk]),
                 "audit": [(row, audit_action(row, about_confirmation=True)) for row in
                           confirmation.audit.select_related("actor", "operation")],
+                "allow_url": allow_url(request, confirmation, definition),
             }
         return super().change_view(request, object_id, form_url, extra_context)
+
+
+def allow_url(request: HttpRequest, confirmation: Confirmation, definition: Any) -> str:
+    """Where a person who may approve this request grants an allowance for calls like it
+    (the allowance's add form, filled from the request); "" when its rule takes none."""
+    from guarded_tools.confirmations.allowances import APPROVE_PERMISSION, takes_allowances
+
+    if definition is None or not takes_allowances(definition.confirm) or not (
+            request.user.has_perm(APPROVE_PERMISSION)) or confirmations.owner_decides(
+            confirmation):
+        return ""
+    return reverse("admin:guarded_tools_allowance_add") + f"?confirmation={confirmation.pk}"
+

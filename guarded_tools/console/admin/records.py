@@ -87,6 +87,10 @@ def audit_action(entry: AuditEntry, *, about_confirmation: bool = False) -> str:
     if entry.action == AuditEntry.Action.APPROVE and entry.status == "pending":
         given = data.get("approvals")
         said += f" ({given})" if given else str(_(" (one approval of several)"))
+    if data.get("allowance") is not None:  # which allowance, and how far its grant is
+        said += f" #{data['allowance']}"
+        if entry.action == AuditEntry.Action.ALLOWANCE_GRANT and data.get("granted"):
+            said += f" ({data['granted']})"
     return said
 
 

@@ -26,12 +26,12 @@ from guarded_tools.transports.mcp.protocol import (
 )
 from guarded_tools.transports.mcp.results import error_result, success_result
 from guarded_tools.transports.mcp.task_methods import task_fields
-from guarded_tools.transports.rest.base import invocation_for, visible_tools
+from guarded_tools.transports.rest.base import described, invocation_for, visible_tools
 from guarded_tools.transports.rest.exception_handler import docs_url
 
 
-def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
-    info = definition.describe()
+def describe_tool(definition: Tool, modern: bool, request: Any = None) -> dict[str, Any]:
+    info = described(definition, request)
     entry = {k: info[k] for k in ("name", "title", "description", "inputSchema", "annotations")}
     schema = info.get("outputSchema")
     # Up to 2025-11-25 an output schema must describe an object.
@@ -44,6 +44,8 @@ def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
     if "policy" in info:  # in words, where every client shows it: the description
         entry["_meta"][f"{META_PREFIX}/policy"] = info["policy"]
         entry["description"] = f"{info['description']}\n\nApproval policy: {info['policy']}"
+    if "allowances" in info:
+        entry["_meta"][f"{META_PREFIX}/allowances"] = info["allowances"]
     if modern and answers_with_task(definition):
         # The extension declares nothing per tool (the server decides per call); this
         # says which calls may come back as a task, for clients that plan for it.
@@ -54,8 +56,8 @@ def describe_tool(definition: Tool, modern: bool) -> dict[str, Any]:
 
 def list_tools(ex: Exchange, params: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
-        "tools": [describe_tool(t, ex.modern) for t in visible_tools(ex.request.user, ex.request)
-                  if t.reachable_over_mcp]
+        "tools": [describe_tool(t, ex.modern, ex.request)
+                  for t in visible_tools(ex.request.user, ex.request) if t.reachable_over_mcp]
     }
     if ex.modern:
         # Per caller (permissions decide the list), and never stale after a change.

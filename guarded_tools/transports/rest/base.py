@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from types import SimpleNamespace
 from typing import Any
 
 from django.apps import apps
@@ -48,6 +49,22 @@ def visible_tools(user: Any, request: Any = None) -> list[Tool]:
 
         tools = [t for t in tools if oauth.allows(t, request)]
     return tools
+
+
+def described(definition: Tool, request: Any = None) -> dict[str, Any]:
+    """The tool as its listing shows it to this caller: with what the caller's allowances
+    let run without approval (``allowances``, and in the description)."""
+    from guarded_tools.confirmations.allowances import words_for_agent
+    from guarded_tools.pipeline.stages.allowance import application_of
+
+    info = definition.describe()
+    if request is not None:
+        said = words_for_agent(definition, getattr(request, "user", None),
+                               application_of(SimpleNamespace(request=request)))
+        if said:
+            info["allowances"] = said
+            info["description"] = f"{info['description']}\n\n{' '.join(said)}".strip()
+    return info
 
 
 def prefer_wait(request: Request) -> float:

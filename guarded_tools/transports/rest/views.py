@@ -39,6 +39,7 @@ from guarded_tools.pipeline import GuardResult, Invocation, budget_status, princ
 from guarded_tools.pipeline.gateway import Gateway
 from guarded_tools.transports.rest.base import (  # the views' base, shared with MCP
     GuardedAPIView,
+    described,
     invocation_for,
     visible_tools,
 )
@@ -62,7 +63,8 @@ class ToolListView(GuardedAPIView):
             t.allow_anonymous and t.read_only for t in registry
         ):
             raise NotAuthenticated()
-        return Response({"tools": [t.describe() for t in visible_tools(request.user, request)]})
+        return Response({"tools": [described(t, request)
+                                   for t in visible_tools(request.user, request)]})
 
 
 class ToolCallView(GuardedAPIView):
