@@ -20,6 +20,7 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
@@ -193,10 +194,12 @@ VIA = {"admin": "from the admin", "command": "with manage.py guarded_tools_expor
 
 
 def said(data: dict[str, Any]) -> str:
-    """An export's audit entry in words: "15 rows · action__exact=decline"."""
+    """An export's audit entry in words: "15 rows · action__exact = decline"."""
     rows = data.get("rows")
     counted = f"{rows:,} rows" if isinstance(rows, int) else "not finished"
-    return f"{counted} · {data.get('filters') or 'no filter'}"
+    filters = ", ".join(f"{name} = {value}" for name, value in parse_qsl(
+        str(data.get("filters") or ""), keep_blank_values=True))
+    return f"{counted} · {filters or 'no filter'}"
 
 
 def audited(actor: Any, kind: Kind, fmt: str, filters: str, how: str) -> AuditEntry:

@@ -82,7 +82,7 @@ def test_the_audit_trail_exports_what_its_filters_show(
     expect(page.locator("#result_list tbody tr")).to_have_count(1)
     expect(page.locator("#result_list tbody tr")).to_contain_text("auditor")
     expect(page.locator("#result_list tbody tr td.field-subject")).to_have_text(
-        "15 rows · action__exact=decline")
+        "15 rows · action__exact = decline")
     shoot(page, "audit-export-recorded-1280.png")
     entry = AuditEntry.objects.get(action="export")
     assert entry.data["filters"] == "action__exact=decline" and entry.data["rows"] == 15
