@@ -170,3 +170,20 @@ def test_the_command_as_a_user_needs_the_permission(trail: list[AuditEntry],
         call_command("guarded_tools_export", "audit", "--user", "nobody-special")
     with pytest.raises(CommandError, match="not the list's"):
         call_command("guarded_tools_export", "audit", "--filter", "nonsense__field=1")
+
+
+def test_the_command_exports_operations_and_confirmations_as_their_lists_filter(
+        tmp_path: Any) -> None:
+    for i, tool in enumerate(("pay", "pay", "refund")):
+        Operation.objects.create(tool=tool, scope="s", key=f"k{i}", input={"amount": i})
+    Confirmation.objects.create(tool="pay", scope="s", key="c0", fingerprint="f", input={})
+    Confirmation.objects.create(tool="pay", scope="s", key="c1", fingerprint="f", input={},
+                                status=ConfirmationStatus.DECLINED)
+    call_command("guarded_tools_export", "operations", "--filter", "tool=pay",
+                 "--output", str(tmp_path / "operations.jsonl"))
+    call_command("guarded_tools_export", "confirmations", "--format", "csv",
+                 "--output", str(tmp_path / "confirmations.csv"))  # the queue: pending
+    lines = (tmp_path / "operations.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["key"] for line in lines) == ["k0", "k1"]
+    table = list(csv.reader(io.StringIO((tmp_path / "confirmations.csv").read_text("utf-8-sig"))))
+    assert [row[3] for row in table[1:]] == ["c0"]
