@@ -245,7 +245,11 @@ def errors_md() -> Iterator[str]:
 
 
 def _escape(text: str) -> str:
-    return re.sub(r"([*_<>\\\[\]])", r"\\\1", text)
+    """Markdown's special characters escaped outside code spans (inside one, a backslash
+    would be shown as it is)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if part.startswith("`") else re.sub(r"([*_<>\\\[\]])", r"\\\1", part)
+                   for part in parts)
 
 
 def checks_md() -> Iterator[str]:

@@ -125,3 +125,11 @@ def test_every_page_is_in_the_navigation() -> None:
                 if line and not line.startswith(":"):
                     listed.add((base / line.strip()).as_posix())
     assert pages - listed == set()
+
+
+@pytest.mark.parametrize("name", ["errors", "checks"])
+def test_code_spans_in_generated_pages_are_shown_as_written(name: str) -> None:
+    """Markdown escapes stay outside code spans: inside one a backslash is shown as is, so
+    ``meta.budgets[].sum`` would read ``meta.budgets\\[\\].sum``."""
+    spans = re.findall(r"`([^`\n]+)`", page(name))
+    assert spans and [span for span in spans if re.search(r"\\[*_<>\\\[\]]", span)] == []
