@@ -31,12 +31,13 @@ HEADING = "## A standing approval for small payments"
 PART = TOUR[TOUR.index(HEADING):]
 PART = PART[:PART.find("\n## ", 1)] if "\n## " in PART[1:] else PART
 
-#: The page's ``pay KEY AMOUNT``, which :func:`pay` below does.
+#: The page's ``pay KEY AMOUNT``, which :meth:`Demo.pay` below does.
 PAY = r'''pay() {   # pay KEY AMOUNT: a new authorization, then the payment from Checking to Savings
   auth=$(curl -s $A/tools/prepare_payment_authorization/ -H "$T" -H "$J" \
     -d "{\"requestId\":\"auth-$1\",\"sourceId\":1}" | jq .output.authorizationId)
   curl -s $A/tools/send_payment/ -H "$T" -H "$J" \
-    -d "{\"operationId\":\"$1\",\"sourceId\":1,\"receiverId\":2,\"amount\":\"$2\",\"authorizationId\":$auth}"; echo
+    -d "{\"operationId\":\"$1\",\"sourceId\":1,\"receiverId\":2,''' \
+    r'''\"amount\":\"$2\",\"authorizationId\":$auth}"; echo
 }'''
 TOOLS = ("curl -s $A/tools/ -H \"$T\" | jq -r '.tools[] | select(.name == \"send_payment\")"
          " | .allowances[]'")
