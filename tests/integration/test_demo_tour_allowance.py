@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from io import StringIO
 from typing import Any
 
@@ -47,6 +49,23 @@ PAY_LINE = re.compile(r"pay (\S+) (\d+\.\d\d)(.*)$")
 LOOP = re.compile(r"for i in ([\d ]+); do pay (\S+)\$i (\d+\.\d\d) > /dev/null; done$")
 
 
+def jq(program: list[str], text: str) -> str | None:
+    """What ``jq`` prints for ``text`` (None where jq is not installed)."""
+    if shutil.which("jq") is None:
+        return None
+    done = subprocess.run(["jq", *program], input=text, capture_output=True, text=True,
+                          check=True)
+    return done.stdout.rstrip("\n")
+
+
+def agrees_with_jq(command: str, answer: str, selected: str) -> None:
+    """The page's jq filter selects from ``answer`` what the test selected."""
+    program = command.split("| jq ", 1)[1]
+    words = ["-r", program[4:-1]] if program.startswith("-r '") else program.split()
+    by_jq = jq(words, answer)
+    assert by_jq is None or by_jq == selected, (command, by_jq, selected)
+
+
 class Demo:
     """The seeded demo, reached as the page's commands reach it."""
 
@@ -70,9 +89,12 @@ class Demo:
             call_command("demo_allowance", *command.split()[3:], stdout=out)
             return out.getvalue().rstrip("\n")
         if command == TOOLS:
-            tools = self.agent.get("/agent/tools/").json()["tools"]
-            return "\n".join(next(t for t in tools if t["name"] == "send_payment")
-                             ["allowances"])
+            listed = self.agent.get("/agent/tools/")
+            tools = listed.json()["tools"]
+            selected = "\n".join(next(t for t in tools if t["name"] == "send_payment")
+                                 ["allowances"])
+            agrees_with_jq(command, listed.content.decode(), selected)
+            return selected
         if looped := LOOP.match(command):
             for i in looped.group(1).split():
                 answer = self.pay(f"{looped.group(2)}{i}", looped.group(3))
@@ -83,9 +105,27 @@ class Demo:
         answer = self.pay(paid.group(1), paid.group(2))
         if paid.group(3) == RULE:
             assert answer.status_code == 202, answer.content
-            return str(answer.json()["error"]["confirmation"]["rule"])
+            rule = str(answer.json()["error"]["confirmation"]["rule"])
+            agrees_with_jq(command, answer.content.decode(), rule)
+            return rule
         assert answer.status_code == 200, answer.content
         return json.dumps(answer.json(), separators=(",", ":"), ensure_ascii=False)
+
+
+def test_the_pages_pay_sends_what_the_test_sends(tmp_path: Any) -> None:
+    if shutil.which("jq") is None or shutil.which("bash") is None:
+        pytest.skip("needs bash and jq, as the page does")
+    sent = tmp_path / "sent"
+    script = PAY + f"""
+curl() {{ for a in "$@"; do case $prev in -d) echo "$a" >> {sent};; esac; prev=$a; done
+  echo '{{"output":{{"authorizationId":7}}}}'; }}
+pay pay-a1 150.00 > /dev/null
+"""
+    subprocess.run(["bash", "-c", script], check=True)
+    bodies = [json.loads(line) for line in sent.read_text().splitlines()]
+    assert bodies == [{"requestId": "auth-pay-a1", "sourceId": 1}, {
+        "operationId": "pay-a1", "sourceId": 1, "receiverId": 2, "amount": "150.00",
+        "authorizationId": 7}]
 
 
 def commands() -> list[tuple[str, str]]:
