@@ -331,9 +331,13 @@ class BudgetUseAdmin(SafeLookupsMixin, ReadOnlyMixin, admin.ModelAdmin):
     @admin.display(description=_("principal"))
     def principal(self, row: BudgetCounter) -> str:
         user = getattr(row, "person", None)
+        # The scope may break after its colon: "auth.user:" and a pk of any length still
+        # fit the narrow column beside the navigation sidebar at 1280 px.
+        kind, colon, ident = row.scope.partition(":")
+        scope = format_html("{}{}<wbr>{}", kind, colon, ident)
         if user is None:
-            return row.scope
-        return format_html('{}<br><small class="quiet">{}</small>', user, row.scope)
+            return scope
+        return format_html('{}<br><small class="quiet">{}</small>', user, scope)
 
     @admin.display(description=_("budget"))
     def budget_name(self, row: BudgetCounter) -> str:
