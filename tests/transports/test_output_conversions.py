@@ -1,0 +1,98 @@
+"""How many times a call's output is converted to or from JSON on its way to the agent.
+
+Counted through the real REST call (DRF, the pipeline, the store), by watching every
+``json`` encoder and decoder for the text of the output: a conversion that comes back
+(the store encoding again what the guard already encoded, a decode and re-encode in
+between) fails these tests. Runs on SQLite and, with DATABASE_URL, on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from guarded_tools.store.replays import replays
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"operationId": {"type": "string"}},
+    "required": ["operationId"],
+    "additionalProperties": False,
+}
+MARK = "output-mark-7c1e"
+
+
+def handler(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {"mark": MARK, "items": list(range(5))}
+
+
+@dataclass
+class Conversions:
+    encoded: int = 0
+    decoded: int = 0
+
+
+@pytest.fixture
+def conversions(monkeypatch: pytest.MonkeyPatch) -> Iterator[Conversions]:
+    """Counts each encode whose text holds the output, each decode whose text does."""
+    seen = Conversions()
+    encode, decode = json.JSONEncoder.encode, json.JSONDecoder.decode
+
+    def counting_encode(self: json.JSONEncoder, o: Any) -> str:
+        text = encode(self, o)
+        if MARK in text:
+            seen.encoded += 1
+        return text
+
+    def counting_decode(self: json.JSONDecoder, s: str, *args: Any, **kwargs: Any) -> Any:
+        if MARK in s:
+            seen.decoded += 1
+        return decode(self, s, *args, **kwargs)
+
+    monkeypatch.setattr(json.JSONEncoder, "encode", counting_encode)
+    monkeypatch.setattr(json.JSONDecoder, "decode", counting_decode)
+    yield seen
+
+
+@pytest.fixture(params=["not-atomic", "atomic"])
+def definition(request: pytest.FixtureRequest, make_tool: Any) -> Any:
+    return make_tool(handler, input_schema=SCHEMA, atomic=request.param == "atomic")
+
+
+def post(client: Any, name: str, key: str) -> bytes:
+    response = client.post(f"/agent/tools/{name}/", {"operationId": key}, format="json")
+    assert response.status_code == 200, response.content
+    assert MARK.encode() in response.content
+    return bytes(response.content)
+
+
+def test_a_fresh_call_encodes_its_output_once_for_the_guard_and_once_for_the_agent(
+    definition: Any, client_for: Any, alice: Any, conversions: Conversions,
+) -> None:
+    """The guard encodes the output once (its size, the store's and the replay cache's
+    text), the answer decodes it once (as stored), the renderer encodes the response."""
+    post(client_for(alice), definition.name, uuid.uuid4().hex)
+    assert (conversions.encoded, conversions.decoded) == (2, 1)
+
+
+def test_a_replay_decodes_the_stored_output_once(
+    definition: Any, client_for: Any, alice: Any, conversions: Conversions,
+) -> None:
+    client, key = client_for(alice), uuid.uuid4().hex
+    first = post(client, definition.name, key)
+    replays.clear()  # from the database
+    conversions.encoded = conversions.decoded = 0
+    stored = post(client, definition.name, key)
+    assert (conversions.encoded, conversions.decoded) == (2, 1)
+    conversions.encoded = conversions.decoded = 0
+    cached = post(client, definition.name, key)  # from this process's replay cache
+    assert (conversions.encoded, conversions.decoded) == (1, 1)
+    assert json.loads(stored)["output"] == json.loads(first)["output"] == json.loads(
+        cached)["output"]
