@@ -12,10 +12,15 @@ import json
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
 from typing import Any
 
 import pytest
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connection
 
+from guarded_tools.models import Operation
 from guarded_tools.store.replays import replays
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
@@ -96,3 +101,39 @@ def test_a_replay_decodes_the_stored_output_once(
     assert (conversions.encoded, conversions.decoded) == (1, 1)
     assert json.loads(stored)["output"] == json.loads(first)["output"] == json.loads(
         cached)["output"]
+
+
+def typed(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+    return {"mark": MARK, "price": Decimal("12.30"), "at": AT, "id": ID, "name": "Zoë"}
+
+
+AT = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+ID = uuid.UUID("12345678-1234-5678-1234-567812345678")
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_decimals_datetimes_and_uuids_read_as_stored_in_every_answer(
+    atomic: bool, make_tool: Any, client_for: Any, alice: Any,
+) -> None:
+    """The text saved is DjangoJSONEncoder's: the first answer, a replay from the
+    database and one from the cache give the agent the same values and, but for
+    jsonb's key order, the same bytes."""
+    definition = make_tool(typed, input_schema=SCHEMA, atomic=atomic)
+    client, key = client_for(alice), uuid.uuid4().hex
+    first = post(client, definition.name, key)
+    replays.clear()
+    stored = post(client, definition.name, key)
+    cached = post(client, definition.name, key)
+    expected = json.loads(json.dumps(typed({}, None), cls=DjangoJSONEncoder))
+    assert expected["price"] == "12.30" and expected["at"] == "2026-01-02T03:04:05.678Z"
+    assert json.loads(first)["output"] == expected
+    assert Operation.objects.get(key=key).output == expected
+    outputs = [body.split(b'"output":', 1)[1].split(b',"operation"', 1)[0]
+               for body in (first, stored, cached)]
+    # PostgreSQL's jsonb keeps its own key order: a replay from it (and the cache it
+    # filled) has the same values
+    assert outputs[1] == outputs[2], outputs
+    assert json.loads(outputs[1]) == expected
+    if connection.vendor != "postgresql":
+        assert outputs[1] == outputs[0], outputs
+    assert outputs[0].startswith(b"{") and outputs[0].endswith(b"}"), first
