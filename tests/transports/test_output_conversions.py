@@ -22,6 +22,7 @@ from django.db import connection
 
 from guarded_tools.models import Operation
 from guarded_tools.store.replays import replays
+from tests.transports import mcp_calls
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.sqlite]
 
@@ -137,3 +138,14 @@ def test_decimals_datetimes_and_uuids_read_as_stored_in_every_answer(
     if connection.vendor != "postgresql":
         assert outputs[1] == outputs[0], outputs
     assert outputs[0].startswith(b"{") and outputs[0].endswith(b"}"), first
+
+
+def test_an_mcp_call_encodes_its_output_once_for_the_guard(
+    definition: Any, client_for: Any, alice: Any, conversions: Conversions,
+) -> None:
+    """The guard's encoding (size, store, replay cache), the answer's decode, then what
+    MCP sends: the text content's JSON and the JSON-RPC response that carries it."""
+    response = mcp_calls.send(client_for(alice), "tools/call", {
+        "name": definition.name, "arguments": {"operationId": uuid.uuid4().hex}})
+    assert response.status_code == 200 and MARK.encode() in response.content
+    assert (conversions.encoded, conversions.decoded) == (3, 1)
