@@ -15,6 +15,40 @@ from django.core.serializers.json import DjangoJSONEncoder
 JSON_ENCODER = DjangoJSONEncoder(allow_nan=False)
 
 
+class Serialized:
+    """An output with the JSON text the guard already made of it (``JSON_ENCODER``'s).
+
+    Given to the store, which saves the text as it is (``StoredJSONEncoder``): the
+    output is encoded once per call, not once more on save.
+    """
+
+    __slots__ = ("text", "value")
+
+    def __init__(self, value: Any, text: str) -> None:
+        self.value, self.text = value, text
+
+    def __repr__(self) -> str:
+        return f"Serialized({self.value!r})"
+
+
+def unwrapped(value: Any) -> Any:
+    """The value itself, whether or not it came with its JSON text."""
+    return value.value if isinstance(value, Serialized) else value
+
+
+class StoredJSONEncoder(DjangoJSONEncoder):
+    """``DjangoJSONEncoder``, and a ``Serialized`` value as the text it already has.
+
+    The encoder of ``Operation.output``: Django's ``JSONField`` encodes a value to save
+    with ``json.dumps(value, cls=encoder)`` on every database.
+    """
+
+    def encode(self, o: Any) -> str:
+        if isinstance(o, Serialized):
+            return o.text
+        return super().encode(o)
+
+
 class _Placeholders(DjangoJSONEncoder):
     def default(self, o: Any) -> Any:
         try:
@@ -26,10 +60,11 @@ class _Placeholders(DjangoJSONEncoder):
 def storable_json(value: Any, serialized: str | None = None) -> Any:
     """Outputs are stored as JSON; anything that is not becomes a typed placeholder.
 
-    ``serialized``: the value's JSON, when the caller already made it (then it is JSON).
+    ``serialized``: the value's JSON, when the caller already made it (then it is JSON):
+    the value comes back as a ``Serialized``, which the store saves as that text.
     """
     if serialized is not None:
-        return value
+        return Serialized(value, serialized)
     try:
         JSON_ENCODER.encode(value)
         return value

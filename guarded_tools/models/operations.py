@@ -14,6 +14,8 @@ from django.db.models import Case, F, Q, Value, When
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.core.jsonvalues import StoredJSONEncoder
+
 
 class OperationState(models.TextChoices):
     """Where an operation stands, from its claim to its end."""
@@ -171,7 +173,7 @@ class Operation(models.Model):
     lease_expires_at = models.DateTimeField(
         _("lease expires at"), null=True, blank=True, help_text=_("Database clock.")
     )
-    output = models.JSONField(_("output"), encoder=DjangoJSONEncoder, null=True, blank=True)
+    output = models.JSONField(_("output"), encoder=StoredJSONEncoder, null=True, blank=True)
     error = models.JSONField(
         _("error"),
         encoder=DjangoJSONEncoder,
