@@ -59,3 +59,9 @@ class Payer:
 
     def send(self, body: dict[str, Any]) -> Any:
         return call(self.agent, "send_payment", body)
+
+
+def matches(shown: str, body: str) -> bool:
+    """``body`` is the page's ``shown`` text, "…" standing for any text."""
+    pattern = ".*?".join(re.escape(part) for part in shown.split("…"))
+    return re.fullmatch(pattern, body, flags=re.S) is not None

@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 
 from project.demo.management.commands.demo_seed import AGENT_TOKEN
 from tests.conftest import REPO_ROOT
+from tests.integration.demo import matches
 
 TOUR = (REPO_ROOT / "docs" / "demo-tour.md").read_text()
 README = (REPO_ROOT / "README.md").read_text()
@@ -47,12 +48,6 @@ def steps() -> list[tuple[str, dict[str, Any], str]]:
             answer = after[2:] if after.startswith("# {") else ""
             found.append((called.group(1), json.loads(called.group(2)), answer))
     return found
-
-
-def matches(shown: str, body: str) -> bool:
-    """``body`` is the page's ``shown`` text, "…" standing for any text."""
-    pattern = ".*?".join(re.escape(part) for part in shown.split("…"))
-    return re.fullmatch(pattern, body, flags=re.S) is not None
 
 
 @pytest.mark.django_db(reset_sequences=True)  # the page's ids are a fresh demo's

@@ -26,7 +26,7 @@ from rest_framework.test import APIClient
 from guarded_tools.models import Confirmation, Operation
 from project.demo.management.commands.demo_seed import AGENT_TOKEN
 from tests.conftest import REPO_ROOT
-from tests.integration.test_demo_tour import matches
+from tests.integration.demo import matches
 
 TOUR = (REPO_ROOT / "docs" / "demo-tour.md").read_text()
 HEADING = "## A standing approval for small payments"
