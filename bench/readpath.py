@@ -16,7 +16,6 @@ import time
 
 sys.path[0] = os.getcwd()  # not bench/ (its profile.py would shadow the stdlib's)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-os.environ.setdefault("GT_SQLITE_PATH", "/tmp/readpath.sqlite3")
 
 HEADERS = {"HTTP_ACCEPT": "application/json, text/event-stream",
            "HTTP_MCP_PROTOCOL_VERSION": "2025-11-25"}
@@ -63,7 +62,8 @@ def main(argv: list[str]) -> None:
     for i in range(n):
         call(i)
     spent = time.process_time() - started
-    print(json.dumps({"calls_per_s": round(n / spent, 1), "us_per_call": round(spent / n * 1e6, 1)}))
+    print(json.dumps({"calls_per_s": round(n / spent, 1),
+                      "us_per_call": round(spent / n * 1e6, 1)}))
 
 
 if __name__ == "__main__":
