@@ -4,7 +4,8 @@ Run from a checkout's directory (its code is imported from the working directory
 script measures two checkouts side by side): N anonymous ``tools/call`` of ``echo``
 (protocol 2025-11-25, one stateless POST each) through Django's full request handling
 (the test client: middleware, the view, the guard), each answer checked. Prints calls per
-second of this process's CPU; ``--profile`` prints cProfile's top functions instead.
+second of this process's CPU; ``--wsgi`` calls Django's WSGI handler instead (as gunicorn
+does); ``--profile`` prints cProfile's top functions instead.
 """
 
 from __future__ import annotations
@@ -21,10 +22,37 @@ HEADERS = {"HTTP_ACCEPT": "application/json, text/event-stream",
            "HTTP_MCP_PROTOCOL_VERSION": "2025-11-25"}
 
 
+def wsgi_caller() -> object:
+    """``call(i)`` through Django's WSGI handler, as gunicorn calls it (no test client)."""
+    import io
+
+    from django.core.wsgi import get_wsgi_application
+
+    handler = get_wsgi_application()
+
+    def call(i: int) -> None:
+        body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                           "params": {"name": "echo", "arguments": {"value": i}}}).encode()
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/agent/mcp/", "QUERY_STRING": "",
+                   "SERVER_NAME": "localhost", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
+                   "wsgi.input": io.BytesIO(body), "CONTENT_TYPE": "application/json",
+                   "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1",
+                   **HEADERS}
+        answer: list[str] = []
+        chunks = handler(environ, lambda status, headers: answer.append(status))
+        content = b"".join(chunks)
+        assert answer[0].startswith("200"), content
+        assert json.loads(content)["result"]["structuredContent"] == {"value": i}, content
+
+    return call
+
+
 def caller() -> object:
     import django
 
     django.setup()
+    if "--wsgi" in sys.argv:
+        return wsgi_caller()
     from django.test import Client
 
     client = Client()

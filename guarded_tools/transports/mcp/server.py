@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from guarded_tools.core import hosts
 from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
+from guarded_tools.core.registry import registry
 from guarded_tools.transports.mcp.discovery import (
     discover,
     initialize,
@@ -56,7 +57,7 @@ from guarded_tools.transports.mcp.task_methods import (
     update_task,
 )
 from guarded_tools.transports.mcp.tool_methods import call_tool, list_tools
-from guarded_tools.transports.rest.base import GuardedAPIView, prefer_wait, visible_tools
+from guarded_tools.transports.rest.base import GuardedAPIView, open_to_anonymous, prefer_wait
 from guarded_tools.transports.rest.exception_handler import docs_url, log_once
 
 __all__ = ["McpView", "check_origin", "serve", "transport_error"]
@@ -198,7 +199,8 @@ def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
 
 def _require_caller(request: Request) -> None:
     """Anonymous callers get in only when some tool is open to them (as over REST)."""
-    if not request.user.is_authenticated and not visible_tools(request.user):
+    if not request.user.is_authenticated and not any(
+            open_to_anonymous(t) for t in registry):
         raise NotAuthenticated()
 
 

@@ -26,7 +26,12 @@ from guarded_tools.transports.mcp.protocol import (
 )
 from guarded_tools.transports.mcp.results import error_result, success_result
 from guarded_tools.transports.mcp.task_methods import task_fields
-from guarded_tools.transports.rest.base import described, invocation_for, visible_tools
+from guarded_tools.transports.rest.base import (
+    described,
+    invocation_for,
+    open_to_anonymous,
+    visible_tools,
+)
 from guarded_tools.transports.rest.exception_handler import docs_url
 
 
@@ -83,7 +88,7 @@ def _find_tool(ex: Exchange, name: str, arguments: dict[str, Any]) -> Tool:
         raise RpcError(INVALID_PARAMS, "Unknown tool: call tools/list for the tools you may call.",
                        error.as_dict(docs_url(ex.request), NO_TOOL))
     user = ex.request.user
-    if not user.is_authenticated and definition not in visible_tools(user):
+    if not user.is_authenticated and not open_to_anonymous(definition):
         raise NotAuthenticated()
     if ex.modern and (problem := param_header_problem(definition, arguments, ex.request.headers)):
         raise RpcError(HEADER_MISMATCH, problem)
