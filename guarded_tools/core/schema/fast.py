@@ -38,7 +38,8 @@ def _number(value: Any) -> bool:
 def _field_check(schema: Any) -> Check | None:
     if not isinstance(schema, Mapping) or not _FIELD.issuperset(schema):
         return None
-    types = _TYPES.get(schema.get("type")) if isinstance(schema.get("type"), str) else None
+    kind = schema.get("type")
+    types = _TYPES.get(kind) if isinstance(kind, str) else None
     if types is None:
         return None
     bounds = [(k, schema[k]) for k in ("minimum", "maximum", "exclusiveMinimum",
