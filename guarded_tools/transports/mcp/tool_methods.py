@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from guarded_tools.core.definition import Tool
@@ -111,11 +110,9 @@ def _call(ex: Exchange, params: dict[str, Any], definition: Tool,
     # Agents cannot set a header per call over MCP: the key is an input field. The
     # trace context travels in params._meta (2026-07-28), else in the HTTP headers.
     meta = params.get("_meta")
-    invocation = dataclasses.replace(
-        invocation_for(ex.request, arguments, header_key=None, transport="mcp",
-                       trace=trace_carrier(meta if isinstance(meta, dict) else None)),
-        wait=ex.wait_left(),
-    )
+    invocation = invocation_for(ex.request, arguments, header_key=None, transport="mcp",
+                                trace=trace_carrier(meta if isinstance(meta, dict) else None),
+                                wait=ex.wait_left())
     try:
         if definition.long_running and answers_with_task(definition) and declares_tasks(
                 ex, params):

@@ -83,16 +83,18 @@ def prefer_wait(request: Request) -> float:
 
 def invocation_for(request: Request, input: dict[str, Any], *,
                    header_key: str | None, transport: str = "rest",
-                   trace: Mapping[str, str] | None = None) -> Invocation:
-    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait``, the
-    signal the ASGI wrapper aborts when the client goes away, and the caller's trace
-    context (``trace``, else the ``traceparent``/``tracestate`` headers)."""
+                   trace: Mapping[str, str] | None = None,
+                   wait: float | None = None) -> Invocation:
+    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait`` (or
+    ``wait``, what is left of it), the signal the ASGI wrapper aborts when the client goes
+    away, and the caller's trace context (``trace``, else the ``traceparent``/``tracestate``
+    headers)."""
     return Invocation(
         input=input,
         user=request.user,
         header_key=header_key,
         request=request,
-        wait=prefer_wait(request),
+        wait=prefer_wait(request) if wait is None else wait,
         signal=request_signal(request),
         transport=transport,
         trace=trace or trace_carrier(request.headers),
