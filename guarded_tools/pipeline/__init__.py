@@ -112,7 +112,11 @@ class Pipeline:
         self.store = (self.store_class or gt_settings.STORE_CLASS)()
         self.stage_classes = stage_classes(definition)
         self.stages: list[Stage] = [cls() for cls in self.stage_classes]
-        self.hooks = plan(definition, self.stage_classes)
+
+    @property
+    def hooks(self) -> dict[str, tuple[int, ...]]:
+        """Each hook's positions in the stage list that a call of this tool walks."""
+        return plan(self.tool, self.stage_classes)
 
     def call(self, inv: Invocation, events: Events | None = None) -> Call:
         """What the stages are given for ``inv`` (with silent events unless ``events``)."""
@@ -122,7 +126,7 @@ class Pipeline:
     def walk(self, hook: str, call: Call, *args: Any) -> None:
         """Call ``hook`` on every stage that has it and has work for this tool
         (``Stage.has_work``), in the list's order."""
-        positions = self.hooks.get(hook)
+        positions = plan(self.tool, self.stage_classes).get(hook)
         if positions is None:  # a hook of a site's own
             positions = overriding(self.stage_classes, hook)
         for i in positions:
