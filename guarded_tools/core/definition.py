@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from guarded_tools.core.call import GuardResult, Invocation
 from guarded_tools.core.policy import Policy
+from guarded_tools.core.schema.fast import compile_fast_check
 from guarded_tools.core.schema.validation import compile_schema, schema_names
 
 if TYPE_CHECKING:
@@ -140,6 +141,13 @@ class Tool:
     def validator(self) -> Draft202012Validator:
         """The input schema's validator, compiled once (at construction)."""
         return compile_schema(dict(self.input_schema), name=self.name)
+
+    @cached_property
+    def accepts(self) -> Callable[[Any], bool] | None:
+        """A check compiled once that answers True only for an input the validator
+        certainly accepts (flat objects of scalar fields), or None for other schemas:
+        the validator runs whenever it does not say True."""
+        return compile_fast_check(self.input_schema)
 
     @cached_property
     def schema_names(self) -> frozenset[str]:

@@ -74,7 +74,7 @@ from guarded_tools.pipeline import failures
 from guarded_tools.pipeline.events import Events
 from guarded_tools.pipeline.failures import release_reason
 from guarded_tools.pipeline.stages import Call, Stage, stage_classes
-from guarded_tools.pipeline.stages.base import overriding, resolve_context, scope_of
+from guarded_tools.pipeline.stages.base import overriding, plan, resolve_context, scope_of
 from guarded_tools.store import (
     Claim,
     OperationHandle,
@@ -113,14 +113,23 @@ class Pipeline:
         self.stage_classes = stage_classes(definition)
         self.stages: list[Stage] = [cls() for cls in self.stage_classes]
 
+    @property
+    def hooks(self) -> dict[str, tuple[int, ...]]:
+        """Each hook's positions in the stage list that a call of this tool walks."""
+        return plan(self.tool, self.stage_classes)
+
     def call(self, inv: Invocation, events: Events | None = None) -> Call:
         """What the stages are given for ``inv`` (with silent events unless ``events``)."""
         return Call(self.tool, inv, events if events is not None else self.observe(
             silent=True), store=self.store)
 
     def walk(self, hook: str, call: Call, *args: Any) -> None:
-        """Call ``hook`` on every stage that has it, in the list's order."""
-        for i in overriding(self.stage_classes, hook):
+        """Call ``hook`` on every stage that has it and has work for this tool
+        (``Stage.has_work``), in the list's order."""
+        positions = plan(self.tool, self.stage_classes).get(hook)
+        if positions is None:  # a hook of a site's own
+            positions = overriding(self.stage_classes, hook)
+        for i in positions:
             getattr(self.stages[i], hook)(call, *args)
 
     # -- public entry points -------------------------------------------------------------

@@ -22,6 +22,7 @@ from guarded_tools.core.errors import AuthorizationError
 from guarded_tools.models import Operation
 from guarded_tools.pipeline.stages import Call, Stage
 from guarded_tools.pipeline.stages.execution import ExecutionStage
+from guarded_tools.pipeline.stages.verification import VerificationStage
 from tests.conftest import OBJECT, Effects, SessionClient, key
 
 pytestmark = pytest.mark.django_db
@@ -200,3 +201,41 @@ def test_a_tool_lists_its_own_stages(transport: str, client: APIClient) -> None:
     finally:
         registry.unregister(staged.name)
         registry.unregister(closed.name)
+
+
+class CountedVerification(VerificationStage):
+    """A site's verification stage: its own ``after_execute``, for tools without ``verify``."""
+
+    def after_execute(self, call: Call, result: Any) -> None:
+        SEEN.append(("verification", "after_execute", call.tool.name))
+        super().after_execute(call, result)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_site_override_of_a_built_in_hook_runs_where_the_built_in_has_no_work(
+    transport: str, client: APIClient, make_tool: Any, settings: Any
+) -> None:
+    effects = Effects()
+    definition = make_tool(effects)
+    assert definition.verify is None  # the built-in stage would have nothing to judge
+    listed = [("tests.pipeline.test_stages.CountedVerification"
+               if p.endswith("VerificationStage") else p) for p in DEFAULT]
+    stages(settings, listed)
+    assert call(client, transport, definition.name, {"operationId": key()})[:2] == (
+        True, {"done": 1})
+    assert SEEN == [("verification", "after_execute", definition.name)]
+
+
+def test_a_stage_with_no_work_for_a_tool_is_not_walked_for_its_calls(make_tool: Any) -> None:
+    from guarded_tools.pipeline import get_pipeline
+    from guarded_tools.pipeline.stages.confirmation import ConfirmationStage
+    from guarded_tools.pipeline.stages.idempotency import IdempotencyStage
+    from guarded_tools.pipeline.stages.policy import PolicyStage
+
+    definition = make_tool(Effects())
+    pipeline = get_pipeline(definition)
+    walked = {type(pipeline.stages[i]) for i in pipeline.hooks["before_claim"]}
+    assert IdempotencyStage in walked  # the tool takes a key
+    assert not walked & {PolicyStage, ConfirmationStage}  # no policy, no confirmation
+    assert VerificationStage not in {type(pipeline.stages[i])
+                                     for i in pipeline.hooks["after_execute"]}

@@ -194,12 +194,37 @@ class Stage:
     def on_read(self, call: Call) -> None:
         """A read of the call's state: refuse it as its replay would be refused."""
 
+    @classmethod
+    def has_work(cls, tool: Tool, hook: str) -> bool:
+        """Whether ``hook`` can do anything for a call of ``tool``, decided from the tool's
+        definition alone (once per tool): False lets the pipeline skip the hook for that
+        tool's calls. A stage answers False only for its own hook, never for a subclass's
+        override of it; the default, True, always walks the hook."""
+        return True
+
 
 @functools.lru_cache(maxsize=256)
 def overriding(classes: tuple[type[Stage], ...], hook: str) -> tuple[int, ...]:
     """The positions of the stages whose class overrides ``hook`` (the others do nothing)."""
     return tuple(i for i, cls in enumerate(classes)
                  if getattr(cls, hook, None) is not getattr(Stage, hook))
+
+
+#: Per tool name and stage list: (the tool, each hook's positions that have work for it).
+_plans: dict[tuple[str, tuple[type[Stage], ...]], tuple[Any, dict[str, tuple[int, ...]]]] = {}
+
+
+def plan(tool: Tool, classes: tuple[type[Stage], ...]) -> dict[str, tuple[int, ...]]:
+    """Each hook's stage positions a call of ``tool`` walks: the stages that override it
+    (:func:`overriding`) and have work for this tool (``Stage.has_work``). Decided once
+    per tool definition and stage list."""
+    found = _plans.get((tool.name, classes))
+    if found is not None and found[0] is tool:
+        return found[1]
+    hooks = {hook: tuple(i for i in overriding(classes, hook)
+                         if classes[i].has_work(tool, hook)) for hook in HOOKS}
+    _plans[(tool.name, classes)] = (tool, hooks)
+    return hooks
 
 
 @functools.lru_cache(maxsize=512)

@@ -10,18 +10,27 @@ right before the handler.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guarded_tools.core.errors import ConfirmationError
 from guarded_tools.core.policy import Approvers, Owner, Policy, Rule, Run
 from guarded_tools.pipeline.stages.base import Call, Stage, decision
 from guarded_tools.store import Claim
 
+if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
+
 
 class ConfirmationStage(Stage):
     """Preconditions and confirmation, before the claim or after a fresh one."""
 
     name = "confirmation"
+
+    @classmethod
+    def has_work(cls, tool: Tool, hook: str) -> bool:
+        if hook == "before_claim" and cls.before_claim is ConfirmationStage.before_claim:
+            return tool.confirm_mode == "always"  # the others are asked after the claim
+        return True
 
     def before_claim(self, call: Call) -> None:
         if call.tool.confirm_mode == "always":

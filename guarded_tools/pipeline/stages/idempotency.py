@@ -6,17 +6,26 @@ pipeline's: it is the shape of the call, not a policy (see ``guarded_tools.pipel
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.errors import IdempotencyKeyInvalid, IdempotencyKeyMissing
 from guarded_tools.pipeline.stages.base import Call, Stage
+
+if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
 
 
 class IdempotencyStage(Stage):
     """Refuses a missing or invalid key; fingerprints the input the key is bound to."""
 
     name = "idempotency"
+
+    @classmethod
+    def has_work(cls, tool: Tool, hook: str) -> bool:
+        if hook == "before_claim" and cls.before_claim is IdempotencyStage.before_claim:
+            return tool.idempotent or bool(tool.confirm_mode)  # neither: nothing to do
+        return True
 
     def before_claim(self, call: Call) -> None:
         inv, tool = call.inv, call.tool

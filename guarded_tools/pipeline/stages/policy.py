@@ -13,6 +13,8 @@ and nothing new runs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from django.db import router
 
 from guarded_tools.core.errors import GuardError
@@ -20,11 +22,20 @@ from guarded_tools.core.policy import Policy, Refuse
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline.stages.base import Call, Stage
 
+if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
+
 
 class PolicyStage(Stage):
     """The tool's ``Policy`` (``confirm=Policy(...)``) decides; other tools pass through."""
 
     name = "policy"
+
+    @classmethod
+    def has_work(cls, tool: Tool, hook: str) -> bool:
+        if hook == "before_claim" and cls.before_claim is PolicyStage.before_claim:
+            return isinstance(tool.confirm, Policy)  # no approval policy: nothing to decide
+        return True
 
     def before_claim(self, call: Call) -> None:
         policy = call.tool.confirm

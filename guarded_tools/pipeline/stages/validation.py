@@ -20,5 +20,8 @@ class ValidationStage(Stage):
         remembered, inv = call.remembered, call.inv
         if remembered is not None and remembered.fingerprint == inv.fingerprint:
             return
+        accepts = call.tool.accepts
+        if accepts is not None and accepts(inv.input):
+            return  # certainly valid: the validator would find no issue
         validate(call.tool.validator, inv.input, known=call.tool.schema_names,
                  max_issues=gt_settings.MAX_ISSUES)

@@ -10,13 +10,16 @@ import concurrent.futures
 import logging
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 
 from guarded_tools.core.cancellation import CancelSignal
 from guarded_tools.core.errors import VerificationError
 from guarded_tools.pipeline.stages.base import Call, Stage, decision, principal_kwargs
+
+if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
 
 logger = logging.getLogger("guarded_tools")
 
@@ -25,6 +28,14 @@ class VerificationStage(Stage):
     """Raises ``VerificationError`` when ``verify`` says the effect did not happen."""
 
     name = "verification"
+
+    @classmethod
+    def has_work(cls, tool: Tool, hook: str) -> bool:
+        own = {"after_execute": VerificationStage.after_execute,
+               "on_replay": VerificationStage.on_replay}.get(hook)
+        if own is not None and getattr(cls, hook) is own and cls.verify is VerificationStage.verify:
+            return tool.verify is not None  # no verify hook: nothing to judge
+        return True
 
     def after_execute(self, call: Call, result: Any) -> None:
         self.verify(call, result)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -100,8 +99,12 @@ class Exchange:
 
 
 # -- JSON-RPC framing -----------------------------------------------------------------------
+#: What ``json.dumps(value, cls=JSONEncoder, ensure_ascii=False)`` writes, built once.
+ENCODER = JSONEncoder(ensure_ascii=False)
+
+
 def json_response(payload: Any, status: int = 200) -> HttpResponse:
-    body = json.dumps(payload, cls=JSONEncoder, ensure_ascii=False)
+    body = ENCODER.encode(payload)
     return HttpResponse(body.encode("utf-8"), status=status, content_type="application/json")
 
 

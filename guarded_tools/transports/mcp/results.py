@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
-
-from rest_framework.utils.encoders import JSONEncoder
 
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError
 from guarded_tools.core.repair import Audience
 from guarded_tools.pipeline import GuardResult
-from guarded_tools.transports.mcp.protocol import ERROR_META, OPERATION_META
+from guarded_tools.transports.mcp.protocol import ENCODER, ERROR_META, OPERATION_META
 
 
 def _text(text: str) -> dict[str, str]:
@@ -21,7 +18,7 @@ def _text(text: str) -> dict[str, str]:
 def success_result(definition: Tool, result: GuardResult, *, modern: bool) -> dict[str, Any]:
     output = result.answer()
     data: dict[str, Any] = {
-        "content": [_text(json.dumps(output, cls=JSONEncoder, ensure_ascii=False))],
+        "content": [_text(ENCODER.encode(output))],
         "isError": False,
     }
     # Up to 2025-11-25 structured content must be an object.

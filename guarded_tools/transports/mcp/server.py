@@ -18,6 +18,7 @@ from rest_framework.request import Request
 from guarded_tools.core import hosts
 from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
+from guarded_tools.core.registry import registry
 from guarded_tools.transports.mcp.discovery import (
     discover,
     initialize,
@@ -56,10 +57,18 @@ from guarded_tools.transports.mcp.task_methods import (
     update_task,
 )
 from guarded_tools.transports.mcp.tool_methods import call_tool, list_tools
-from guarded_tools.transports.rest.base import GuardedAPIView, prefer_wait, visible_tools
+from guarded_tools.transports.rest.base import GuardedAPIView, open_to_anonymous, prefer_wait
 from guarded_tools.transports.rest.exception_handler import docs_url, log_once
 
 __all__ = ["McpView", "check_origin", "serve", "transport_error"]
+
+#: The ``Accept`` headers MCP clients send (the specification asks for both types): DRF's
+#: negotiation answers each with the first renderer, JSON, and its plain media type.
+MCP_ACCEPT = frozenset({
+    "*/*", "application/json", "application/json, text/event-stream",
+    "text/event-stream, application/json", "application/json,text/event-stream",
+    "text/event-stream,application/json",
+})
 
 # -- one message ----------------------------------------------------------------------------
 def _reply(ex: Exchange, message: Any) -> dict[str, Any] | None:
@@ -149,7 +158,7 @@ def check_origin(request: Request) -> None:
     Never the request's own Host: with ``ALLOWED_HOSTS = ["*"]`` a rebound page's Origin
     is its Host. See :func:`guarded_tools.core.hosts.origin_allowed`.
     """
-    origin = request.headers.get("Origin")
+    origin = request.META.get("HTTP_ORIGIN")  # what request.headers["Origin"] reads
     if origin is None:
         return
     if not hosts.origin_allowed(request, origin):
@@ -190,7 +199,8 @@ def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
 
 def _require_caller(request: Request) -> None:
     """Anonymous callers get in only when some tool is open to them (as over REST)."""
-    if not request.user.is_authenticated and not visible_tools(request.user):
+    if not request.user.is_authenticated and not any(
+            open_to_anonymous(t) for t in registry):
         raise NotAuthenticated()
 
 
@@ -238,6 +248,12 @@ class McpView(GuardedAPIView):
 
     def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
         # JSON is the only answer; clients must accept it, so never refuse with 406.
+        renderers = self.get_renderers()
+        if (renderers and renderers[0].media_type == "application/json"
+                and request.META.get("HTTP_ACCEPT", "*/*") in MCP_ACCEPT
+                and not request.META.get("QUERY_STRING") and not self.format_kwarg):
+            # What DRF's negotiation picks for what MCP clients send, without parsing it.
+            return renderers[0], renderers[0].media_type
         return super().perform_content_negotiation(request, force=True)
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from guarded_tools.core.definition import Tool
@@ -26,7 +25,12 @@ from guarded_tools.transports.mcp.protocol import (
 )
 from guarded_tools.transports.mcp.results import error_result, success_result
 from guarded_tools.transports.mcp.task_methods import task_fields
-from guarded_tools.transports.rest.base import described, invocation_for, visible_tools
+from guarded_tools.transports.rest.base import (
+    described,
+    invocation_for,
+    open_to_anonymous,
+    visible_tools,
+)
 from guarded_tools.transports.rest.exception_handler import docs_url
 
 
@@ -83,7 +87,7 @@ def _find_tool(ex: Exchange, name: str, arguments: dict[str, Any]) -> Tool:
         raise RpcError(INVALID_PARAMS, "Unknown tool: call tools/list for the tools you may call.",
                        error.as_dict(docs_url(ex.request), NO_TOOL))
     user = ex.request.user
-    if not user.is_authenticated and definition not in visible_tools(user):
+    if not user.is_authenticated and not open_to_anonymous(definition):
         raise NotAuthenticated()
     if ex.modern and (problem := param_header_problem(definition, arguments, ex.request.headers)):
         raise RpcError(HEADER_MISMATCH, problem)
@@ -106,11 +110,9 @@ def _call(ex: Exchange, params: dict[str, Any], definition: Tool,
     # Agents cannot set a header per call over MCP: the key is an input field. The
     # trace context travels in params._meta (2026-07-28), else in the HTTP headers.
     meta = params.get("_meta")
-    invocation = dataclasses.replace(
-        invocation_for(ex.request, arguments, header_key=None, transport="mcp",
-                       trace=trace_carrier(meta if isinstance(meta, dict) else None)),
-        wait=ex.wait_left(),
-    )
+    invocation = invocation_for(ex.request, arguments, header_key=None, transport="mcp",
+                                trace=trace_carrier(meta if isinstance(meta, dict) else None),
+                                wait=ex.wait_left())
     try:
         if definition.long_running and answers_with_task(definition) and declares_tasks(
                 ex, params):

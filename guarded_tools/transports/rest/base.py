@@ -34,6 +34,12 @@ from guarded_tools.transports.asgi import request_signal
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
 
 
+def open_to_anonymous(definition: Tool) -> bool:
+    """Whether an anonymous caller may call ``definition`` (what :func:`visible_tools`
+    decides for an anonymous user, without the request's OAuth token)."""
+    return definition.allow_anonymous and definition.read_only and not definition.permissions
+
+
 def visible_tools(user: Any, request: Any = None) -> list[Tool]:
     """The tools this caller may call (permissions, and the scopes of the request's OAuth
     token if it has one; object rules run per call)."""
@@ -41,8 +47,8 @@ def visible_tools(user: Any, request: Any = None) -> list[Tool]:
     tools = [
         t
         for t in registry
-        if (authenticated or (t.allow_anonymous and t.read_only))
-        and (not t.permissions or (authenticated and user.has_perms(t.permissions)))
+        if (open_to_anonymous(t) if not authenticated else
+            (not t.permissions or user.has_perms(t.permissions)))
     ]
     if request is not None and apps.is_installed("oauth2_provider"):
         from guarded_tools.contrib import oauth
@@ -77,16 +83,18 @@ def prefer_wait(request: Request) -> float:
 
 def invocation_for(request: Request, input: dict[str, Any], *,
                    header_key: str | None, transport: str = "rest",
-                   trace: Mapping[str, str] | None = None) -> Invocation:
-    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait``, the
-    signal the ASGI wrapper aborts when the client goes away, and the caller's trace
-    context (``trace``, else the ``traceparent``/``tracestate`` headers)."""
+                   trace: Mapping[str, str] | None = None,
+                   wait: float | None = None) -> Invocation:
+    """A call over HTTP (REST or MCP): the request's user, its ``Prefer: wait`` (or
+    ``wait``, what is left of it), the signal the ASGI wrapper aborts when the client goes
+    away, and the caller's trace context (``trace``, else the ``traceparent``/``tracestate``
+    headers)."""
     return Invocation(
         input=input,
         user=request.user,
         header_key=header_key,
         request=request,
-        wait=prefer_wait(request),
+        wait=prefer_wait(request) if wait is None else wait,
         signal=request_signal(request),
         transport=transport,
         trace=trace or trace_carrier(request.headers),
