@@ -188,7 +188,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("DOCS_URL", "str", "", _EXTENSIONS,
             doc="Where error ``link``\\ s point (an anchor per code is appended); by default the"
                 " site's own ``errors/`` page. Point it at the docs' error reference"
-                " (``…/reference/errors/``) to send agents there."),
+                " (``…/reference/errors.html``) to send agents there."),
     Setting("EXCEPTION_HANDLER", "str | None",
             "guarded_tools.transports.rest.exception_handler.exception_handler", _EXTENSIONS,
             import_string=True,
