@@ -48,7 +48,7 @@ def application_of(inv: Any) -> str:
     return str(getattr(application, "client_id", "") or "")
 
 
-def takes_allowances(rule: Any) -> bool:
+def rule_takes_allowances(rule: Any) -> bool:
     return isinstance(rule, Rule) and isinstance(rule.outcome, Approvers | Owner) and bool(
         rule.outcome.allowances)
 
@@ -78,7 +78,7 @@ class AllowanceStage(Stage):
 
     def after_claim(self, call: Call, claim: Claim | None) -> None:
         rule = call.rule
-        if not takes_allowances(rule):
+        if not rule_takes_allowances(rule):
             return
         policy = call.tool.confirm if isinstance(call.tool.confirm, Policy) else None
         inv = call.inv
@@ -129,8 +129,7 @@ class AllowanceStage(Stage):
                    amount=str(amount) if allowance.sum_field else None)
 
     def on_release(self, call: Call, claim: Claim) -> None:
-        policy = call.tool.confirm
-        if not isinstance(policy, Policy) or not any(takes_allowances(r) for r in policy.rules):
+        if not allowances.takes_allowances(call.tool.confirm):
             return
         returned = give_back(claim.operation.pk)
         for pk in returned:
