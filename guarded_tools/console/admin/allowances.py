@@ -24,6 +24,7 @@ from django.utils.translation import ngettext
 
 from guarded_tools.confirmations import allowances
 from guarded_tools.console.admin.common import SafeLookupsMixin
+from guarded_tools.console.formatting import when
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Allowance, AllowanceStatus, Confirmation
 
@@ -116,7 +117,7 @@ class AllowanceAdmin(SafeLookupsMixin, admin.ModelAdmin):
     ]
     shown = ["number", "tool", "principal", "state", "status_reason", "bounds", "until", "left",
              "granted_by", "required", "policy_rule", "policy_version", "request", "note",
-             "created_at", "revoked_by", "revoked_at"]
+             "created", "revoked_by", "revoked"]
 
     # -- who sees and does what ----------------------------------------------------------
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -250,6 +251,14 @@ class AllowanceAdmin(SafeLookupsMixin, admin.ModelAdmin):
             return "—"
         return format_html('<a href="../../../confirmation/{}/change/">{}</a>',
                            obj.confirmation_id, obj.confirmation_id)
+
+    @admin.display(description=_("created at"))
+    def created(self, obj: Allowance) -> str:
+        return when(obj.created_at)
+
+    @admin.display(description=_("revoked at"))
+    def revoked(self, obj: Allowance) -> str:
+        return when(obj.revoked_at)
 
     @admin.display(description=_("until"), ordering="expires_at")
     def until(self, obj: Allowance) -> str:
