@@ -21,7 +21,10 @@ from guarded_tools.conf import DEFAULTS
 from guarded_tools.core.errors import AuthorizationError
 from guarded_tools.models import Operation
 from guarded_tools.pipeline.stages import Call, Stage
+from guarded_tools.pipeline.stages.confirmation import ConfirmationStage
 from guarded_tools.pipeline.stages.execution import ExecutionStage
+from guarded_tools.pipeline.stages.idempotency import IdempotencyStage
+from guarded_tools.pipeline.stages.policy import PolicyStage
 from guarded_tools.pipeline.stages.verification import VerificationStage
 from tests.conftest import OBJECT, Effects, SessionClient, key
 
@@ -116,7 +119,7 @@ def call(client: APIClient, transport: str, name: str, body: dict[str, Any]) -> 
         data = response.json()
         if response.status_code != 200:
             return False, data["error"]["code"], False
-        return True, data["output"], data["operation"]["replayed"]
+        return True, data["output"], (data.get("operation") or {}).get("replayed", False)
     message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                "params": {"name": name, "arguments": body}}
     response = client.post("/agent/mcp/", json.dumps(message), content_type="application/json",
@@ -239,3 +242,119 @@ def test_a_stage_with_no_work_for_a_tool_is_not_walked_for_its_calls(make_tool: 
     assert not walked & {PolicyStage, ConfirmationStage}  # no policy, no confirmation
     assert VerificationStage not in {type(pipeline.stages[i])
                                      for i in pipeline.hooks["after_execute"]}
+
+
+class SeenConfirmation(ConfirmationStage):
+    def before_claim(self, call: Call) -> None:
+        SEEN.append(("confirmation", "before_claim", call.tool.name))
+        super().before_claim(call)
+
+
+class SeenIdempotency(IdempotencyStage):
+    def before_claim(self, call: Call) -> None:
+        SEEN.append(("idempotency", "before_claim", call.tool.name))
+        super().before_claim(call)
+
+
+class SeenPolicy(PolicyStage):
+    def before_claim(self, call: Call) -> None:
+        SEEN.append(("policy", "before_claim", call.tool.name))
+        super().before_claim(call)
+
+
+class SeenVerifier(VerificationStage):
+    """Overrides neither hook, only the ``verify`` both of them call."""
+
+    def verify(self, call: Call, result: Any) -> None:
+        SEEN.append(("verification", "verify", call.tool.name))
+        super().verify(call, result)
+
+
+class DecidesItself(ConfirmationStage):
+    """Overrides a hook and ``has_work`` both: its own ``has_work`` decides."""
+
+    @classmethod
+    def has_work(cls, tool: Any, hook: str) -> bool:
+        return hook != "before_claim"
+
+    def before_claim(self, call: Call) -> None:
+        SEEN.append(("confirmation", "before_claim", call.tool.name))
+
+
+@pytest.mark.parametrize(("built_in", "site", "seen"), [
+    ("ConfirmationStage", "SeenConfirmation", ("confirmation", "before_claim")),
+    ("IdempotencyStage", "SeenIdempotency", ("idempotency", "before_claim")),
+    ("PolicyStage", "SeenPolicy", ("policy", "before_claim")),
+    ("VerificationStage", "SeenVerifier", ("verification", "verify")),
+], ids=["confirmation", "idempotency", "policy", "verification"])
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_site_override_of_each_built_in_stage_is_walked_where_the_built_in_has_no_work(
+    transport: str, built_in: str, site: str, seen: tuple[str, str], client: APIClient,
+    make_tool: Any, settings: Any
+) -> None:
+    """A read-only tool: no key, no confirmation, no policy, no ``verify``, so none of the
+    four built-in stages has work for it; a site's subclass that overrides one of their
+    hooks (or the ``verify`` their hooks call) is walked all the same."""
+    effects = Effects()
+    definition = make_tool(effects, read_only=True, idempotency_key=None)
+    listed = [(f"tests.pipeline.test_stages.{site}" if p.endswith(f".{built_in}") else p)
+              for p in DEFAULT]
+    assert listed != DEFAULT
+    stages(settings, listed)
+    assert call(client, transport, definition.name, {})[:2] == (True, {"done": 1})
+    assert SEEN == [(*seen, definition.name)]
+
+
+def test_a_site_stage_that_overrides_has_work_decides_for_its_own_hooks(
+    make_tool: Any, settings: Any
+) -> None:
+    from guarded_tools.pipeline import get_pipeline
+
+    definition = make_tool(Effects(), read_only=True, idempotency_key=None)
+    stages(settings, [("tests.pipeline.test_stages.DecidesItself"
+                       if p.endswith(".ConfirmationStage") else p) for p in DEFAULT])
+    pipeline = get_pipeline(definition)
+    assert DecidesItself not in {type(pipeline.stages[i])
+                                 for i in pipeline.hooks["before_claim"]}
+    assert DecidesItself in {type(pipeline.stages[i]) for i in pipeline.hooks["after_claim"]}
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_a_tool_registered_again_under_its_name_is_walked_by_its_own_definition(
+    transport: str, client: APIClient
+) -> None:
+    """The stages walked for a tool are its definition's: a new definition registered
+    under the same name (here, with a ``verify`` that says no) is not walked by the old
+    one's plan."""
+    name = f"t_{uuid.uuid4().hex[:10]}"
+    effects = Effects()
+    first = registry.register(Tool(name=name, handler=effects, input_schema=OBJECT,
+                                   idempotency_key="operationId"))
+    try:
+        assert call(client, transport, name, {"operationId": key()})[:2] == (True, {"done": 1})
+    finally:
+        registry.unregister(first.name)
+    registry.register(Tool(name=name, handler=effects, input_schema=OBJECT,
+                           idempotency_key="operationId", verify=lambda **kw: False))
+    try:
+        assert call(client, transport, name, {"operationId": key()}) == (
+            False, "verification_failed", False)
+    finally:
+        registry.unregister(name)
+
+
+def test_a_plan_goes_with_its_tool_definition(make_tool: Any) -> None:
+    """What the pipeline decided once per tool is kept no longer than the definition: tools
+    made and dropped (as tests and ``guard()`` make them) leave nothing behind."""
+    import gc
+    import weakref
+
+    from guarded_tools.pipeline import get_pipeline
+
+    definition = make_tool(Effects())
+    assert get_pipeline(definition).hooks["before_claim"]
+    gone = weakref.ref(definition)
+    registry.unregister(definition.name)
+    del definition
+    gc.collect()
+    assert gone() is None  # nothing of the pipeline's holds it

@@ -10,6 +10,7 @@ stage of its own to check what its credentials grant: it registers a credential 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.utils.module_loading import import_string
@@ -20,20 +21,17 @@ from guarded_tools.pipeline.stages.base import HOOKS, Call, Stage
 #: The built-in stages, in the order a call meets them (the ``STAGES`` setting's default).
 DEFAULT_STAGES: list[str] = list(DEFAULTS["STAGES"])
 
-_resolved: dict[tuple[Any, ...], tuple[type[Stage], ...]] = {}
-
 
 def stage_classes(definition: Any) -> tuple[type[Stage], ...]:
     """The stage classes a call of ``definition`` walks, in order."""
     listed = getattr(definition, "stages", None)
-    configured = tuple(listed if listed is not None else gt_settings.STAGES)
-    found = _resolved.get(configured)
-    if found is None:
-        found = _resolved[configured] = _resolve(configured)
-    return found
+    return _resolve(tuple(listed if listed is not None else gt_settings.STAGES))
 
 
+@functools.lru_cache(maxsize=64)
 def _resolve(configured: tuple[Any, ...]) -> tuple[type[Stage], ...]:
+    """The classes of a stage list, imported once per list (the lists a site's settings
+    and tools name are few; a bounded cache all the same)."""
     return tuple(import_string(c) if isinstance(c, str) else c for c in configured)
 
 

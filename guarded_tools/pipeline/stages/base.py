@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -198,8 +199,11 @@ class Stage:
     def has_work(cls, tool: Tool, hook: str) -> bool:
         """Whether ``hook`` can do anything for a call of ``tool``, decided from the tool's
         definition alone (once per tool): False lets the pipeline skip the hook for that
-        tool's calls. A stage answers False only for its own hook, never for a subclass's
-        override of it; the default, True, always walks the hook."""
+        tool's calls. The default, True, always walks the hook.
+
+        It answers for the hooks of the class that defines it: a hook a subclass
+        implements (a site's stage that overrides a built-in one's hook) is always walked,
+        unless that subclass defines ``has_work`` too (see :func:`plan`)."""
         return True
 
 
@@ -210,20 +214,37 @@ def overriding(classes: tuple[type[Stage], ...], hook: str) -> tuple[int, ...]:
                  if getattr(cls, hook, None) is not getattr(Stage, hook))
 
 
-#: Per tool name and stage list: (the tool, each hook's positions that have work for it).
-_plans: dict[tuple[str, tuple[type[Stage], ...]], tuple[Any, dict[str, tuple[int, ...]]]] = {}
+def decides(cls: type[Stage], hook: str) -> bool:
+    """Whether ``cls.has_work`` decides whether ``hook`` is walked: False when the class
+    that implements ``hook`` is more derived than the one that defines ``has_work`` (its
+    ``has_work`` knows nothing of the override, which is then always walked)."""
+    mro = cls.__mro__
+    decider = next(i for i, k in enumerate(mro) if "has_work" in vars(k))
+    implementer = next((i for i, k in enumerate(mro) if hook in vars(k)), len(mro))
+    return implementer >= decider
+
+
+#: Per tool definition, by identity while it lives: the stage list its plan was made
+#: for, and the plan. A definition's entry goes with it (unregistered, replaced): one
+#: entry per live definition, however many were made. By identity, as a definition may
+#: compare by its fields and hold unhashable ones.
+_plans: dict[int, tuple[tuple[type[Stage], ...], dict[str, tuple[int, ...]]]] = {}
 
 
 def plan(tool: Tool, classes: tuple[type[Stage], ...]) -> dict[str, tuple[int, ...]]:
     """Each hook's stage positions a call of ``tool`` walks: the stages that override it
-    (:func:`overriding`) and have work for this tool (``Stage.has_work``). Decided once
-    per tool definition and stage list."""
-    found = _plans.get((tool.name, classes))
-    if found is not None and found[0] is tool:
+    (:func:`overriding`) and have work for this tool (``Stage.has_work``, asked only where
+    it :func:`decides`). Decided once per tool definition, for the stage list it was last
+    walked with."""
+    found = _plans.get(id(tool))
+    if found is not None and found[0] == classes:
         return found[1]
     hooks = {hook: tuple(i for i in overriding(classes, hook)
-                         if classes[i].has_work(tool, hook)) for hook in HOOKS}
-    _plans[(tool.name, classes)] = (tool, hooks)
+                         if not decides(classes[i], hook) or classes[i].has_work(tool, hook))
+             for hook in HOOKS}
+    if found is None:  # the entry is dropped when the definition is
+        weakref.finalize(tool, _plans.pop, id(tool), None)
+    _plans[id(tool)] = (classes, hooks)
     return hooks
 
 

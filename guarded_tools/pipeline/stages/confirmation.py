@@ -28,7 +28,7 @@ class ConfirmationStage(Stage):
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:
-        if hook == "before_claim" and cls.before_claim is ConfirmationStage.before_claim:
+        if hook == "before_claim":
             return tool.confirm_mode == "always"  # the others are asked after the claim
         return True
 

@@ -23,7 +23,7 @@ class IdempotencyStage(Stage):
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:
-        if hook == "before_claim" and cls.before_claim is IdempotencyStage.before_claim:
+        if hook == "before_claim":
             return tool.idempotent or bool(tool.confirm_mode)  # neither: nothing to do
         return True
 

@@ -31,10 +31,10 @@ class VerificationStage(Stage):
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:
-        own = {"after_execute": VerificationStage.after_execute,
-               "on_replay": VerificationStage.on_replay}.get(hook)
-        if own is not None and getattr(cls, hook) is own and cls.verify is VerificationStage.verify:
-            return tool.verify is not None  # no verify hook: nothing to judge
+        if hook in ("after_execute", "on_replay"):
+            # Both hooks call ``self.verify``, a method of this stage a subclass may
+            # override without touching either hook: its own ``verify`` is work.
+            return tool.verify is not None or cls.verify is not VerificationStage.verify
         return True
 
     def after_execute(self, call: Call, result: Any) -> None:
