@@ -8,6 +8,7 @@ from typing import Any
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.db import connections
 
 from guarded_tools.conf import DEFAULTS, REMOVED, gt_settings
 from guarded_tools.core import hosts
@@ -166,6 +167,10 @@ def check_links(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
 
 @checks.register(checks.Tags.database)
 def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """What the databases' settings do to claims; what differs between databases is the
+    store backends' to say (``features``), as everywhere outside them."""
+    from guarded_tools.store.backends import features
+
     messages: list[checks.CheckMessage] = []
     for alias, config in settings.DATABASES.items():
         if config.get("ATOMIC_REQUESTS"):
@@ -178,19 +183,17 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
                     id="guarded_tools.W001",
                 )
             )
-        if config.get("ENGINE", "").endswith("sqlite3"):
-            options = config.get("OPTIONS", {})
-            if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
-                messages.append(
-                    checks.Warning(
-                        f"SQLite database {alias!r} does not use IMMEDIATE transactions.",
-                        hint='Set OPTIONS={"transaction_mode": "IMMEDIATE", "init_command":'
-                        ' "PRAGMA journal_mode=WAL;"} so concurrent claims wait instead of'
-                        ' failing with "database is locked" (and so atomic tools can run as'
-                        ' one transaction).',
-                        id="guarded_tools.W002",
-                    )
+        if not features(connections[alias]).begins_with_write_lock:  # SQLite's setting
+            messages.append(
+                checks.Warning(
+                    f"SQLite database {alias!r} does not use IMMEDIATE transactions.",
+                    hint='Set OPTIONS={"transaction_mode": "IMMEDIATE", "init_command":'
+                    ' "PRAGMA journal_mode=WAL;"} so concurrent claims wait instead of'
+                    ' failing with "database is locked" (and so atomic tools can run as'
+                    ' one transaction).',
+                    id="guarded_tools.W002",
                 )
+            )
     return messages
 
 
@@ -198,14 +201,14 @@ def check_databases(app_configs: Any = None, **kwargs: Any) -> list[checks.Check
 def check_isolation(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """Atomic tools claim first on a PostgreSQL database above READ COMMITTED."""
     from guarded_tools.core.registry import registry
-    from guarded_tools.store import reads_committed
+    from guarded_tools.store.backends import features
 
     if not gt_settings.ATOMIC_SINGLE_TRANSACTION or not any(t.atomic for t in registry):
         return []
     messages: list[checks.CheckMessage] = []
     for alias, config in settings.DATABASES.items():
         options = config.get("OPTIONS") or {}
-        if "postgresql" in config.get("ENGINE", "") and not reads_committed(options):
+        if features(connections[alias]).isolation_above_read_committed:  # PostgreSQL's
             messages.append(
                 checks.Warning(
                     f"Database {alias!r} runs its transactions above READ COMMITTED"

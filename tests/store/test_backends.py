@@ -273,13 +273,15 @@ def test_a_transition_leaves_its_operation_as_a_read_would_without_reading(
 @pytest.mark.once
 def test_only_the_store_backends_ask_which_database_they_are_on() -> None:
     """Generic code asks the store's ``features``/``ops`` objects, as Django's generic code
-    asks ``connection.features`` and ``connection.ops``, never ``connection.vendor``."""
+    asks ``connection.features`` and ``connection.ops``, never ``connection.vendor``, nor
+    a database's ``ENGINE``, nor names a database in a string to compare with."""
     import re
     from pathlib import Path
 
     import guarded_tools
 
-    asks = re.compile(r"vendor ?[!=]=|\.vendor\b")
+    asks = re.compile(r"vendor ?[!=]=|\.vendor\b|[\[(]\s*[\"']ENGINE[\"']"
+                      r"|[\"'](sqlite3?|postgres(ql)?|mysql|oracle)[\"']")
     root = Path(guarded_tools.__file__).parent
     found = [f"{path.relative_to(root)}:{number}" for path in sorted(root.rglob("*.py"))
              if not path.relative_to(root).as_posix().startswith("store/backends/")
@@ -309,3 +311,13 @@ def test_a_database_without_a_backend_gets_the_defaults() -> None:
     assert features(postgresql).can_lock_keys and features(postgresql).estimates_rows
     assert not features(db("postgresql", isolation_level=3)).can_lock_keys  # SERIALIZABLE
     assert ops(postgresql).key_lock(1, 2) == ("SELECT pg_try_advisory_xact_lock(%s, %s)", [1, 2])
+    # What the system checks ask of a database's settings (W002, W005).
+    assert features(mysql).begins_with_write_lock
+    assert not features(mysql).isolation_above_read_committed
+    assert features(db("sqlite", transaction_mode="immediate")).begins_with_write_lock
+    assert not features(db("sqlite", transaction_mode="EXCLUSIVE")).begins_with_write_lock
+    assert not features(db("sqlite")).begins_with_write_lock
+    assert not features(db("sqlite")).isolation_above_read_committed
+    assert features(postgresql).begins_with_write_lock
+    assert not features(postgresql).isolation_above_read_committed
+    assert features(db("postgresql", isolation_level=3)).isolation_above_read_committed

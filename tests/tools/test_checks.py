@@ -20,6 +20,17 @@ def ids(messages: list[Any]) -> list[str]:
     return [m.id for m in messages]
 
 
+def sites_databases(monkeypatch: Any, databases: dict[str, Any]) -> None:
+    """The checks see ``databases`` as a site's ``DATABASES``, and their connections
+    (never opened) as that site's ``django.db.connections``."""
+    from types import SimpleNamespace
+
+    from django.db.utils import ConnectionHandler
+
+    monkeypatch.setattr("guarded_tools.checks.settings", SimpleNamespace(DATABASES=databases))
+    monkeypatch.setattr("guarded_tools.checks.connections", ConnectionHandler(databases))
+
+
 def test_the_demo_site_passes_every_check() -> None:
     assert check_settings() == [] and check_tools() == [] and check_databases() == []
     assert check_isolation() == [] and check_published_routes() == []
@@ -44,15 +55,15 @@ def test_a_removed_setting_is_accepted_and_warned_of(settings: Any) -> None:
 
 
 def test_atomic_requests_and_sqlite_mode(monkeypatch: Any) -> None:
-    from types import SimpleNamespace
-
     databases = {
         "default": {"ENGINE": "django.db.backends.postgresql", "ATOMIC_REQUESTS": True},
         "other": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"},
+        "waits": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:",
+                  "OPTIONS": {"transaction_mode": "IMMEDIATE"}},
     }
-    monkeypatch.setattr("guarded_tools.checks.settings", SimpleNamespace(DATABASES=databases))
-    found = ids(check_databases())
-    assert "guarded_tools.W001" in found and "guarded_tools.W002" in found
+    sites_databases(monkeypatch, databases)
+    found = [(m.id, m.msg.split("'")[1]) for m in check_databases()]
+    assert found == [("guarded_tools.W001", "default"), ("guarded_tools.W002", "other")]
 
 
 def test_tool_checks(make_tool: Any) -> None:
@@ -76,13 +87,11 @@ def test_invalid_schema_is_refused_at_registration(make_tool: Any) -> None:
 def test_atomic_tools_above_read_committed_are_told_they_claim_first(
     level: int | None, warned: bool, make_tool: Any, monkeypatch: Any, settings: Any
 ) -> None:
-    from types import SimpleNamespace
-
     from django.db.backends.postgresql.psycopg_any import IsolationLevel
 
     options = {} if level is None else {"isolation_level": IsolationLevel(level)}
     databases = {"default": {"ENGINE": "django.db.backends.postgresql", "OPTIONS": options}}
-    monkeypatch.setattr("guarded_tools.checks.settings", SimpleNamespace(DATABASES=databases))
+    sites_databases(monkeypatch, databases)
     make_tool(atomic=True)
     assert ids(check_isolation()) == (["guarded_tools.W005"] if warned else [])
     one_transaction(settings, False)  # atomic tools claim first anyway: nothing to say

@@ -36,6 +36,20 @@ class StoreFeatures:
         """Whether an atomic tool's call can lock its key and run as one transaction."""
         return False
 
+    @property
+    def begins_with_write_lock(self) -> bool:
+        """Whether the database's ``OPTIONS`` have each transaction take its write lock as
+        it begins, where the database has such a setting, so that concurrent claims wait
+        for each other instead of failing ("database is locked"). True where it has none."""
+        return True
+
+    @property
+    def isolation_above_read_committed(self) -> bool:
+        """Whether the database's ``OPTIONS`` run its transactions above READ COMMITTED,
+        where an atomic tool's call cannot lock its key (it claims first, as other tools
+        do). False where the database has no such setting."""
+        return False
+
 
 class StoreOperations:
     """How the store does what differs between databases (``ops(connection)``)."""

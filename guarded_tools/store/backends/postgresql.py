@@ -47,6 +47,10 @@ class Features(StoreFeatures):
         committed before it (``reads_committed``)."""
         return reads_committed(self.options)
 
+    @property
+    def isolation_above_read_committed(self) -> bool:
+        return not reads_committed(self.options)
+
 
 class Operations(StoreOperations):
     def key_lock(self, lock_class: int, key_hash: int) -> Statement | None:

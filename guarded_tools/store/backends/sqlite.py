@@ -44,6 +44,11 @@ class Features(StoreFeatures):
         mode = str(self.options.get("transaction_mode") or "").upper()
         return mode in ("IMMEDIATE", "EXCLUSIVE")
 
+    @property
+    def begins_with_write_lock(self) -> bool:
+        """``transaction_mode`` IMMEDIATE, the mode the system check asks for."""
+        return str(self.options.get("transaction_mode") or "").upper() == "IMMEDIATE"
+
 
 class Operations(StoreOperations):
     """SQLite: the open transaction holds the write lock already; no estimates."""
