@@ -46,6 +46,12 @@ def _known_permissions() -> set[str]:
     return known
 
 
+def _settings_readable() -> bool:
+    """Whether ``gt_settings`` can read ``GUARDED_TOOLS``: a dict (E001 tells a site whose
+    setting is not one); the checks below read every value through it then."""
+    return isinstance(getattr(settings, "GUARDED_TOOLS", {}) or {}, dict)
+
+
 @checks.register(checks.Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     messages: list[checks.CheckMessage] = []
@@ -74,6 +80,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
                 id="guarded_tools.E001",
             )
         )
+    # The values as the site wrote them, from the dict itself: this check judges them
+    # before anything reads (and keeps) them through ``gt_settings``.
     for name in POSITIVE_INTS:
         value = user.get(name, DEFAULTS[name])
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
@@ -139,10 +147,9 @@ def check_step_up() -> list[checks.CheckMessage]:
 @checks.register(checks.Tags.compatibility)
 def check_links(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     """The host approvers' emails link to: named, absolute, or the emails carry no link."""
-    user = getattr(settings, "GUARDED_TOOLS", {}) or {}
-    if not isinstance(user, dict):
+    if not _settings_readable():
         return []  # E001 says so
-    base = user.get("CONSOLE_BASE_URL", DEFAULTS["CONSOLE_BASE_URL"])
+    base = gt_settings.CONSOLE_BASE_URL
     if base:
         problem = hosts.base_url_problem(base)
         return [] if problem is None else [checks.Error(
@@ -151,8 +158,7 @@ def check_links(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
             " 'https://ops.example.com'; until then approvers' emails carry no link.",
             id="guarded_tools.E013",
         )]
-    notify = user.get("CONFIRMATION_NOTIFY_EMAIL", DEFAULTS["CONFIRMATION_NOTIFY_EMAIL"])
-    if not notify or not apps.is_installed("django.contrib.admin"):
+    if not gt_settings.CONFIRMATION_NOTIFY_EMAIL or not apps.is_installed("django.contrib.admin"):
         return []
     return [checks.Warning(
         "Approvers' emails carry no link to the request: GUARDED_TOOLS['CONSOLE_BASE_URL']"
@@ -559,12 +565,9 @@ def check_deployment(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
             id="guarded_tools.W016",
         ))
     messages.extend(_check_broker())
-    user = getattr(settings, "GUARDED_TOOLS", {}) or {}
-    notify = user.get("CONFIRMATION_NOTIFY_EMAIL", DEFAULTS["CONFIRMATION_NOTIFY_EMAIL"]) \
-        if isinstance(user, dict) else False
-    said = notify and apps.is_installed("django.contrib.admin")  # W013 says it already
-    if isinstance(user, dict) and not said \
-            and not user.get("CONSOLE_BASE_URL", DEFAULTS["CONSOLE_BASE_URL"]):
+    if _settings_readable() and not gt_settings.CONSOLE_BASE_URL and not (
+            gt_settings.CONFIRMATION_NOTIFY_EMAIL  # with the admin, W013 says it already
+            and apps.is_installed("django.contrib.admin")):
         messages.append(checks.Warning(
             "GUARDED_TOOLS['CONSOLE_BASE_URL'] is not set: approvers' emails and the links"
             " read away from a request carry no address of the site.",

@@ -164,3 +164,18 @@ def test_agent_authentication_can_be_named(settings: Any) -> None:
         "AGENT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.BasicAuthentication"],
     }
     assert check_settings() == [] and check_published_routes() == []
+
+
+def test_the_checks_read_the_settings_through_the_settings_object() -> None:
+    """Only ``check_settings`` reads values from the ``GUARDED_TOOLS`` dict itself (it
+    judges them as the site wrote them); every other check reads them through
+    ``gt_settings``, as the rest of the app does."""
+    import inspect
+    import re
+
+    from guarded_tools import checks
+    from guarded_tools.conf import DEFAULTS
+
+    source = inspect.getsource(checks).replace(inspect.getsource(checks.check_settings), "")
+    read = re.findall(r"""\.get\(\s*["'](\w+)["']""", source)
+    assert [name for name in read if name in DEFAULTS] == []
