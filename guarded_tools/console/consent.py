@@ -45,7 +45,6 @@ from guarded_tools.models import Confirmation, ConfirmationStatus
 
 __all__ = ["ConsentView", "PasswordStepUp"]
 
-URL_NAME = confirmations.CONSENT_URL_NAME
 REASON_MAX_CHARS = 2000
 logger = logging.getLogger("guarded_tools.consent")
 

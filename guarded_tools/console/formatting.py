@@ -19,10 +19,8 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
-from guarded_tools.core.times import LOCAL_TIME_FORMAT, local_time
+from guarded_tools.core.times import local_time
 
-#: The one date format of the console's pages: to the second, with the time zone.
-TIME_FORMAT = LOCAL_TIME_FORMAT
 #: A timeline's times: to the millisecond, with the zone.
 PRECISE_TIME_FORMAT = r"Y-m-d H:i:s.\M\M\M T"  # MMM: the milliseconds
 

@@ -6,18 +6,22 @@ The path of one call::
                            authorize) ─► idempotency (key) ─► policy (the rule) ─► budget
                            (the amount) ─► confirmation ("always")
     the claim, and the way it says the call goes (below)
-    stages, after_claim:   budget (reserve) ─► confirmation (precheck; "effect-only",
-                           "owner"), fresh claims only
-    execution (the handler) ─► [raised] release (budget: on_release) | recover
+    stages, after_claim:   budget (reserve) ─► allowance (a standing approval) ─►
+                           confirmation (precheck; "effect-only", "owner"), fresh claims
+                           only
+    execution (the handler) ─► [raised] release (budget, allowance: on_release) | recover
                                         | outcome_unknown
     stages, after_execute: output budget ─► verification ─► complete
+    stages, on_replay:     verification (a stored result answered again)
+    stages, on_read:       context ─► authorization (a read of the call's state)
 
 The stages are classes (``guarded_tools.pipeline.stages``) listed in the ``STAGES`` setting
 or a tool's ``stages``: a site adds or replaces one there, without subclassing this class
 (``PIPELINE_CLASS`` still can). Each stage sees only the call (``stages.Call``): the
 tool, the invocation, its key and scope, its signal, the store, the events. The policy
-stage decides the approval rule before the claim, and the budget stage reserves after a
-fresh claim (both are in the default list). Callers above the pipeline (the transports,
+stage decides the approval rule before the claim, the budget stage reserves after a fresh
+claim, and the allowance stage runs a call within a standing approval without asking
+anyone (all three are in the default list). Callers above the pipeline (the transports,
 the tasks, the console) go through one façade, :mod:`guarded_tools.pipeline.gateway`,
 which builds pipelines with :func:`get_pipeline`, the one factory.
 
