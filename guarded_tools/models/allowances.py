@@ -34,9 +34,10 @@ class AllowanceStatus(models.TextChoices):
 class AllowanceQuerySet(models.QuerySet["Allowance"]):
     """Allowances by what a call asks of them: the active ones, a principal's."""
 
-    def active(self) -> AllowanceQuerySet:
-        """Active and not expired (on the database clock)."""
-        return self.filter(status=AllowanceStatus.ACTIVE, expires_at__gt=Now())
+    def active(self, now: datetime | None = None) -> AllowanceQuerySet:
+        """Active and not expired at ``now`` (a call's clock), else on the database's."""
+        return self.filter(status=AllowanceStatus.ACTIVE,
+                           expires_at__gt=Now() if now is None else now)
 
     def for_principal(self, user: Any, application: str = "") -> AllowanceQuerySet:
         """Those granted to ``user``, to a group of theirs, or to the OAuth application

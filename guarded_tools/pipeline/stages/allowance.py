@@ -83,7 +83,7 @@ class AllowanceStage(Stage):
         inv = call.inv
         # The call's clock, as the budgets': its windows are the budgets' windows.
         now = call.now(claim)
-        found = list(Allowance.objects.using(router.db_for_write(Allowance)).active()
+        found = list(Allowance.objects.using(router.db_for_write(Allowance)).active(now)
                      .for_principal(inv.user, application_of(inv))
                      .filter(tool=call.tool.name).with_use(now).order_by("pk"))
         passed: list[str] = []
