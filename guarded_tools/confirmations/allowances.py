@@ -375,21 +375,27 @@ def stopped(allowance: Allowance, policy: Policy | None) -> str | None:
     return None
 
 
+def bounds(allowance: Allowance) -> list[str]:
+    """Its bounds, one phrase each: "up to 5 calls and 300.00 per day", "at most 100.00
+    a call", "receiverId in r-17" (its end aside)."""
+    per = allowance.budget.per
+    window = []
+    if allowance.count is not None:
+        window.append(f"{allowance.count} calls")
+    if allowance.limit is not None:
+        window.append(f"{allowance.limit:.2f}")
+    phrases = [f"up to {' and '.join(window)} per {per}"]
+    if allowance.per_call is not None:
+        phrases.append(f"at most {allowance.per_call:.2f} a call")
+    for field, allowed in sorted((allowance.constraints or {}).items()):
+        phrases.append(f"{field} in {', '.join(str(v) for v in allowed)}")
+    return phrases
+
+
 def bounds_text(allowance: Allowance) -> str:
     """Its bounds in words: "up to 5 calls and 300.00 per day, at most 100.00 a call,
     receiverId in r-17, until 2026-12-31 23:59:59 UTC"."""
-    per = allowance.budget.per
-    parts = []
-    if allowance.count is not None:
-        parts.append(f"{allowance.count} calls")
-    if allowance.limit is not None:
-        parts.append(f"{allowance.limit:.2f}")
-    text = f"up to {' and '.join(parts)} per {per}"
-    if allowance.per_call is not None:
-        text += f", at most {allowance.per_call:.2f} a call"
-    for field, allowed in sorted((allowance.constraints or {}).items()):
-        text += f", {field} in {', '.join(str(v) for v in allowed)}"
-    return text + f", until {until(allowance.expires_at)}"
+    return ", ".join([*bounds(allowance), f"until {until(allowance.expires_at)}"])
 
 
 def until(when: datetime) -> str:
