@@ -20,9 +20,10 @@ from django.db import router, transaction
 from django.db.models.functions import Now
 from django.utils import timezone
 
+from guarded_tools.core.call import user_row
 from guarded_tools.core.policy import Approvers, Owner, Policy, Refuse, Rule, Run
 from guarded_tools.core.registry import registry
-from guarded_tools.core.times import timestamp
+from guarded_tools.core.times import local_time, timestamp
 from guarded_tools.models import (
     Allowance,
     AllowanceStatus,
@@ -41,8 +42,8 @@ PROBES = (Decimal(1), Decimal("0.5"), Decimal("0.1"), Decimal("0.01"), Decimal(0
 #: The most combinations of constrained values tried.
 MOST_COMBINATIONS = 50
 
-__all__ = ["GrantRefused", "Requirement", "grant", "like_request", "propose", "requirement",
-           "revoke", "suspend", "takes_allowances", "words_for_agent"]
+__all__ = ["GrantRefused", "Requirement", "grant", "like_request", "propose",
+           "requirement", "revoke", "suspend", "takes_allowances", "words_for_agent"]
 
 
 class GrantRefused(Exception):
@@ -239,6 +240,19 @@ def propose(allowance: Allowance, user: Any, *, base: Mapping[str, Any] | None =
     return allowance
 
 
+def audit(action: str, allowance: Any, tool: str, *, actor: Any, status: str, note: str = "",
+          using: str | None = None, operation_id: Any = None, confirmation_id: Any = None,
+          **data: Any) -> AuditEntry:
+    """The audit trail's entry for what happened to allowance ``allowance`` (its id) of
+    ``tool``: granted, revoked, suspended, used by a call or given back. ``actor`` is the
+    person (None: the system); a user object that is no row is kept without one. ``data``
+    adds to the allowance's id and tool."""
+    return AuditEntry.objects.using(using or router.db_for_write(AuditEntry)).create(
+        actor=user_row(actor), action=action, note=note, status=status,
+        operation_id=operation_id, confirmation_id=confirmation_id,
+        data={"allowance": allowance, "tool": tool, **data})
+
+
 def grant(allowance: Allowance, user: Any, note: str = "", *,
           verified_by: str = "") -> Allowance:
     """``user``'s grant of a pending (or suspended: granted again) ``allowance``, under its
@@ -277,14 +291,12 @@ def _grant(row: Allowance, user: Any, note: str, verified_by: str, using: str) -
         approvals=given, status=AllowanceStatus.ACTIVE if done else AllowanceStatus.PENDING,
         status_reason="", **({"granted_at": Now()} if done else {}))
     row.refresh_from_db(using=using)
-    AuditEntry.objects.using(using).create(
-        actor=user, action=AuditEntry.Action.ALLOWANCE_GRANT, note=note,
-        confirmation_id=row.confirmation_id, status=row.status,
-        data={"allowance": row.pk, "tool": row.tool, "principal": row.principal,
-              "bounds": bounds_text(row), "rule": row.policy_rule,
-              "policy_version": row.policy_version,
-              "granted": f"{len(given)} of {max(row.approvals_required, 1)} grants given",
-              **({"verified_by": verified_by} if verified_by else {})})
+    audit(AuditEntry.Action.ALLOWANCE_GRANT, row.pk, row.tool, actor=user,
+          status=row.status, note=note, using=using, confirmation_id=row.confirmation_id,
+          principal=row.principal, bounds=bounds_text(row), rule=row.policy_rule,
+          policy_version=row.policy_version,
+          granted=f"{len(given)} of {max(row.approvals_required, 1)} grants given",
+          **({"verified_by": verified_by} if verified_by else {}))
     record_in_admin_history(user, row, f"Granted ({len(given)} of"
                             f" {max(row.approvals_required, 1)})" + (f": {note}" if note else ""))
 
@@ -317,11 +329,9 @@ def revoke(allowance: Allowance, user: Any, note: str = "") -> bool:
             status=AllowanceStatus.REVOKED, revoked_by=user, revoked_at=Now(),
             status_reason=note)
         if done:
-            AuditEntry.objects.using(using).create(
-                actor=user, action=AuditEntry.Action.ALLOWANCE_REVOKE, note=note,
-                status=AllowanceStatus.REVOKED,
-                data={"allowance": allowance.pk, "tool": allowance.tool,
-                      "principal": allowance.principal})
+            audit(AuditEntry.Action.ALLOWANCE_REVOKE, allowance.pk, allowance.tool,
+                  actor=user, status=AllowanceStatus.REVOKED, note=note, using=using,
+                  principal=allowance.principal)
             record_in_admin_history(user, allowance, "Revoked" + (f": {note}" if note else ""))
     allowance.refresh_from_db(using=using)
     return bool(done)
@@ -334,11 +344,9 @@ def suspend(allowance: Allowance, why: str) -> bool:
         pk=allowance.pk, status=AllowanceStatus.ACTIVE).update(
         status=AllowanceStatus.SUSPENDED, status_reason=why)
     if done:
-        AuditEntry.objects.using(using).create(
-            actor=None, action=AuditEntry.Action.ALLOWANCE_SUSPEND, note=why,
-            status=AllowanceStatus.SUSPENDED,
-            data={"allowance": allowance.pk, "tool": allowance.tool,
-                  "principal": allowance.principal})
+        audit(AuditEntry.Action.ALLOWANCE_SUSPEND, allowance.pk, allowance.tool, actor=None,
+              status=AllowanceStatus.SUSPENDED, note=why, using=using,
+              principal=allowance.principal)
         allowance.status = AllowanceStatus.SUSPENDED
     return bool(done)
 
@@ -367,29 +375,38 @@ def stopped(allowance: Allowance, policy: Policy | None) -> str | None:
     return None
 
 
+def bounds(allowance: Allowance) -> list[str]:
+    """Its bounds, one phrase each: "up to 5 calls and 300.00 per day", "at most 100.00
+    a call", "receiverId in r-17" (its end aside)."""
+    per = allowance.budget.per
+    window = []
+    if allowance.count is not None:
+        window.append(f"{allowance.count} calls")
+    if allowance.limit is not None:
+        window.append(f"{allowance.limit:.2f}")
+    phrases = [f"up to {' and '.join(window)} per {per}"]
+    if allowance.per_call is not None:
+        phrases.append(f"at most {allowance.per_call:.2f} a call")
+    for field, allowed in sorted((allowance.constraints or {}).items()):
+        phrases.append(f"{field} in {', '.join(str(v) for v in allowed)}")
+    return phrases
+
+
 def bounds_text(allowance: Allowance) -> str:
     """Its bounds in words: "up to 5 calls and 300.00 per day, at most 100.00 a call,
-    receiverId in r-17, until 31 Dec 2026"."""
-    per = allowance.budget.per
-    parts = []
-    if allowance.count is not None:
-        parts.append(f"{allowance.count} calls")
-    if allowance.limit is not None:
-        parts.append(f"{allowance.limit:.2f}")
-    text = f"up to {' and '.join(parts)} per {per}"
-    if allowance.per_call is not None:
-        text += f", at most {allowance.per_call:.2f} a call"
-    for field, allowed in sorted((allowance.constraints or {}).items()):
-        text += f", {field} in {', '.join(str(v) for v in allowed)}"
-    return text + f", until {until(allowance.expires_at)}"
+    receiverId in r-17, until 2026-12-31 23:59:59 UTC"."""
+    return ", ".join([*bounds(allowance), f"until {until(allowance.expires_at)}"])
 
 
 def until(when: datetime) -> str:
-    return timezone.localtime(when).strftime("%d %b %Y").lstrip("0")
+    """When an allowance ends, as the console shows every time: in the current time zone,
+    to the second, with the zone ("2026-12-31 23:59:59 UTC")."""
+    return local_time(when)
 
 
 def left_text(allowance: Allowance, now: datetime | None = None) -> str:
-    """What is left now: "2 calls and 300.00 left this day"."""
+    """What is left now: "2 calls and 300.00 left this day". Counted in one query, or
+    in none for an allowance read ``with_use`` in the same window."""
     calls, left = remaining(allowance, now or timezone.now())
     parts = []
     if calls is not None:
@@ -413,7 +430,8 @@ def words_for_agent(definition: Any, user: Any, application: str = "") -> list[s
     sentence each, for ``tools/list`` (none for a tool whose rules take none)."""
     if not takes_allowances(getattr(definition, "confirm", None)):
         return []
+    now = timezone.now()
     found = Allowance.objects.active().for_principal(user, application).filter(
-        tool=definition.name)
+        tool=definition.name).with_use(now)
     return [f"Runs without approval under your allowance #{a.pk} ({bounds_text(a)}):"
-            f" {left_text(a)}, until {until(a.expires_at)}." for a in found[:5]]
+            f" {left_text(a, now)}, until {until(a.expires_at)}." for a in found[:5]]

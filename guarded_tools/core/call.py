@@ -123,6 +123,19 @@ class GuardEvent:
     trace: Mapping[str, str] = field(default_factory=dict)
 
 
+def user_row(user: Any) -> Any:
+    """``user`` when it is a row of the user model (a session's lazy one included), else None.
+
+    Anonymous callers and user objects that are no row (a stateless token's user, which
+    has a ``pk`` but no table) are stored without one; their scope keeps their keys apart.
+    """
+    from django.contrib.auth import get_user_model
+
+    if getattr(user, "pk", None) is None:
+        return None
+    return user if isinstance(user, get_user_model()) else None
+
+
 def principal_scope(user: Any, principal: str | None) -> str | None:
     """Whose keys these are. Keys never cross principals."""
     if principal:

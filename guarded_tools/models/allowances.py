@@ -3,15 +3,17 @@ within bounds people granted, and the counters their calls use."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
-from django.db.models.functions import Now
+from django.db.models import Case, Count, OuterRef, Q, Subquery, Sum, Value, When
+from django.db.models.functions import Coalesce, Now
 from django.utils.translation import gettext_lazy as _
 
+from guarded_tools.core.call import user_row
 from guarded_tools.core.policy import Budget
 
 
@@ -32,19 +34,41 @@ class AllowanceStatus(models.TextChoices):
 class AllowanceQuerySet(models.QuerySet["Allowance"]):
     """Allowances by what a call asks of them: the active ones, a principal's."""
 
-    def active(self) -> AllowanceQuerySet:
-        """Active and not expired (on the database clock)."""
-        return self.filter(status=AllowanceStatus.ACTIVE, expires_at__gt=Now())
+    def active(self, now: datetime | None = None) -> AllowanceQuerySet:
+        """Active and not expired at ``now`` (a call's clock), else on the database's."""
+        return self.filter(status=AllowanceStatus.ACTIVE,
+                           expires_at__gt=Now() if now is None else now)
 
     def for_principal(self, user: Any, application: str = "") -> AllowanceQuerySet:
         """Those granted to ``user``, to a group of theirs, or to the OAuth application
-        the call came through."""
+        the call came through. A user object that is no row of the user model (a
+        stateless token's user) has no allowances of its own: its ``pk`` names no user
+        here, as its calls are kept apart from that user's (``user_row``)."""
         who = Q(pk__in=[])
-        if getattr(user, "pk", None) is not None and getattr(user, "is_authenticated", False):
-            who |= Q(user_id=user.pk) | Q(group__in=user.groups.all())
+        row = user_row(user)
+        if row is not None and getattr(row, "is_authenticated", False):
+            who |= Q(user_id=row.pk) | Q(group__in=row.groups.all())
         if application:
             who |= Q(application=application)
         return self.filter(who)
+
+    def with_use(self, now: datetime) -> AllowanceQuerySet:
+        """Each with what its calls used in the window ``now`` falls in, read in the same
+        query (``used_calls``, ``used_sum``, and ``use_window``, that window's start):
+        ``guarded_tools.store.allowances.remaining`` reads them instead of counting."""
+        starts = [(window, Budget(name=window, window=window).window_start(now))
+                  for window, _label in WINDOWS]
+        uses = AllowanceUse.objects.filter(
+            counter__allowance=OuterRef("pk"), counter__window_start=OuterRef("use_window"),
+        ).order_by().values("counter__allowance")
+        amount = models.DecimalField(max_digits=30, decimal_places=4)
+        return self.annotate(use_window=Case(
+            *[When(window=window, then=Value(start)) for window, start in starts],
+            output_field=models.DateTimeField())).annotate(
+            used_calls=Coalesce(Subquery(uses.annotate(n=Count("pk")).values("n")), 0),
+            used_sum=Coalesce(Subquery(uses.annotate(total=Sum("amount")).values("total"),
+                                       output_field=amount),
+                              Value(Decimal(0)), output_field=amount))
 
 
 WINDOWS = [("day", _("day")), ("week", _("week")), ("month", _("month"))]

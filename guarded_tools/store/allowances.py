@@ -20,17 +20,9 @@ from django.db import router, transaction
 from django.db.models import Count, Sum
 
 from guarded_tools.models import Allowance, AllowanceCounter, AllowanceStatus, AllowanceUse
+from guarded_tools.store.values import locked_counter
 
 __all__ = ["give_back", "remaining", "use"]
-
-
-def locked_counter(allowance: Allowance, start: datetime, using: str) -> AllowanceCounter:
-    """The allowance's counter for the window starting at ``start``, locked for the
-    caller's transaction."""
-    counters = AllowanceCounter.objects.using(using)
-    counter, _ = counters.get_or_create(allowance_id=allowance.pk, window_start=start)
-    counters.select_for_update().filter(pk=counter.pk).first()  # the lock
-    return counter
 
 
 def used(counter_filter: dict[str, Any], using: str) -> tuple[int, Decimal]:
@@ -48,7 +40,8 @@ def use(allowance: Allowance, now: datetime, amount: Decimal,
     using = router.db_for_write(AllowanceUse)
     with transaction.atomic(using=using):
         start = allowance.budget.window_start(now)
-        counter = locked_counter(allowance, start, using)
+        counter = locked_counter(AllowanceCounter, using, allowance_id=allowance.pk,
+                                 window_start=start)
         # Under the lock: a revocation committed before it is seen.
         if not Allowance.objects.using(using).filter(
                 pk=allowance.pk, status=AllowanceStatus.ACTIVE).exists():
@@ -80,11 +73,15 @@ def give_back(operation_id: Any) -> list[int]:
 
 def remaining(allowance: Allowance, now: datetime) -> tuple[int | None, Decimal | None]:
     """What is left of ``allowance`` in the window ``now`` falls in: calls, sum (None:
-    not bounded that way)."""
-    using = router.db_for_read(AllowanceUse)
+    not bounded that way). An allowance read with ``Allowance.objects.with_use(now)``
+    carries its use already (no query); another is counted in one."""
     start = allowance.budget.window_start(now)
-    n, total = used({"counter__allowance_id": allowance.pk, "counter__window_start": start},
-                    using)
+    if getattr(allowance, "use_window", None) == start:
+        n, total = allowance.used_calls, allowance.used_sum  # type: ignore[attr-defined]
+    else:
+        using = router.db_for_read(AllowanceUse)
+        n, total = used({"counter__allowance_id": allowance.pk,
+                         "counter__window_start": start}, using)
     calls = None if allowance.count is None else max(allowance.count - n, 0)
     left = None if allowance.limit is None else max(allowance.limit - total, Decimal(0))
     return calls, left

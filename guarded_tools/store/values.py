@@ -10,20 +10,23 @@ import hashlib
 import os
 import uuid
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
+from django.db import models, transaction
 from django.db.models import DateTimeField, ExpressionWrapper, Value
 from django.db.models.functions import Now
 
+from guarded_tools.core.call import user_row as user_row  # re-exported
 from guarded_tools.core.jsonvalues import JSON_ENCODER as JSON_ENCODER  # re-exported
 from guarded_tools.core.jsonvalues import storable_json as storable_json
 from guarded_tools.models import OperationState
 
 #: First key of the advisory locks taken on PostgreSQL (``pg_try_advisory_xact_lock(int, int)``):
 #: "gt" and 1, so that the locks are recognisable in ``pg_locks`` (``classid``).
+CounterT = TypeVar("CounterT", bound=models.Model)
+
 LOCK_CLASS = 0x6774_0001
 COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUTCOME_UNKNOWN)
 NESTED_TRANSACTION = (
@@ -57,17 +60,18 @@ def refuse_enclosing_transaction(connection: Any) -> None:
         raise NestedTransaction(NESTED_TRANSACTION) from exc
 
 
-def user_row(user: Any) -> Any:
-    """``user`` when it is a row of the user model (a session's lazy one included), else None.
+def locked_counter(model: type[CounterT], using: str, **identity: Any) -> CounterT:
+    """The counter row of ``model`` that ``identity`` names (a budget's or an allowance's
+    for one window), created if missing, then locked for the caller's transaction
+    (``select_for_update``; on SQLite the write transaction serialises).
 
-    Anonymous callers and user objects that are no row (a stateless token's user, which
-    has a ``pk`` but no table) are stored without one; their scope keeps their keys apart.
+    Call it inside ``transaction.atomic(using=using)``: the lock lasts until the block
+    ends, so two calls counting against one row are serialised by it.
     """
-    from django.contrib.auth import get_user_model
-
-    if getattr(user, "pk", None) is None:
-        return None
-    return user if isinstance(user, get_user_model()) else None
+    counters = model._default_manager.using(using)
+    counter, _ = counters.get_or_create(**identity)
+    counters.select_for_update().filter(pk=counter.pk).first()  # the lock
+    return counter
 
 
 def fingerprint(value: Any) -> str:

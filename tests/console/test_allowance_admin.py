@@ -191,3 +191,44 @@ def test_mark_not_executed_gives_the_use_back_once(make_tool: Any, client_for: A
     assert call(agent, definition.name, payment(100)).status_code == 200
     assert call(agent, definition.name, payment(100)).status_code == 202  # 2 of 2 used
     assert AuditEntry.objects.filter(action="allowance_return").count() == 1
+
+
+def test_the_list_shows_one_bound_a_line_and_the_end_to_the_second(
+        make_tool: Any, alice: Any, granters: list[Any]) -> None:
+    from guarded_tools.confirmations import allowances
+    from tests.pipeline.allowance_support import bounds
+
+    definition = make_tool(Effects(), confirm=allowing(), input_schema=SCHEMA)
+    allowance = allowances.propose(bounds(definition.name, alice), granters[0])
+    page = browser(granters[1]).get(LIST).content.decode()
+    assert 'href="/static/guarded_tools/admin.css"' in page
+    cell = re.search(r'<td class="field-bounds">(.*?)</td>', page)
+    assert cell is not None and re.findall(r'<span class="gt-bound">([^<]*)</span>',
+                                           cell.group(1)) == [
+        "up to 3 calls and 900.00 per day", "at most 300.00 a call", "receiverId in r-17"]
+    end = re.search(r'<td class="field-until">([^<]*)</td>', page)
+    assert end is not None and re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC", end.group(1))
+    detail = browser(granters[1]).get(f"{LIST}{allowance.pk}/change/").content.decode()
+    assert detail.count('<span class="gt-bound">') == 3
+
+
+def test_an_operation_run_under_an_allowance_heads_its_page_once(
+        make_tool: Any, client_for: Any, alice: Any, user_factory: Any,
+        granters: list[Any]) -> None:
+    from django.utils.html import escape
+
+    from guarded_tools.confirmations import allowances
+    from guarded_tools.models import Operation
+    from tests.pipeline.allowance_support import bounds
+
+    definition = make_tool(Effects(), confirm=allowing(), input_schema=SCHEMA)
+    allowances.propose(bounds(definition.name, alice), granters[0])
+    assert call(client_for(alice), definition.name, payment(200)).status_code == 200
+    operation = Operation.objects.get()
+    staff = browser(user_factory("root", is_staff=True, is_superuser=True))
+    body = staff.get(f"/admin/guarded_tools/operation/{operation.pk}/change/").content.decode(
+        ).split("<body")[1]
+    assert re.search(r'<h1 class="gt-subject" data-testid="summary">[^<]*amount 200', body)
+    assert body.count("<h1") == 1 and "View operation" not in body
+    assert body.count(escape(str(operation))) == 1  # the breadcrumbs name the row
+    assert f'data-testid="key">{operation.key}<' in body

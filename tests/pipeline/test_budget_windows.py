@@ -5,7 +5,7 @@ With the site in Europe/Paris: a call at 23:30 and one at 00:10 there fall in tw
 clocks go forward lasts 23 hours. Over REST with a token and with a session, the 429 says
 when the window frees in the site's time and ``budget.frees_at`` is that instant; the
 budget use page shows the same start and end. The call's clock is the database's; here
-it is set by hand (``BudgetStage.db_now``) to the instants each case needs.
+it is set by hand (``Call.now``, the call's one clock) to the instants each case needs.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import pytest
 
 from guarded_tools import Budget, Policy, Rule, Run
 from guarded_tools.models import BudgetCounter
-from guarded_tools.pipeline.stages.budget import BudgetStage
+from guarded_tools.pipeline.stages.base import Call
 from tests.conftest import Effects, key
 from tests.pipeline.policy_support import URL
 
@@ -43,7 +43,7 @@ def paris(settings: Any) -> None:
 def clock(monkeypatch: Any) -> list[datetime]:
     """The instant the budget stage reads as the database's clock: ``clock[0]``."""
     now = [utc("2026-03-28T12:00:00")]
-    monkeypatch.setattr(BudgetStage, "db_now", lambda self, claim, using: now[0])
+    monkeypatch.setattr(Call, "now", lambda self, claim: now[0])
     return now
 
 

@@ -18,7 +18,7 @@ from django.contrib.auth import get_permission_codename
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
@@ -27,6 +27,7 @@ from guarded_tools.console.admin.common import SafeLookupsMixin
 from guarded_tools.console.formatting import when
 from guarded_tools.core.registry import registry
 from guarded_tools.models import Allowance, AllowanceStatus, Confirmation
+from guarded_tools.models.allowances import AllowanceQuerySet
 
 APPROVE = allowances.APPROVE_PERMISSION
 
@@ -115,9 +116,19 @@ class AllowanceAdmin(SafeLookupsMixin, admin.ModelAdmin):
                                   "constraints", "expires_at"]}),
         (None, {"fields": ["note", "confirmation"]}),
     ]
+    class Media:
+        css = {"all": ["guarded_tools/admin.css"]}
+
     shown = ["number", "tool", "principal", "state", "status_reason", "bounds", "until", "left",
              "granted_by", "required", "policy_rule", "policy_version", "request", "note",
              "created", "revoked_by", "revoked"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Allowance]:
+        """With what each used in its window now, read in the same query (the "left now"
+        column costs no query per row)."""
+        found = super().get_queryset(request)
+        assert isinstance(found, AllowanceQuerySet)
+        return found.with_use(timezone.now())
 
     # -- who sees and does what ----------------------------------------------------------
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
@@ -229,7 +240,10 @@ class AllowanceAdmin(SafeLookupsMixin, admin.ModelAdmin):
 
     @admin.display(description=_("bounds"))
     def bounds(self, obj: Allowance) -> str:
-        return allowances.bounds_text(obj).rsplit(", until ", 1)[0]
+        """One bound a line (the window's, the per-call, each constraint), each kept whole
+        where it fits: a narrow column never breaks a phrase into its words."""
+        return format_html_join("", '<span class="gt-bound">{}</span>',
+                                ((phrase,) for phrase in allowances.bounds(obj)))
 
     @admin.display(description=_("left now"))
     def left(self, obj: Allowance) -> str:

@@ -26,14 +26,13 @@ from decimal import Decimal
 from typing import Any
 
 from django.db import router
-from django.db.models.functions import Now
 
 from guarded_tools.confirmations import allowances
 from guarded_tools.core.policy import Approvers, Owner, Policy, Rule, Run
 from guarded_tools.models import Allowance, AuditEntry
 from guarded_tools.models.allowances import amount_of
 from guarded_tools.pipeline.stages.base import Call, Stage
-from guarded_tools.store import Claim, user_row
+from guarded_tools.store import Claim
 from guarded_tools.store.allowances import give_back, use
 from guarded_tools.store.history import Kind, actor_label, record
 
@@ -82,9 +81,11 @@ class AllowanceStage(Stage):
             return
         policy = call.tool.confirm if isinstance(call.tool.confirm, Policy) else None
         inv = call.inv
-        found = list(Allowance.objects.using(router.db_for_write(Allowance)).active()
+        # The call's clock, as the budgets': its windows are the budgets' windows.
+        now = call.now(claim)
+        found = list(Allowance.objects.using(router.db_for_write(Allowance)).active(now)
                      .for_principal(inv.user, application_of(inv))
-                     .filter(tool=call.tool.name).annotate(db_now=Now()).order_by("pk"))
+                     .filter(tool=call.tool.name).with_use(now).order_by("pk"))
         passed: list[str] = []
         for allowance in found:
             why = allowance.refuses(inv.input) or covers(allowance, rule, inv)
@@ -98,11 +99,11 @@ class AllowanceStage(Stage):
                 amount = (amount_of(inv.input, allowance.sum_field) or Decimal(0)
                           if allowance.sum_field else Decimal(0))
                 operation_id = claim.operation.pk if claim is not None else None
-                why = use(allowance, allowance.db_now, amount, operation_id)
+                why = use(allowance, now, amount, operation_id)
                 if why is None:
                     self.ran_under(call, claim, allowance, amount)
                     return
-            passed.append(f"allowance #{allowance.pk}, {allowances.left_text(allowance)}"
+            passed.append(f"allowance #{allowance.pk}, {allowances.left_text(allowance, now)}"
                           f" until {allowances.until(allowance.expires_at)}: {why}")
             call.events.emit("allowance_passed", extra={"allowance": allowance.pk, "why": why})
         if passed:
@@ -118,11 +119,9 @@ class AllowanceStage(Stage):
         call.events.emit("allowance_used", extra={"allowance": allowance.pk,
                                                   "granted_by": allowance.granters})
         operation_id = claim.operation.pk if claim is not None else None
-        AuditEntry.objects.using(router.db_for_write(AuditEntry)).create(
-            actor=user_row(inv.user), action=AuditEntry.Action.ALLOWANCE_USE,
-            operation_id=operation_id, note=said, status="used",
-            data={"allowance": allowance.pk, "tool": allowance.tool, "amount": str(amount),
-                  "granted_by": allowance.granters, "key": inv.key or ""})
+        allowances.audit(AuditEntry.Action.ALLOWANCE_USE, allowance.pk, allowance.tool,
+                         actor=inv.user, status="used", note=said, operation_id=operation_id,
+                         amount=str(amount), granted_by=allowance.granters, key=inv.key or "")
         if operation_id is not None:
             record(operation_id, Kind.ALLOWANCE_USED, actor_label(inv.user, agent=True),
                    allowance=allowance.pk, said=said, granted_by=allowance.granters,
@@ -134,10 +133,9 @@ class AllowanceStage(Stage):
         returned = give_back(claim.operation.pk)
         for pk in returned:
             call.events.emit("allowance_returned", extra={"allowance": pk})
-            AuditEntry.objects.using(router.db_for_write(AuditEntry)).create(
-                actor=None, action=AuditEntry.Action.ALLOWANCE_RETURN,
-                operation_id=claim.operation.pk, status="returned",
-                note=f"gave back its use of allowance #{pk} (released without its effect)",
-                data={"allowance": pk, "tool": call.tool.name})
+            allowances.audit(
+                AuditEntry.Action.ALLOWANCE_RETURN, pk, call.tool.name, actor=None,
+                status="returned", operation_id=claim.operation.pk,
+                note=f"gave back its use of allowance #{pk} (released without its effect)")
             record(claim.operation.pk, Kind.ALLOWANCE_RETURNED, "", allowance=pk,
                    said=f"gave back its use of allowance #{pk}")

@@ -49,7 +49,10 @@ import inspect
 import weakref
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+from django.utils import timezone
 
 from guarded_tools.core.call import ToolContext, principal_scope
 from guarded_tools.core.cancellation import CancelSignal
@@ -87,6 +90,18 @@ class Call:
     #: The rule of the tool's approval policy that decided the call (the policy stage).
     rule: Any = None
     _looked_up: bool = field(default=False, repr=False)
+    _now: datetime | None = field(default=None, repr=False)
+
+    def now(self, claim: Claim | None) -> datetime:
+        """The call's one clock, for every stage that counts it in a window (budgets,
+        allowances): the database's clock when the claim was taken (the store set the
+        claim's lease to it plus the tool's lease), else this process's (a call with no
+        claim row yet). Read once per call: every stage sees the same time."""
+        if self._now is None:
+            expires = claim.operation.lease_expires_at if claim is not None else None
+            self._now = (expires - timedelta(seconds=self.tool.lease)
+                         if isinstance(expires, datetime) else timezone.now())
+        return self._now
 
     @property
     def scope(self) -> str:

@@ -25,13 +25,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.db import router, transaction
 from django.db.models import Count, Sum
-from django.utils import timezone
 
 from guarded_tools.core.errors import BudgetExceeded, GuardError, RateLimited, ValidationError
 from guarded_tools.core.policy import Budget, Policy, Rule, Run, stricter
@@ -40,6 +39,7 @@ from guarded_tools.models import BudgetCounter, Reservation
 from guarded_tools.pipeline import budget_alerts, budget_overrides
 from guarded_tools.pipeline.stages.base import Call, Stage
 from guarded_tools.store import Claim
+from guarded_tools.store.values import locked_counter
 
 #: The amounts a reservation holds (its column: 20 digits, 4 of them after the point).
 LARGEST_AMOUNT = Decimal("1e16")
@@ -133,7 +133,7 @@ class BudgetStage(Stage):
         overrides = budget_overrides.overrides_for(
             call.inv.user, (budget.name for budget in self.budgets(call)), using)
         with transaction.atomic(using=using):
-            now = self.db_now(call, claim)
+            now = call.now(claim)
             for budget in self.budgets(call):
                 applied, _chosen = budget_overrides.apply(budget, overrides)
                 self.reserve(call, claim, applied, now, using)
@@ -143,22 +143,11 @@ class BudgetStage(Stage):
             Reservation.objects.using(router.db_for_write(Reservation)).filter(
                 operation_id=claim.operation.pk).delete()
 
-    def db_now(self, call: Call, claim: Claim | None) -> datetime:
-        """The database's clock when the claim was taken (the store set the claim's lease
-        to it plus the tool's lease), else this process's (a call with no claim row yet)."""
-        if claim is not None:
-            expires = claim.operation.lease_expires_at
-            if isinstance(expires, datetime):
-                return expires - timedelta(seconds=call.tool.lease)
-        return timezone.now()
-
     def reserve(self, call: Call, claim: Claim | None, budget: Budget, now: datetime,
                 using: str) -> None:
         start = window_start(now, budget)
-        counters = BudgetCounter.objects.using(using)
-        counter, _ = counters.get_or_create(budget=budget.name, scope=call.inv.scope,
-                                            window_start=start)
-        counters.select_for_update().filter(pk=counter.pk).first()  # the lock
+        counter = locked_counter(BudgetCounter, using, budget=budget.name,
+                                 scope=call.inv.scope, window_start=start)
         used = Reservation.objects.using(using).filter(counter=counter).aggregate(
             n=Count("pk"), total=Sum("amount"))
         counted = amount(budget, call.inv.input)
