@@ -55,6 +55,7 @@ from guarded_tools.core.call import (
     GuardEvent,
     GuardResult,
     Invocation,
+    RememberedResult,
     ToolContext,
     principal_scope,
     trace_carrier,
@@ -69,6 +70,7 @@ from guarded_tools.core.errors import (
     ToolError,
     VerificationError,
 )
+from guarded_tools.core.jsonvalues import unwrapped
 from guarded_tools.models import Operation, OperationState, ReleaseReason
 from guarded_tools.pipeline import failures
 from guarded_tools.pipeline.events import Events
@@ -388,8 +390,9 @@ class Pipeline:
             summary = claim.operation.summary()
             result = GuardResult(output=output, operation=summary)
             self.walk("after_execute", call, result)
-            self.store.insert_completed(claim, storable_json(output, result.output_json),
-                                        handle.pending)
+            stored = storable_json(output, result.output_json)
+            self.store.insert_completed(claim, stored, handle.pending)
+            claim.operation.output = unwrapped(stored)  # saved as its text; read as the value
         result.operation = {**summary, "status": claim.operation.state}  # as inserted
         return result, claim
 
@@ -514,8 +517,8 @@ class Pipeline:
             raise IdempotencyKeyReused()
         call.events.operation_id = str(remembered.operation.get("id"))
         call.events.emit("replayed")
-        result = GuardResult(
-            output=remembered.output,
+        result = RememberedResult.of(
+            remembered.output_json,
             operation=dict(remembered.operation),
             replayed=True,
             recovered=remembered.recovered,
