@@ -119,6 +119,8 @@ class RememberedResult(GuardResult):
     """A result known by its JSON text only (a replay from the replay cache): ``output``
     is decoded when something first reads it, never for the answer."""
 
+    _output: Any
+
     @classmethod
     def of(cls, text: str, **fields: Any) -> RememberedResult:
         return cls(output=_UNREAD, output_json=text, **fields)

@@ -6,9 +6,9 @@ from typing import Any
 
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError
+from guarded_tools.core.jsonvalues import JSON_ENCODER, Spliced
 from guarded_tools.core.repair import Audience
 from guarded_tools.pipeline import GuardResult
-from guarded_tools.core.jsonvalues import JSON_ENCODER, Spliced
 from guarded_tools.transports.mcp.protocol import ERROR_META, OPERATION_META, json_string
 
 

@@ -149,7 +149,8 @@ class AnswerRenderer(JSONRenderer):
                 renderer_context: Mapping[str, Any] | None) -> bool:
         """Whether DRF would write a decoded output as the guard's text."""
         return bool(self.compact and not self.ensure_ascii and self.strict
-                    and self.get_indent(accepted_media_type, renderer_context or {}) is None)
+                    and self.get_indent(accepted_media_type or "", renderer_context or {})
+                    is None)
 
     def render(self, data: Any, accepted_media_type: str | None = None,
                renderer_context: Mapping[str, Any] | None = None) -> bytes:
@@ -175,6 +176,7 @@ class Answer(Response):
     """
 
     _raw = False
+    _payload: Any
 
     @property
     def payload(self) -> Any:

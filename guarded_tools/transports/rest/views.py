@@ -31,13 +31,13 @@ from guarded_tools.core.errors import (
     OperationNotFound,
     ToolNotFound,
 )
+from guarded_tools.core.jsonvalues import Spliced
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.times import timestamp
 from guarded_tools.models import Confirmation, Operation
 from guarded_tools.pipeline import GuardResult, Invocation, budget_status, principal_scope
 from guarded_tools.pipeline.gateway import Gateway
-from guarded_tools.core.jsonvalues import Spliced
 from guarded_tools.transports.rest.base import (  # the views' base, shared with MCP
     Answer,
     GuardedAPIView,
