@@ -70,7 +70,7 @@ from guarded_tools.core.errors import (
     ToolError,
     VerificationError,
 )
-from guarded_tools.core.jsonvalues import unwrapped
+from guarded_tools.core.jsonvalues import JSON_ENCODER, unwrapped
 from guarded_tools.models import Operation, OperationState, ReleaseReason
 from guarded_tools.pipeline import failures
 from guarded_tools.pipeline.events import Events
@@ -180,6 +180,8 @@ class Pipeline:
         inv = call.inv
         result = self.claimed(call)
         if result.operation is not None and result.operation.get("status") == "succeeded":
+            if result.output_json is None and result.replayed:  # read from the database
+                result.output_json = answer_text(result.output)
             replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
                         output=result.output, operation=result.operation,
                         recovered=result.recovered, output_json=result.output_json,
@@ -577,6 +579,15 @@ class Pipeline:
                 headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
             )
         raise OutcomeUnknownError(extra={"operation": operation.summary()})
+
+
+def answer_text(output: Any) -> str | None:
+    """A stored output's JSON text, as the agent receives it (``JSON_ENCODER``'s): made once
+    for the replay cache and the answer; None if it is not JSON (it always is, once read)."""
+    try:
+        return JSON_ENCODER.encode(output)
+    except (TypeError, ValueError):
+        return None
 
 
 def get_pipeline(definition: Tool) -> Pipeline:
