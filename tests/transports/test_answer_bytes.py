@@ -16,7 +16,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connection
 from rest_framework.authtoken.models import Token
 from rest_framework.renderers import JSONRenderer
@@ -41,8 +40,8 @@ class Opaque:
 
 #: Each output, and what an agent reads of it (its decoded JSON).
 OUTPUTS: dict[str, tuple[Any, Any]] = {
-    "non-ascii": ({"name": "Zoë – 日本 🙂", "sep": "a\u2028b\u2029c", "ctl": "t\tq\"\\"},
-                  {"name": "Zoë – 日本 🙂", "sep": "a\u2028b\u2029c", "ctl": "t\tq\"\\"}),
+    "non-ascii": ({"name": "Zoë \u2013 日本 🙂", "sep": "a\u2028b\u2029c", "ctl": "t\tq\"\\"},
+                  {"name": "Zoë \u2013 日本 🙂", "sep": "a\u2028b\u2029c", "ctl": "t\tq\"\\"}),
     "decimal": ({"price": Decimal("12.30"), "big": Decimal("1E+30"), "n": 1.5},
                 {"price": "12.30", "big": "1E+30", "n": 1.5}),
     "datetime": ({"at": datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
