@@ -106,9 +106,9 @@ class GuardResult:
 
     def answer_json(self) -> str | None:
         """The answer's JSON text (``JSON_ENCODER``'s, as the agent receives it) when the
-        guard already has it: a fresh call's, a replay's from the replay cache; None for
-        a replay read from the database (its output is already the decoded answer) and
-        an output that is not JSON."""
+        guard already has it: a fresh call's, a replay's (from the replay cache, or made
+        once from the database's read for the cache and the answer); None for an output
+        that is not JSON and a result read outside the call (a task's poll)."""
         return self.output_json
 
 

@@ -6,7 +6,6 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from django.http import HttpResponse
@@ -132,8 +131,9 @@ class SplicingEncoder(JSONEncoder):
 
 
 def json_string(text: str) -> Spliced:
-    """``text`` as ``ENCODER`` writes a string, to be spliced into a body as it is."""
-    return Spliced(encode_basestring(text))
+    """``text`` as a JSON string (escaped, as ``ENCODER`` writes a string in a body), to be
+    spliced into a body as it is."""
+    return Spliced(ENCODER.encode(text))
 
 
 def json_response(payload: Any, status: int = 200) -> HttpResponse:
