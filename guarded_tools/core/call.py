@@ -98,11 +98,42 @@ class GuardResult:
         is not, and is answered so: it could not be sent as it is, and its effect has
         already happened.
         """
-        if self.replayed:
-            return self.output
         if self.output_json is not None:
             return json.loads(self.output_json)
+        if self.replayed:
+            return self.output
         return storable_json(self.output)
+
+    def answer_json(self) -> str | None:
+        """The answer's JSON text (``JSON_ENCODER``'s, as the agent receives it) when the
+        guard already has it: a fresh call's, a replay's (from the replay cache, or made
+        once from the database's read for the cache and the answer); None for an output
+        that is not JSON and a result read outside the call (a task's poll)."""
+        return self.output_json
+
+
+_UNREAD: Any = object()
+
+
+class RememberedResult(GuardResult):
+    """A result known by its JSON text only (a replay from the replay cache): ``output``
+    is decoded when something first reads it, never for the answer."""
+
+    _output: Any
+
+    @classmethod
+    def of(cls, text: str, **fields: Any) -> RememberedResult:
+        return cls(output=_UNREAD, output_json=text, **fields)
+
+    @property  # type: ignore[override]
+    def output(self) -> Any:
+        if self._output is _UNREAD:
+            self._output = json.loads(self.output_json or "null")
+        return self._output
+
+    @output.setter
+    def output(self, value: Any) -> None:
+        self._output = value
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,22 @@ from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
 
-#: Outputs: strict JSON, so NaN and Infinity (which no database's JSON takes) are not.
-JSON_ENCODER = DjangoJSONEncoder(allow_nan=False)
+
+class OutputEncoder(DjangoJSONEncoder):
+    """``DjangoJSONEncoder`` writing the text DRF's ``JSONRenderer`` makes with DRF's
+    defaults (``COMPACT_JSON``, ``UNICODE_JSON``, ``STRICT_JSON``) of the decoded value:
+    no spaces, characters as they are, U+2028 and U+2029 escaped."""
+
+    def encode(self, o: Any) -> str:
+        text = super().encode(o)
+        if "\u2028" in text or "\u2029" in text:
+            text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+        return text
+
+
+#: Outputs: strict JSON, so NaN and Infinity (which no database's JSON takes) are not;
+#: written once per call as the agent receives it (see ``OutputEncoder``).
+JSON_ENCODER = OutputEncoder(allow_nan=False, ensure_ascii=False, separators=(",", ":"))
 
 
 class Serialized:
@@ -79,3 +93,23 @@ def storable_json(value: Any, serialized: str | None = None) -> Any:
 def _placeholder(name: str) -> dict[str, str]:
     """NaN, Infinity and -Infinity, as the placeholders other values get."""
     return {"__unserializable__": name}
+
+
+class Spliced:
+    """JSON text a renderer puts into its body as it is, where the value would be encoded.
+
+    ``text`` is a JSON value's text as the body's encoder would write it (for an output,
+    ``JSON_ENCODER``'s); ``value()`` decodes it, for a reader that wants the value.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def value(self) -> Any:
+        """The value the text stands for (decoded each time it is asked for)."""
+        return json.loads(self.text)
+
+    def __repr__(self) -> str:
+        return f"Spliced({self.text[:40]!r})"

@@ -59,6 +59,7 @@ from guarded_tools.core.call import (
     GuardEvent,
     GuardResult,
     Invocation,
+    RememberedResult,
     ToolContext,
     principal_scope,
     trace_carrier,
@@ -73,6 +74,7 @@ from guarded_tools.core.errors import (
     ToolError,
     VerificationError,
 )
+from guarded_tools.core.jsonvalues import JSON_ENCODER, unwrapped
 from guarded_tools.models import Operation, OperationState, ReleaseReason
 from guarded_tools.pipeline import failures
 from guarded_tools.pipeline.events import Events
@@ -182,6 +184,8 @@ class Pipeline:
         inv = call.inv
         result = self.claimed(call)
         if result.operation is not None and result.operation.get("status") == "succeeded":
+            if result.output_json is None and result.replayed:  # read from the database
+                result.output_json = answer_text(result.output)
             replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
                         output=result.output, operation=result.operation,
                         recovered=result.recovered, output_json=result.output_json,
@@ -392,8 +396,9 @@ class Pipeline:
             summary = claim.operation.summary()
             result = GuardResult(output=output, operation=summary)
             self.walk("after_execute", call, result)
-            self.store.insert_completed(claim, storable_json(output, result.output_json),
-                                        handle.pending)
+            stored = storable_json(output, result.output_json)
+            self.store.insert_completed(claim, stored, handle.pending)
+            claim.operation.output = unwrapped(stored)  # saved as its text; read as the value
         result.operation = {**summary, "status": claim.operation.state}  # as inserted
         return result, claim
 
@@ -518,8 +523,8 @@ class Pipeline:
             raise IdempotencyKeyReused()
         call.events.operation_id = str(remembered.operation.get("id"))
         call.events.emit("replayed")
-        result = GuardResult(
-            output=remembered.output,
+        result = RememberedResult.of(
+            remembered.output_json,
             operation=dict(remembered.operation),
             replayed=True,
             recovered=remembered.recovered,
@@ -578,6 +583,15 @@ class Pipeline:
                 headers={"Retry-After": "1"}, extra={"operation": operation.summary()}
             )
         raise OutcomeUnknownError(extra={"operation": operation.summary()})
+
+
+def answer_text(output: Any) -> str | None:
+    """A stored output's JSON text, as the agent receives it (``JSON_ENCODER``'s): made once
+    for the replay cache and the answer; None if it is not JSON (it always is, once read)."""
+    try:
+        return JSON_ENCODER.encode(output)
+    except (TypeError, ValueError):
+        return None
 
 
 def get_pipeline(definition: Tool) -> Pipeline:

@@ -23,9 +23,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
-
 from guarded_tools.conf import gt_settings
+from guarded_tools.core.jsonvalues import JSON_ENCODER
 
 Key = tuple[str, str, str]
 
@@ -78,13 +77,14 @@ class ReplayCache:
             reconciled: bool = False) -> bool:
         """Remember a succeeded operation; False when it is too large or the cache is off.
 
-        ``output_json`` is the output already serialized (as the guard measured it).
+        ``output_json`` is the output already serialized (``JSON_ENCODER``'s text, as the
+        guard measured it); without it the output is encoded so.
         """
         size = int(gt_settings.REPLAY_CACHE_SIZE)
         if size <= 0:
             return False
         try:
-            text = output_json or json.dumps(output, cls=DjangoJSONEncoder, allow_nan=False)
+            text = output_json or JSON_ENCODER.encode(output)
         except (TypeError, ValueError):
             return False
         if len(text) > int(gt_settings.REPLAY_CACHE_MAX_BYTES):

@@ -47,13 +47,16 @@ class Conversions:
 
 @pytest.fixture
 def conversions(monkeypatch: pytest.MonkeyPatch) -> Iterator[Conversions]:
-    """Counts each encode whose text holds the output, each decode whose text does."""
+    """Counts each encode whose text holds the output, each decode whose text does.
+
+    Escaping a string (``encode`` of a ``str``: MCP's text content, the output's text
+    as a JSON string) is not counted: it converts no value."""
     seen = Conversions()
     encode, decode = json.JSONEncoder.encode, json.JSONDecoder.decode
 
     def counting_encode(self: json.JSONEncoder, o: Any) -> str:
         text = encode(self, o)
-        if MARK in text:
+        if MARK in text and not isinstance(o, str):  # a string's escape encodes no value
             seen.encoded += 1
         return text
 
@@ -79,16 +82,16 @@ def post(client: Any, name: str, key: str) -> bytes:
     return bytes(response.content)
 
 
-def test_a_fresh_call_encodes_its_output_once_for_the_guard_and_once_for_the_agent(
+def test_a_fresh_call_encodes_its_output_once_and_never_decodes_it(
     definition: Any, client_for: Any, alice: Any, conversions: Conversions,
 ) -> None:
     """The guard encodes the output once (its size, the store's and the replay cache's
-    text), the answer decodes it once (as stored), the renderer encodes the response."""
+    text, the answer's); the renderer writes that text into the response as it is."""
     post(client_for(alice), definition.name, uuid.uuid4().hex)
-    assert (conversions.encoded, conversions.decoded) == (2, 1)
+    assert (conversions.encoded, conversions.decoded) == (1, 0)
 
 
-def test_a_replay_decodes_the_stored_output_once(
+def test_a_replay_from_the_cache_converts_nothing_and_one_from_the_database_once_each(
     definition: Any, client_for: Any, alice: Any, conversions: Conversions,
 ) -> None:
     client, key = client_for(alice), uuid.uuid4().hex
@@ -96,12 +99,18 @@ def test_a_replay_decodes_the_stored_output_once(
     replays.clear()  # from the database
     conversions.encoded = conversions.decoded = 0
     stored = post(client, definition.name, key)
-    assert (conversions.encoded, conversions.decoded) == (2, 1)
+    # the database's read, and the text made of it for the cache and the answer
+    assert (conversions.encoded, conversions.decoded) == (1, 1)
     conversions.encoded = conversions.decoded = 0
     cached = post(client, definition.name, key)  # from this process's replay cache
-    assert (conversions.encoded, conversions.decoded) == (1, 1)
-    assert json.loads(stored)["output"] == json.loads(first)["output"] == json.loads(
-        cached)["output"]
+    assert (conversions.encoded, conversions.decoded) == (0, 0)
+    assert output_of(stored) == output_of(first) == output_of(cached)
+
+
+def output_of(body: bytes) -> bytes:
+    """The output's bytes in a REST answer (``{"output":…,"operation":{…}}``)."""
+    assert body.startswith(b'{"output":'), body
+    return body[len(b'{"output":'):body.rindex(b',"operation":')]
 
 
 def typed(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
@@ -140,12 +149,31 @@ def test_decimals_datetimes_and_uuids_read_as_stored_in_every_answer(
     assert outputs[0].startswith(b"{") and outputs[0].endswith(b"}"), first
 
 
-def test_an_mcp_call_encodes_its_output_once_for_the_guard(
+def test_an_mcp_call_encodes_its_output_once_and_never_decodes_it(
     definition: Any, client_for: Any, alice: Any, conversions: Conversions,
 ) -> None:
-    """The guard's encoding (size, store, replay cache), the answer's decode, then what
-    MCP sends: the text content's JSON and the JSON-RPC response that carries it."""
-    response = mcp_calls.send(client_for(alice), "tools/call", {
-        "name": definition.name, "arguments": {"operationId": uuid.uuid4().hex}})
+    """The guard's encoding (size, store, replay cache), then what MCP sends: that text
+    as the text content (escaped as a JSON string) and as the structured content."""
+    client, key = client_for(alice), uuid.uuid4().hex
+    first = mcp_call(client, definition.name, key)
+    assert (conversions.encoded, conversions.decoded) == (1, 0)
+    conversions.encoded = conversions.decoded = 0
+    cached = mcp_call(client, definition.name, key)
+    assert (conversions.encoded, conversions.decoded) == (0, 0)
+    assert mcp_output(cached) == mcp_output(first)
+
+
+def mcp_output(body: bytes) -> tuple[str, Any]:
+    """The text content of an MCP tool result, and its structured content's bytes."""
+    result = json.loads(body)["result"]
+    assert result["isError"] is False, body
+    structured = body[body.index(b'"structuredContent": ') + 21:body.index(b', "_meta"')]
+    return result["content"][0]["text"], structured
+
+
+def mcp_call(client: Any, name: str, key: str) -> bytes:
+    response = mcp_calls.send(client, "tools/call", {
+        "name": name, "arguments": {"operationId": key}})
     assert response.status_code == 200 and MARK.encode() in response.content
-    assert (conversions.encoded, conversions.decoded) == (3, 1)
+    assert b'"isError": false' in response.content, response.content
+    return bytes(response.content)

@@ -19,7 +19,6 @@ from django.db.models import DEFERRED, F
 from django.db.models.functions import Now
 
 from guarded_tools.core.errors import IdempotencyKeyReused
-from guarded_tools.core.jsonvalues import unwrapped
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.store.backends import features, ops
 from guarded_tools.store.history import Kind, actor_label, event, record_all
@@ -266,7 +265,6 @@ class OperationStore:
         operation.state, operation.owner, operation.output = OperationState.SUCCEEDED, "", output
         operation.completed_at = Now()
         operation.save(force_insert=True, using=using)
-        operation.output = unwrapped(output)  # saved as its text; read as the value
         claim.operation = operation = as_saved(operation, using)
         if entries:
             JournalEntry.objects.using(using).bulk_create(

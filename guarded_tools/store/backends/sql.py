@@ -17,7 +17,6 @@ from typing import Any
 
 from django.db import connections, router
 
-from guarded_tools.core.jsonvalues import unwrapped
 from guarded_tools.models import JournalEntry, Operation, OperationState
 from guarded_tools.store.backends.base import Claim, Found, OperationStore
 from guarded_tools.store.backends.statements import Part, Statements
@@ -123,7 +122,6 @@ class SQLOperationStore(OperationStore):
                                        self.connection))
         self.send(parts)
         operation.state, operation.owner = OperationState.SUCCEEDED, ""
-        operation.output = unwrapped(output)  # saved as its text; read as the value
 
     # -- compare-and-set transitions ---------------------------------------------------
     def owned_params(self, claim: Claim) -> list[Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,6 +12,7 @@ from django.http import HttpResponse
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
+from guarded_tools.core.jsonvalues import Spliced
 from guarded_tools.core.repair import Audience
 from guarded_tools.transports.mcp import tasks as tasks_ext
 
@@ -103,8 +105,39 @@ class Exchange:
 ENCODER = JSONEncoder(ensure_ascii=False)
 
 
+class SplicingEncoder(JSONEncoder):
+    """``ENCODER``, writing each :class:`Spliced` in the payload as its text.
+
+    Each one is encoded as a mark no value can hold (a random token), which the text
+    then replaces: the text goes into the body as it is, never decoded and encoded again.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(ensure_ascii=False)
+        self.token = uuid.uuid4().hex
+        self.texts: list[str] = []
+
+    def default(self, o: Any) -> Any:
+        if isinstance(o, Spliced):
+            self.texts.append(o.text)
+            return f"{self.token}-{len(self.texts) - 1}"
+        return super().default(o)
+
+    def encode(self, o: Any) -> str:
+        body = super().encode(o)
+        for i, text in enumerate(self.texts):
+            body = body.replace(f'"{self.token}-{i}"', text, 1)
+        return body
+
+
+def json_string(text: str) -> Spliced:
+    """``text`` as a JSON string (escaped, as ``ENCODER`` writes a string in a body), to be
+    spliced into a body as it is."""
+    return Spliced(ENCODER.encode(text))
+
+
 def json_response(payload: Any, status: int = 200) -> HttpResponse:
-    body = ENCODER.encode(payload)
+    body = SplicingEncoder().encode(payload)
     return HttpResponse(body.encode("utf-8"), status=status, content_type="application/json")
 
 

@@ -6,9 +6,10 @@ from typing import Any
 
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError
+from guarded_tools.core.jsonvalues import JSON_ENCODER, Spliced
 from guarded_tools.core.repair import Audience
 from guarded_tools.pipeline import GuardResult
-from guarded_tools.transports.mcp.protocol import ENCODER, ERROR_META, OPERATION_META
+from guarded_tools.transports.mcp.protocol import ERROR_META, OPERATION_META, json_string
 
 
 def _text(text: str) -> dict[str, str]:
@@ -16,14 +17,19 @@ def _text(text: str) -> dict[str, str]:
 
 
 def success_result(definition: Tool, result: GuardResult, *, modern: bool) -> dict[str, Any]:
-    output = result.answer()
+    """The answer's text content is the output's JSON text, as the guard made it (a replay
+    read from the database: encoded so here); its structured content, that same text.
+    Both go into the response as they are (``json_response``)."""
+    text = result.answer_json()
+    if text is None:
+        text = JSON_ENCODER.encode(result.answer())
     data: dict[str, Any] = {
-        "content": [_text(ENCODER.encode(output))],
+        "content": [{"type": "text", "text": json_string(text)}],
         "isError": False,
     }
     # Up to 2025-11-25 structured content must be an object.
-    if isinstance(output, dict) or (modern and definition.output_schema is not None):
-        data["structuredContent"] = output
+    if text.startswith("{") or (modern and definition.output_schema is not None):
+        data["structuredContent"] = Spliced(text)
     if result.operation is not None:
         data["_meta"] = {OPERATION_META: result.operation}
     return data

@@ -25,6 +25,7 @@ from rest_framework.views import APIView
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import NotAuthenticated
+from guarded_tools.core.jsonvalues import Spliced
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
@@ -134,6 +135,78 @@ class OwnFormatNegotiation(DefaultContentNegotiation):
         return selected
 
 
+class AnswerRenderer(JSONRenderer):
+    """DRF's ``JSONRenderer``, writing an answer's output as the text the guard made of it.
+
+    The guard encodes an output once, as this renderer would write its decoded value
+    with DRF's defaults (``COMPACT_JSON``, ``UNICODE_JSON``, ``STRICT_JSON``): a body
+    whose first key is ``output`` and holds that text (a :class:`Spliced`) gets it as it
+    is, the rest of the body rendered by DRF. Where the site's settings or the request
+    (``indent``) make DRF write otherwise, the output is decoded and rendered by DRF.
+    """
+
+    def splices(self, accepted_media_type: str | None,
+                renderer_context: Mapping[str, Any] | None) -> bool:
+        """Whether DRF would write a decoded output as the guard's text."""
+        return bool(self.compact and not self.ensure_ascii and self.strict
+                    and self.get_indent(accepted_media_type or "", renderer_context or {})
+                    is None)
+
+    def render(self, data: Any, accepted_media_type: str | None = None,
+               renderer_context: Mapping[str, Any] | None = None) -> bytes:
+        output = data.get("output") if isinstance(data, dict) else None
+        if not isinstance(output, Spliced):
+            return super().render(data, accepted_media_type, renderer_context)
+        if next(iter(data)) != "output" or not self.splices(accepted_media_type,
+                                                              renderer_context):
+            return super().render({**data, "output": output.value()}, accepted_media_type,
+                                  renderer_context)
+        rest = super().render({k: v for k, v in data.items() if k != "output"},
+                              accepted_media_type, renderer_context)
+        head = b'{"output":' + output.text.encode()
+        return head + b"}" if rest == b"{}" else head + b"," + rest[1:]
+
+
+class Answer(Response):
+    """A call's answer; its output a :class:`Spliced` (the guard's text) or a value.
+
+    ``AnswerRenderer`` renders the text as it is. Anyone else reading ``data`` (a test
+    client, the site's middleware, another renderer) reads plain JSON values: the output
+    is decoded the first time it is read so.
+    """
+
+    _raw = False
+    _payload: Any
+
+    @property
+    def payload(self) -> Any:
+        """``data`` as the view gave it: the output still its text (for the view itself)."""
+        return self._payload
+
+    @property  # type: ignore[override]
+    def data(self) -> Any:
+        payload = self._payload
+        if self._raw or not isinstance(payload, dict):
+            return payload
+        output = payload.get("output")
+        if isinstance(output, Spliced):
+            self._payload = payload = {**payload, "output": output.value()}
+        return payload
+
+    @data.setter
+    def data(self, value: Any) -> None:
+        self._payload = value
+
+    @property
+    def rendered_content(self) -> Any:
+        """DRF's, with ``AnswerRenderer`` given the output's text rather than its value."""
+        self._raw = isinstance(getattr(self, "accepted_renderer", None), AnswerRenderer)
+        try:
+            return super().rendered_content
+        finally:
+            self._raw = False
+
+
 class GuardedAPIView(APIView):
     """Base view: strict JSON in, JSON out, every error rendered for agents.
 
@@ -142,7 +215,7 @@ class GuardedAPIView(APIView):
     """
 
     parser_classes = [StrictJSONParser]
-    renderer_classes = [JSONRenderer]
+    renderer_classes = [AnswerRenderer]
     content_negotiation_class = OwnFormatNegotiation
     #: Which ``OAUTH_PROTECTS`` entry puts OAuth bearer authentication on this view.
     oauth_surface = "rest"

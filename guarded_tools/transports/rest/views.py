@@ -31,6 +31,7 @@ from guarded_tools.core.errors import (
     OperationNotFound,
     ToolNotFound,
 )
+from guarded_tools.core.jsonvalues import Spliced
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.times import timestamp
@@ -38,6 +39,7 @@ from guarded_tools.models import Confirmation, Operation
 from guarded_tools.pipeline import GuardResult, Invocation, budget_status, principal_scope
 from guarded_tools.pipeline.gateway import Gateway
 from guarded_tools.transports.rest.base import (  # the views' base, shared with MCP
+    Answer,
     GuardedAPIView,
     described,
     invocation_for,
@@ -49,9 +51,12 @@ from guarded_tools.transports.rest.exception_handler import docs_url
 def success_payload(result: GuardResult) -> dict[str, Any]:
     """The output as stored: a fresh call answers what its replays will answer.
 
-    See :meth:`GuardResult.answer`.
+    See :meth:`GuardResult.answer`. Where the guard has the answer's text, the output is
+    that text (a ``Spliced``, which ``AnswerRenderer`` writes as it is and ``Answer``'s
+    ``data`` reads as the value): it is neither decoded nor encoded again.
     """
-    data: dict[str, Any] = {"output": result.answer()}
+    text = result.answer_json()
+    data: dict[str, Any] = {"output": Spliced(text) if text is not None else result.answer()}
     if result.operation is not None:
         data["operation"] = result.operation
     return data
@@ -85,7 +90,7 @@ class ToolCallView(GuardedAPIView):
         if not definition.read_only and not request.user.is_authenticated:
             raise NotAuthenticated()
         result = self.call(request, definition, body)
-        response = Response(success_payload(result), status=200)
+        response = Answer(success_payload(result), status=200)
         if result.replayed:
             response["Idempotent-Replayed"] = "true"
         return response
@@ -95,13 +100,15 @@ class ToolCallView(GuardedAPIView):
         """Every answer of a tool with budgets says what the caller has left and when it
         frees: the counts in ``RateLimit-Policy``/``RateLimit``, all in ``meta.budgets``."""
         definition = registry.find(str(self.kwargs.get("name", "")))
-        if definition is not None and isinstance(response, Response) and isinstance(
-                response.data, dict) and getattr(request, "user", None) is not None:
+        data = (response.payload if isinstance(response, Answer) else
+                response.data if isinstance(response, Response) else None)
+        if definition is not None and isinstance(data, dict) and getattr(
+                request, "user", None) is not None:
             fields, budgets = budget_status.for_answer(definition, request.user)
             for name, value in fields.items():
                 response[name] = value
             if budgets:
-                response.data = {**response.data, "meta": {"budgets": budgets}}
+                response.data = {**data, "meta": {"budgets": budgets}}
         return super().finalize_response(request, response, *args, **kwargs)
 
     def call(self, request: Request, definition: Tool, body: dict[str, Any]) -> GuardResult:
