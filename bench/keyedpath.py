@@ -152,7 +152,7 @@ def regions(call: Callable[[int], None], n: int) -> None:
     def statement(sql: str) -> str:
         text = " ".join(sql.split())[:60]
         if "authtoken_token" in text:
-            return "SQL token SELECT (ORM)"
+            return "SQL token SELECT (with its user)"
         if text.startswith("INSERT"):
             return "SQL claim INSERT … RETURNING"
         if text.startswith("WITH") or text.startswith("UPDATE"):
