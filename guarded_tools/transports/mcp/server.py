@@ -19,6 +19,7 @@ from guarded_tools.core import hosts
 from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
 from guarded_tools.core.registry import registry
+from guarded_tools.transports.mcp.body import ParsedOnce
 from guarded_tools.transports.mcp.discovery import (
     discover,
     initialize,
@@ -238,6 +239,10 @@ class McpView(GuardedAPIView):
     resource_metadata=…`` where ``OAUTH_PROTECTS`` names ``"mcp"``); where that class
     has none (session authentication) the refusal is a 403, as DRF answers. GET and
     DELETE answer 405.
+
+    A POST runs DRF's policies (``check_permissions``, ``check_throttles``,
+    ``handle_exception``, ``finalize_response``) but not its whole view cycle: see
+    :meth:`dispatch`.
     """
 
     oauth_surface = "mcp"
@@ -260,6 +265,48 @@ class McpView(GuardedAPIView):
         check_origin(request)
         super().initial(request, *args, **kwargs)
 
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """A POST through DRF's policies, not its whole cycle; anything else through DRF's
+        ``dispatch`` (405 with ``Allow``, ``OPTIONS``).
+
+        In ``initial``'s order: the Origin, the site's versioning if any, authentication
+        (``request.user``), ``check_permissions``, ``check_throttles``; then
+        :meth:`post`. A refusal or failure goes through ``handle_exception`` (the site's
+        ``EXCEPTION_HANDLER``) and ``finalize_response``, content negotiated then, as DRF
+        would. A JSON-RPC answer is made here whole (``serve``), so it needs neither
+        negotiation nor rendering. The body is parsed once (:class:`ParsedOnce`).
+        """
+        if request.method != "POST":
+            return super().dispatch(request, *args, **kwargs)
+        self.args, self.kwargs = args, kwargs
+        body = ParsedOnce()
+        drf = Request(request, parsers=[body], authenticators=self.get_authenticators(),
+                      negotiator=self.get_content_negotiator(),
+                      parser_context=self.get_parser_context(request))
+        self.request = drf
+        self.headers = self.default_response_headers
+        self.format_kwarg = None
+        try:
+            self.format_kwarg = self.get_format_suffix(**kwargs)
+            check_origin(drf)
+            drf.version, drf.versioning_scheme = self.determine_version(drf, *args, **kwargs)
+            self.perform_authentication(drf)
+            self.check_permissions(drf)
+            self.check_throttles(drf)
+            response = self.answer(drf, body)
+        except Exception as exc:
+            drf.accepted_renderer, drf.accepted_media_type = self.perform_content_negotiation(
+                drf)
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(drf, response, *args, **kwargs)
+        return self.response
+
+    def answer(self, request: Request, body: ParsedOnce) -> HttpResponse:
+        """The answer to a POST that passed the site's policies."""
+        _require_caller(request)
+        return serve(request, body.read(request))
+
     def post(self, request: Request) -> HttpResponse:
+        """A POST, as DRF's ``dispatch`` would call it (this view's calls :meth:`answer`)."""
         _require_caller(request)
         return serve(request, self.request_body(request))
