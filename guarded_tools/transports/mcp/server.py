@@ -205,6 +205,30 @@ def _require_caller(request: Request) -> None:
         raise NotAuthenticated()
 
 
+def _calls_an_open_tool(body: Any) -> bool:
+    """``body`` is one ``tools/call`` of a tool open to anonymous callers (so some tool is:
+    :func:`_require_caller` need not look through the registry)."""
+    params = body.get("params") if isinstance(body, dict) else None
+    name = params.get("name") if isinstance(params, dict) else None
+    definition = registry.find(name) if isinstance(name, str) else None
+    return definition is not None and open_to_anonymous(definition)
+
+
+def _admitted_body(request: Request, body: ParsedOnce) -> Any:
+    """The body of a caller :func:`_require_caller` admits; its refusal comes first, as
+    when it is decided before the body is read."""
+    if request.user.is_authenticated:
+        return body.read(request)
+    try:
+        message = body.read(request)
+    except Exception:
+        _require_caller(request)
+        raise
+    if not _calls_an_open_tool(message):
+        _require_caller(request)
+    return message
+
+
 def serve(request: Request, body: Any) -> HttpResponse:
     """Route one POST by its protocol version: unsupported, 2026-07-28, or handshake era.
 
@@ -303,8 +327,7 @@ class McpView(GuardedAPIView):
 
     def answer(self, request: Request, body: ParsedOnce) -> HttpResponse:
         """The answer to a POST that passed the site's policies."""
-        _require_caller(request)
-        return serve(request, body.read(request))
+        return serve(request, _admitted_body(request, body))
 
     def post(self, request: Request) -> HttpResponse:
         """A POST, as DRF's ``dispatch`` would call it (this view's calls :meth:`answer`)."""
