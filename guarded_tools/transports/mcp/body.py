@@ -9,6 +9,7 @@ parse error, without parsing it again; whichever reads first parses.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,8 +61,7 @@ class ParsedOnce(BaseParser):
                 request.content_type == self.media_type):
             stream = request.stream  # DRF's: None when empty, as request.data sees it
             if stream is not None:
-                try:
+                # A failure is kept: request.data raises it again, after DRF's bookkeeping.
+                with contextlib.suppress(Exception):
                     return self.parse(stream, self.media_type, request.parser_context)
-                except Exception:
-                    pass  # DRF's request.data raises it again, after its own bookkeeping
         return request.data
