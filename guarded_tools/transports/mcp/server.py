@@ -310,6 +310,7 @@ class McpView(GuardedAPIView):
         self.request = drf
         self.headers = self.default_response_headers
         self.format_kwarg = None
+        response: Any  # an HttpResponse, or what the site's EXCEPTION_HANDLER answers
         try:
             self.format_kwarg = self.get_format_suffix(**kwargs)
             check_origin(drf)
