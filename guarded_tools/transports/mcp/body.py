@@ -18,7 +18,7 @@ from rest_framework.request import Request
 
 from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
 
-__all__ = ["ParsedOnce"]
+__all__ = ["ParsedOnce", "read_body"]
 
 _UNREAD: Any = object()
 
@@ -65,3 +65,13 @@ class ParsedOnce(BaseParser):
                 with contextlib.suppress(Exception):
                     return self.parse(stream, self.media_type, request.parser_context)
         return request.data
+
+
+def read_body(request: Request) -> Any:
+    """The request's body, strictly parsed: through its :class:`ParsedOnce` when DRF's
+    ``Request`` was given one, else as ``request.data`` (chunked bodies included)."""
+    for parser in request.parsers or ():
+        if isinstance(parser, ParsedOnce):
+            return parser.read(request)
+    unframed = read_unframed_body(request)
+    return request.data if unframed is None else unframed

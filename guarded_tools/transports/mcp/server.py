@@ -19,7 +19,7 @@ from guarded_tools.core import hosts
 from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
 from guarded_tools.core.registry import registry
-from guarded_tools.transports.mcp.body import ParsedOnce
+from guarded_tools.transports.mcp.body import ParsedOnce, read_body
 from guarded_tools.transports.mcp.discovery import (
     discover,
     initialize,
@@ -214,13 +214,13 @@ def _calls_an_open_tool(body: Any) -> bool:
     return definition is not None and open_to_anonymous(definition)
 
 
-def _admitted_body(request: Request, body: ParsedOnce) -> Any:
+def _admitted_body(request: Request) -> Any:
     """The body of a caller :func:`_require_caller` admits; its refusal comes first, as
     when it is decided before the body is read."""
     if request.user.is_authenticated:
-        return body.read(request)
+        return read_body(request)
     try:
-        message = body.read(request)
+        message = read_body(request)
     except Exception:
         _require_caller(request)
         raise
@@ -303,8 +303,7 @@ class McpView(GuardedAPIView):
         if request.method != "POST":
             return super().dispatch(request, *args, **kwargs)
         self.args, self.kwargs = args, kwargs
-        body = ParsedOnce()
-        drf = Request(request, parsers=[body], authenticators=self.get_authenticators(),
+        drf = Request(request, parsers=[ParsedOnce()], authenticators=self.get_authenticators(),
                       negotiator=self.get_content_negotiator(),
                       parser_context=self.get_parser_context(request))
         self.request = drf
@@ -318,7 +317,7 @@ class McpView(GuardedAPIView):
             self.perform_authentication(drf)
             self.check_permissions(drf)
             self.check_throttles(drf)
-            response = self.answer(drf, body)
+            response = self.post(drf)
         except Exception as exc:
             drf.accepted_renderer, drf.accepted_media_type = self.perform_content_negotiation(
                 drf)
@@ -326,11 +325,6 @@ class McpView(GuardedAPIView):
         self.response = self.finalize_response(drf, response, *args, **kwargs)
         return self.response
 
-    def answer(self, request: Request, body: ParsedOnce) -> HttpResponse:
-        """The answer to a POST that passed the site's policies."""
-        return serve(request, _admitted_body(request, body))
-
     def post(self, request: Request) -> HttpResponse:
-        """A POST, as DRF's ``dispatch`` would call it (this view's calls :meth:`answer`)."""
-        _require_caller(request)
-        return serve(request, self.request_body(request))
+        """A POST that passed the site's policies: its JSON-RPC answer."""
+        return serve(request, _admitted_body(request))
