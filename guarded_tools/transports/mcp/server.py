@@ -198,16 +198,17 @@ def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
     return response
 
 
-def _require_caller(request: Request) -> None:
-    """Anonymous callers get in only when some tool is open to them (as over REST)."""
-    if not request.user.is_authenticated and not any(
+def _require_caller(request: Request, body: Any = None) -> None:
+    """Anonymous callers get in only when some tool is open to them (as over REST): the
+    tool ``body`` calls, if it is one, else any tool of the registry."""
+    if not request.user.is_authenticated and not _calls_an_open_tool(body) and not any(
             open_to_anonymous(t) for t in registry):
         raise NotAuthenticated()
 
 
 def _calls_an_open_tool(body: Any) -> bool:
-    """``body`` is one ``tools/call`` of a tool open to anonymous callers (so some tool is:
-    :func:`_require_caller` need not look through the registry)."""
+    """``body`` is one ``tools/call`` of a tool open to anonymous callers (so some tool is,
+    without sorting the registry to find one)."""
     params = body.get("params") if isinstance(body, dict) else None
     name = params.get("name") if isinstance(params, dict) else None
     definition = registry.find(name) if isinstance(name, str) else None
@@ -215,17 +216,14 @@ def _calls_an_open_tool(body: Any) -> bool:
 
 
 def _admitted_body(request: Request) -> Any:
-    """The body of a caller :func:`_require_caller` admits; its refusal comes first, as
-    when it is decided before the body is read."""
-    if request.user.is_authenticated:
-        return read_body(request)
+    """The body of a caller :func:`_require_caller` admits; its refusal comes before a
+    parse error, as when it is decided before the body is read."""
     try:
         message = read_body(request)
     except Exception:
         _require_caller(request)
         raise
-    if not _calls_an_open_tool(message):
-        _require_caller(request)
+    _require_caller(request, message)
     return message
 
 
