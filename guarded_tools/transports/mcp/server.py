@@ -19,6 +19,7 @@ from guarded_tools.core import hosts
 from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
 from guarded_tools.core.registry import registry
+from guarded_tools.transports.mcp.body import ParsedOnce, read_body
 from guarded_tools.transports.mcp.discovery import (
     discover,
     initialize,
@@ -197,11 +198,33 @@ def transport_error(exc: Exception, context: dict[str, Any]) -> HttpResponse:
     return response
 
 
-def _require_caller(request: Request) -> None:
-    """Anonymous callers get in only when some tool is open to them (as over REST)."""
-    if not request.user.is_authenticated and not any(
+def _require_caller(request: Request, body: Any = None) -> None:
+    """Anonymous callers get in only when some tool is open to them (as over REST): the
+    tool ``body`` calls, if it is one, else any tool of the registry."""
+    if not request.user.is_authenticated and not _calls_an_open_tool(body) and not any(
             open_to_anonymous(t) for t in registry):
         raise NotAuthenticated()
+
+
+def _calls_an_open_tool(body: Any) -> bool:
+    """``body`` is one ``tools/call`` of a tool open to anonymous callers (so some tool is,
+    without sorting the registry to find one)."""
+    params = body.get("params") if isinstance(body, dict) else None
+    name = params.get("name") if isinstance(params, dict) else None
+    definition = registry.find(name) if isinstance(name, str) else None
+    return definition is not None and open_to_anonymous(definition)
+
+
+def _admitted_body(request: Request) -> Any:
+    """The body of a caller :func:`_require_caller` admits; its refusal comes before a
+    parse error, as when it is decided before the body is read."""
+    try:
+        message = read_body(request)
+    except Exception:
+        _require_caller(request)
+        raise
+    _require_caller(request, message)
+    return message
 
 
 def serve(request: Request, body: Any) -> HttpResponse:
@@ -238,6 +261,10 @@ class McpView(GuardedAPIView):
     resource_metadata=…`` where ``OAUTH_PROTECTS`` names ``"mcp"``); where that class
     has none (session authentication) the refusal is a 403, as DRF answers. GET and
     DELETE answer 405.
+
+    A POST runs DRF's policies (``check_permissions``, ``check_throttles``,
+    ``handle_exception``, ``finalize_response``) but not its whole view cycle: see
+    :meth:`dispatch`.
     """
 
     oauth_surface = "mcp"
@@ -260,6 +287,42 @@ class McpView(GuardedAPIView):
         check_origin(request)
         super().initial(request, *args, **kwargs)
 
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """A POST through DRF's policies, not its whole cycle; anything else through DRF's
+        ``dispatch`` (405 with ``Allow``, ``OPTIONS``).
+
+        In ``initial``'s order: the Origin, the site's versioning if any, authentication
+        (``request.user``), ``check_permissions``, ``check_throttles``; then
+        :meth:`post`. A refusal or failure goes through ``handle_exception`` (the site's
+        ``EXCEPTION_HANDLER``) and ``finalize_response``, content negotiated then, as DRF
+        would. A JSON-RPC answer is made here whole (``serve``), so it needs neither
+        negotiation nor rendering. The body is parsed once (:class:`ParsedOnce`).
+        """
+        if request.method != "POST":
+            return super().dispatch(request, *args, **kwargs)
+        self.args, self.kwargs = args, kwargs
+        drf = Request(request, parsers=[ParsedOnce()], authenticators=self.get_authenticators(),
+                      negotiator=self.get_content_negotiator(),
+                      parser_context=self.get_parser_context(request))
+        self.request = drf
+        self.headers = self.default_response_headers
+        self.format_kwarg = None
+        response: Any  # an HttpResponse, or what the site's EXCEPTION_HANDLER answers
+        try:
+            self.format_kwarg = self.get_format_suffix(**kwargs)
+            check_origin(drf)
+            drf.version, drf.versioning_scheme = self.determine_version(drf, *args, **kwargs)
+            self.perform_authentication(drf)
+            self.check_permissions(drf)
+            self.check_throttles(drf)
+            response = self.post(drf)
+        except Exception as exc:
+            drf.accepted_renderer, drf.accepted_media_type = self.perform_content_negotiation(
+                drf)
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(drf, response, *args, **kwargs)
+        return self.response
+
     def post(self, request: Request) -> HttpResponse:
-        _require_caller(request)
-        return serve(request, self.request_body(request))
+        """A POST that passed the site's policies: its JSON-RPC answer."""
+        return serve(request, _admitted_body(request))
