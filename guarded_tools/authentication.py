@@ -19,7 +19,8 @@ does. Everything else is DRF's: the ``Authorization: Token …`` header and its 
 ``keyword``, ``model`` (a site's own token model, with a ``key`` and a ``user``), the
 answers (``(user, token)``; "Invalid token." for an unknown key, "User inactive or
 deleted." for an inactive user) and the challenge. A database whose driver returns values
-the ORM would convert (SQLite's dates are text) is read through DRF's own query.
+the ORM would convert (SQLite's dates are text; the store's backends say which databases
+do not) is read through DRF's own query.
 """
 
 from __future__ import annotations
@@ -31,12 +32,9 @@ from django.db import connections, router
 from django.utils.translation import gettext_lazy as _
 from rest_framework import authentication, exceptions
 
+from guarded_tools.store.backends import features
+
 __all__ = ["TokenAuthentication"]
-
-#: Vendors whose driver returns each column as the ORM reads it, fields' ``from_db_value``
-#: aside (applied here as the ORM applies it): no backend converter to run.
-NO_CONVERTERS = frozenset({"postgresql"})
-
 
 @functools.lru_cache(maxsize=16)
 def _statement(using: str, token_label: str) -> tuple[str, list[Any], list[Any]]:
@@ -67,7 +65,7 @@ class TokenAuthentication(authentication.TokenAuthentication):
         model: Any = self.get_model()  # DRF's Token, or a site's with a key and a user
         using = router.db_for_read(model)
         connection = connections[using]
-        if connection.vendor not in NO_CONVERTERS:
+        if not features(connection).rows_need_no_converters:
             return super().authenticate_credentials(key)  # type: ignore[no-any-return]
         sql, token_fields, user_fields = _statement(using, model._meta.label)
         key_field: Any = model._meta.get_field("key")

@@ -23,6 +23,10 @@ class StoreFeatures:
     #: Whether the planner estimates how many rows a query returns (the console's counts
     #: past ``CONSOLE_COUNT_EXACTLY_UP_TO`` say "about …" there, "more than …" elsewhere).
     estimates_rows = False
+    #: Whether the driver returns each column as the ORM reads it (fields'
+    #: ``from_db_value`` aside): a row read with ``connection.cursor()`` needs no backend
+    #: converter before ``Model.from_db`` (SQLite returns dates as text: it does).
+    rows_need_no_converters = False
 
     def __init__(self, connection: Any) -> None:
         self.connection = connection

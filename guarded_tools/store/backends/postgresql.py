@@ -40,6 +40,7 @@ class Features(StoreFeatures):
     """PostgreSQL: an advisory lock per key at READ COMMITTED, and the planner's estimates."""
 
     estimates_rows = True
+    rows_need_no_converters = True
 
     @property
     def can_lock_keys(self) -> bool:
