@@ -558,3 +558,21 @@ class Lines:
         assert self.process.stdin is not None
         self.process.stdin.write(text + "\n")
         self.process.stdin.flush()
+
+
+class StatelessUser:
+    """What a stateless token authenticates: a ``pk`` and answers, no table, no ``_meta``."""
+
+    is_authenticated = True
+    is_active = True
+    is_anonymous = False
+
+    def __init__(self, pk: int, granted: bool) -> None:
+        self.pk = self.id = pk
+        self.granted = granted
+
+    def has_perms(self, perms: Any, obj: Any = None) -> bool:
+        return self.granted
+
+    def has_perm(self, perm: str, obj: Any = None) -> bool:
+        return self.granted

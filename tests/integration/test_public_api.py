@@ -63,6 +63,7 @@ PUBLIC: dict[str, frozenset[str]] = {
         "sweep",
     }),
     "guarded_tools.auth_backends": frozenset({"OneQueryModelBackend"}),
+    "guarded_tools.authentication": frozenset({"TokenAuthentication"}),
     "guarded_tools.models": frozenset({
         "LAPSING", "Allowance", "AllowanceCounter", "AllowanceQuerySet", "AllowanceStatus",
         "AllowanceUse", "AuditEntry", "BudgetAlert", "BudgetCounter", "BudgetOverride",

@@ -27,10 +27,9 @@ from guarded_tools.models import (
     Operation,
 )
 from guarded_tools.pipeline.stages.base import Call
-from tests.conftest import Effects
+from tests.conftest import Effects, StatelessUser
 from tests.pipeline.allowance_support import SCHEMA, allowing, bounds, payment, people
 from tests.pipeline.policy_support import call
-from tests.transports.test_session_auth import StatelessUser
 
 pytestmark = pytest.mark.django_db
 

@@ -14,7 +14,7 @@ import pytest
 from django.contrib.auth.models import Permission
 
 from guarded_tools.models import Confirmation, Operation
-from tests.conftest import OBJECT, Effects, SessionClient, key, one_transaction
+from tests.conftest import OBJECT, Effects, SessionClient, StatelessUser, key, one_transaction
 
 pytestmark = pytest.mark.django_db
 
@@ -147,24 +147,6 @@ def test_a_session_without_the_csrf_header_is_refused_before_anything_runs(
 
 
 # -- a user object that is no row --------------------------------------------------------------
-class StatelessUser:
-    """What a stateless token authenticates: a ``pk`` and answers, no table, no ``_meta``."""
-
-    is_authenticated = True
-    is_active = True
-    is_anonymous = False
-
-    def __init__(self, pk: int, granted: bool) -> None:
-        self.pk = self.id = pk
-        self.granted = granted
-
-    def has_perms(self, perms: Any, obj: Any = None) -> bool:
-        return self.granted
-
-    def has_perm(self, perm: str, obj: Any = None) -> bool:
-        return self.granted
-
-
 @pytest.mark.parametrize("transport", ["rest", "mcp"])
 def test_a_user_object_that_is_no_row_calls_tools_in_its_own_scope(
     transport: str, way: str, make_tool: Any, client_for: Any, alice: Any,
@@ -208,7 +190,7 @@ def test_a_user_object_that_is_no_row_asks_for_confirmation_under_its_label(
     asked = Confirmation.objects.filter(
         tool=definition.name, requested_by__isnull=True).exclude(key=earlier).get()
     label = (f"TokenUser {alice.pk + 41}" if named
-             else f"tests.transports.test_session_auth.StatelessUser:{alice.pk + 41}")
+             else f"tests.conftest.StatelessUser:{alice.pk + 41}")
     assert asked.requested_by_label == label
     assert asked.scope.endswith(f":{alice.pk + 41}")
     from django.test import Client
