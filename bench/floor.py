@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
 from django.views.decorators.csrf import csrf_exempt
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.exceptions import APIException
 from rest_framework.request import Request
 from rest_framework.settings import api_settings
@@ -111,8 +112,8 @@ def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
     user's DRF token: one query), the body read with ``json.loads``, the answer the app's
     MCP answer (text and structured content, the operation in ``_meta``). No guard: no
     schema, no fingerprint, no registry, no replay. PostgreSQL only."""
-    drf = Request(request, authenticators=[auth() for auth in
-                                           api_settings.DEFAULT_AUTHENTICATION_CLASSES])
+    classes = cast(list[type[BaseAuthentication]], api_settings.DEFAULT_AUTHENTICATION_CLASSES)
+    drf = Request(request, authenticators=[auth() for auth in classes])
     try:
         user = drf.user
     except APIException:
@@ -123,8 +124,8 @@ def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
     arguments = message["params"]["arguments"]
     key = str(arguments["operationId"])
     output, pk = floor_claimed_operation(
-        tool=message["params"]["name"], scope=principal_scope(user, None), key=key, user=user,
-        input=arguments, effect=lambda: {"value": arguments["value"]})
+        tool=message["params"]["name"], scope=principal_scope(user, None) or "", key=key,
+        user=user, input=arguments, effect=lambda: {"value": arguments["value"]})
     return _rpc(message.get("id"), {
         "content": [{"type": "text", "text": json.dumps(output)}], "isError": False,
         "structuredContent": output,
