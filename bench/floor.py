@@ -5,24 +5,38 @@ the guard: B less F is the guard's own Python, F less A what the statements the 
 must send cost; with the permission query and a journal entry it is F-D
 (``/floor-full/``), D's statements. ``floor_claimed_call`` is F-R (``/floor-remote/``),
 R-guarded's claim and completion around the realistic handler; ``floor_replay`` is F-C
-(``/floor-replay/``), a replay answered from memory with no guard at all. The statements
-are the store's own, written by the store in use, so the database does for a floor what
-it does for the guarded call; ``tests/store/test_sql_counts.py`` checks that F, F-D and F-R send
-what the
-guarded calls send, round trip for round trip.
+(``/floor-replay/``), a replay answered from memory with no guard at all.
+``keyed_mcp_floor`` is F-K (``/agent/mcp/floor/``, which the app's ASGI entry serves as
+it serves MCP: one crossing into a thread, then Django's WSGI handler), the keyed MCP
+call's floor in the peer table (``bench.peer``): the site's middleware and its DRF
+authentication (the token's query), the JSON-RPC ``tools/call`` read, the claim and the
+completion of ``floor_claimed_call`` around the echo, and the answer ``bench/mcp.lua``
+checks, with nothing of the guard. The statements are the store's own, written by the
+store in use, so the database does for a floor what it does for the guarded call;
+``tests/store/test_sql_counts.py`` checks that F, F-D, F-R and F-K send what the guarded
+calls send, round trip for round trip.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import transaction
+from django.http import HttpRequest, HttpResponse
 from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.exceptions import APIException
+from rest_framework.request import Request
+from rest_framework.settings import api_settings
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.pipeline import principal_scope
 from guarded_tools.store.history import Event
 from guarded_tools.store.values import fresh_values
+from guarded_tools.transports.mcp.protocol import OPERATION_META
 
 
 def floor_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
@@ -59,6 +73,13 @@ def floor_claimed_call(*, tool: str, scope: str, key: str, user: Any, input: Any
     effect, then the completion with its history of two rows in one statement (PostgreSQL's
     data-modifying ``WITH``). PostgreSQL only: SQLite's store records the history with the
     ORM. Raises ``AssertionError`` when the key already exists."""
+    return floor_claimed_operation(tool=tool, scope=scope, key=key, user=user, input=input,
+                                   effect=effect)[0]
+
+
+def floor_claimed_operation(*, tool: str, scope: str, key: str, user: Any, input: Any,
+                            effect: Callable[[], Any]) -> tuple[Any, str]:
+    """:func:`floor_claimed_call`'s output, and the id of the operation it completed."""
     store = gt_settings.STORE_CLASS()
     statements, connection = store.statements, store.connection
     assert connection.vendor == "postgresql", "the claim-first floor is PostgreSQL's"
@@ -75,7 +96,41 @@ def floor_claimed_call(*, tool: str, scope: str, key: str, user: Any, input: Any
         ref, values["owner"], 1, "in_flight", *event_params,
     ])], rows=True)[0][0][0]
     assert done == 1
-    return output
+    return output, str(pk)
+
+
+def _rpc(rid: Any, result: dict[str, Any], status: int = 200) -> HttpResponse:
+    return HttpResponse(json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}),
+                        status=status, content_type="application/json")
+
+
+@csrf_exempt  # as DRF's views are: its SessionAuthentication enforces CSRF itself
+def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
+    """F-K: a keyed ``tools/call`` over MCP (one stateless POST, JSON) answered with
+    :func:`floor_claimed_operation`'s statements around the echo of its ``value``: the
+    caller authenticated by the site's ``DEFAULT_AUTHENTICATION_CLASSES`` (the bench
+    user's DRF token: one query), the body read with ``json.loads``, the answer the app's
+    MCP answer (text and structured content, the operation in ``_meta``). No guard: no
+    schema, no fingerprint, no registry, no replay. PostgreSQL only."""
+    classes = cast(list[type[BaseAuthentication]], api_settings.DEFAULT_AUTHENTICATION_CLASSES)
+    drf = Request(request, authenticators=[auth() for auth in classes])
+    try:
+        user = drf.user
+    except APIException:
+        user = None
+    if user is None or not user.is_authenticated:
+        return HttpResponse(status=401)
+    message = json.loads(request.body)
+    arguments = message["params"]["arguments"]
+    key = str(arguments["operationId"])
+    output, pk = floor_claimed_operation(
+        tool=message["params"]["name"], scope=principal_scope(user, None) or "", key=key,
+        user=user, input=arguments, effect=lambda: {"value": arguments["value"]})
+    return _rpc(message.get("id"), {
+        "content": [{"type": "text", "text": json.dumps(output)}], "isError": False,
+        "structuredContent": output,
+        "_meta": {OPERATION_META: {"id": pk, "key": key, "status": "succeeded",
+                                   "replayed": False, "recovered": False}}})
 
 
 #: The floor of a replay (C-floor): answers a key's stored output from this process's memory.

@@ -14,7 +14,11 @@ JSON responses, protocol 2025-11-25), served by one server process each:
 Calls, on each server: FastMCP 4.1.6 as shipped, django-mcpz 1.2.0 as documented, the
 app's read-only ``echo`` (anonymous) and its keyed ``echo_keyed`` with a fresh key per call
 and a DRF token on PostgreSQL (neither peer keeps anything: that row is the app's own
-cost). ``SIDES`` says what each does and does not do, and the report prints it.
+cost). Beside the keyed call, on the same server, its floor F-K
+(``bench.floor.keyed_mcp_floor`` at ``/agent/mcp/floor/``, which the ASGI entry serves as
+MCP): the same token, the same statements, the same answer, nothing of the guard; the
+report prints keyed/F-K (req/s and app CPU), F-K/FastMCP, and ``FLOOR_TARGETS`` judged.
+``SIDES`` says what each does and does not do, and the report prints it.
 
 wrk drives them from its own process on loopback, in rounds whose order rotates over every
 (server, call) pair; ``bench/mcp.lua`` checks every response (status, JSON-RPC result, the
@@ -75,7 +79,10 @@ CALLS: list[tuple[str, str, str, bool]] = [
     ("django-mcpz", "mcpz", "echo", False),
     ("read", "app", "echo", False),
     ("keyed", "app", "echo_keyed", True),
+    ("F-K", "app", "echo_keyed", True),
 ]
+#: call: its path on its server, when not the server's MCP path
+PATHS: dict[str, str] = {"F-K": "/agent/mcp/floor/"}
 
 #: What each call is, and what it does and does not do.
 SIDES: dict[str, dict[str, str]] = {
@@ -110,6 +117,15 @@ SIDES: dict[str, dict[str, str]] = {
         "persistence": "an operation per key in PostgreSQL, claimed and completed (two"
                        " commits), so that a retry of the key is answered from it",
     },
+    "F-K": {
+        "what": "the keyed call's floor: its statements and nothing of the guard"
+                " (bench.floor.keyed_mcp_floor), served as the keyed call is",
+        "authentication": "the same: DRF token through the site's authentication classes (one"
+                          " SELECT); Django's middleware runs",
+        "validation": "none: the body read with json.loads, no schema, no fingerprint",
+        "persistence": "the keyed call's: its claim and its completion with the history, the"
+                       " same statements; no replay remembered",
+    },
 }
 
 #: label: the configuration every ratio in its column is taken to
@@ -124,6 +140,14 @@ TARGETS: list[tuple[str, str, str, float]] = [
      1.5),
     ("keyed fresh call, PostgreSQL, under uvicorn ≥ 0.6x FastMCP 4.1.6", "uvicorn keyed",
      "uvicorn FastMCP", 0.6),
+]
+
+#: The keyed call against its floor, as ``bench/run.py``'s ``FLOOR_TARGETS``: (label,
+#: configuration, its floor, what is compared, the limit); "cpu": the app server's CPU per
+#: call at most limit times the floor's. The median of the ratios taken round by round.
+FLOOR_TARGETS: list[tuple[str, str, str, str, float]] = [
+    ("keyed's app CPU ≤ 1.10x F-K's, under uvicorn", "uvicorn keyed", "uvicorn F-K", "cpu",
+     1.10),
 ]
 
 PACKAGES = ["fastmcp", "django-mcpz", "mcp", "msgspec", "pydantic", "Django",
@@ -170,6 +194,11 @@ def command(server: str, port: int) -> list[str]:
                 "warning", "--no-access-log"]
     return [exe, *args, "--workers", "1", "--bind", f"127.0.0.1:{port}", "--log-level",
             "warning", "--timeout", "60"]
+
+
+def path_of(name: str, server: str) -> str:
+    """The path the configuration ``name`` ("uvicorn F-K") is served at on ``server``."""
+    return PATHS.get(name.split(" ", 1)[1], SERVERS[server][3])
 
 
 def wait_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
@@ -247,23 +276,25 @@ def measure(args: argparse.Namespace, token: str) -> dict[str, Any]:
     all_configs = configs()
     runs: dict[str, list[dict[str, Any]]] = {c[0]: [] for c in all_configs}
     try:
-        for server, (framework, _, _, path, _) in SERVERS.items():
+        for server, (framework, *_) in SERVERS.items():
             port = free_port()
             proc = procs.start(command(server, port), server_env(server, env),
                                RESULTS / f"peer-{server}.log")
             wait_port(port, proc)
-            urls[server] = f"http://127.0.0.1:{port}{path}"
+            urls[server] = f"http://127.0.0.1:{port}"
             meters[server] = CpuMeter({"app": proc.pid,
                                        "db": db_pid if framework == "app" else None})
-        for _name, _, server, tool, keyed in all_configs:  # warm-up
-            run_wrk(urls[server], tool, f"w{uuid.uuid4().hex[:8]}" if keyed else "",
-                    token if keyed else "", args.warmup, args)
+        for name, _, server, tool, keyed in all_configs:  # warm-up
+            run_wrk(urls[server] + path_of(name, server), tool,
+                    f"w{uuid.uuid4().hex[:8]}" if keyed else "", token if keyed else "",
+                    args.warmup, args)
         for round_no in range(args.rounds):
             shift = round_no % len(all_configs)
             for name, _, server, tool, keyed in all_configs[shift:] + all_configs[:shift]:
                 prefix = f"p{uuid.uuid4().hex[:10]}" if keyed else ""
                 before = meters[server].snapshot()
-                result = run_wrk(urls[server], tool, prefix, token if keyed else "",
+                result = run_wrk(urls[server] + path_of(name, server), tool, prefix,
+                                 token if keyed else "",
                                  args.duration, args)
                 result["cpu_us"] = CpuMeter.per_request(before, meters[server].snapshot(),
                                                         result["requests"])
@@ -332,7 +363,67 @@ def summarize(all_configs: list[tuple[str, str, str, str, bool]],
                         "verdict": "met" if met else ("MISSED" if judged else
                                                       "not judged: a check failed")})
     return {"configs": summary, "references": REFERENCES, "targets": targets,
+            "floor": floor(runs, summary), "floor_targets": floor_targets(runs, summary),
             "sides": SIDES, "fairness": MIDDLEWARE_NOTE}
+
+
+def floor(runs: dict[str, list[dict[str, Any]]], summary: dict[str, Any]) -> dict[str, Any]:
+    """Per server program measured: the keyed call over its floor F-K (req/s and app CPU)
+    and F-K over FastMCP under uvicorn (req/s), round by round, with F-K's checks."""
+    out = {}
+    for software in ("uvicorn", "gunicorn"):
+        keyed, fk = f"{software} keyed", f"{software} F-K"
+        if keyed not in runs or fk not in runs:
+            continue
+        out[software] = {
+            "keyed/F-K rps": per_round(runs, keyed, fk, rps),
+            "keyed/F-K app CPU": per_round(runs, keyed, fk, app_cpu),
+            "F-K/FastMCP rps": per_round(runs, fk, REFERENCES["FastMCP 4.1.6"], rps),
+            "checks": sorted(set(summary[keyed]["checks"] + summary[fk]["checks"])),
+        }
+    return out
+
+
+def floor_targets(runs: dict[str, list[dict[str, Any]]],
+                  summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each of ``FLOOR_TARGETS`` measured, judged as ``bench/run.py`` judges its own: the
+    median of the per-round ratios within the limit, and every answer of both checked."""
+    out = []
+    for label, name, floor_name, measure, limit in FLOOR_TARGETS:
+        if name not in runs or floor_name not in runs:
+            continue
+        ratio = per_round(runs, name, floor_name, app_cpu if measure == "cpu" else rps)
+        judged = all(c == "ok" for c in summary[name]["checks"] + summary[floor_name]["checks"])
+        within = ratio["median"] is not None and (
+            ratio["median"] <= limit if measure == "cpu" else ratio["median"] >= limit)
+        out.append({"target": label, "config": name, "floor": floor_name, "measure": measure,
+                    "limit": limit, **ratio, "met": within and judged,
+                    "verdict": "met" if within and judged else (
+                        "MISSED" if judged else "not judged: a check failed")})
+    return out
+
+
+def floor_lines(peer: dict[str, Any]) -> list[str]:
+    """The keyed call against its floor, and where the keyed peer target lies against it."""
+    lines = []
+    for software, f in peer.get("floor", {}).items():
+        lines.append(f"    {software}: keyed/F-K req/s {_ratio(f['keyed/F-K rps'])}, app CPU"
+                     f" {_ratio(f['keyed/F-K app CPU'])}; F-K/FastMCP 4.1.6 (uvicorn) req/s"
+                     f" {_ratio(f['F-K/FastMCP rps'])} (per round: "
+                     + ", ".join(f"{x:.2f}" for x in f["F-K/FastMCP rps"]["rounds"]) + ")")
+    for t in peer.get("floor_targets", []):
+        rounds = ", ".join(f"{x:.2f}" for x in t["rounds"])
+        lines.append(f"    {t['target']}: {_ratio(t)} (per round: {rounds}): {t['verdict']}")
+    floor_uvicorn = peer.get("floor", {}).get("uvicorn")
+    for t in peer["targets"]:
+        if floor_uvicorn is None or t["config"] != "uvicorn keyed":
+            continue
+        ceiling = floor_uvicorn["F-K/FastMCP rps"]["median"]
+        if ceiling is not None:
+            where = "below" if ceiling < t["least"] else "at or above"
+            lines.append(f"    the peer target's {t['least']:.2f}x FastMCP against the floor: F-K"
+                         f" serves {ceiling:.2f}x, {where} it")
+    return lines
 
 
 def _ratio(entry: dict[str, Any]) -> str:
@@ -369,6 +460,11 @@ def table(peer: dict[str, Any]) -> str:
     for t in peer["targets"]:
         rounds = ", ".join(f"{x:.2f}" for x in t["rounds"])
         lines.append(f"    {t['target']}: {_ratio(t)} (per round: {rounds}): {t['verdict']}")
+    floor_part = floor_lines(peer)
+    if floor_part:
+        lines.append("  the keyed call against its floor F-K (same run, median of the per-round"
+                     " ratios):")
+        lines.extend(floor_part)
     return "\n".join(lines)
 
 
@@ -392,6 +488,16 @@ def markdown(peer: dict[str, Any]) -> str:
     out += [f"| {t['target']} | **{_ratio(t)}** ("
             + ", ".join(f"{x:.2f}" for x in t["rounds"]) + f") | {t['verdict']} |"
             for t in peer["targets"]]
+    if peer.get("floor"):
+        out += ["", "| server | keyed/F-K req/s | keyed/F-K app CPU | F-K/FastMCP 4.1.6 req/s |",
+                "|---|---:|---:|---:|"]
+        out += [f"| {software} | {_ratio(f['keyed/F-K rps'])} | {_ratio(f['keyed/F-K app CPU'])}"
+                f" | {_ratio(f['F-K/FastMCP rps'])} |" for software, f in peer["floor"].items()]
+    if peer.get("floor_targets"):
+        out += ["", "| target against the floor | ratio (per round) | verdict |", "|---|---:|---|"]
+        out += [f"| {t['target']} | **{_ratio(t)}** ("
+                + ", ".join(f"{x:.2f}" for x in t["rounds"]) + f") | {t['verdict']} |"
+                for t in peer["floor_targets"]]
     return "\n".join(out)
 
 

@@ -78,7 +78,8 @@ RATIOS = [("F/A", "F", "A"), ("B/A", "B", "A"), ("F-C/A", "F-C", "A"), ("C/A", "
 #: its floor, what is compared, the limit): "cpu" is the app server's CPU per request, at
 #: most limit times the floor's; "rps" is requests per second, at least limit times the
 #: floor's. Each is the median of the ratios taken round by round (the two measured in the
-#: same round); judged on PostgreSQL, where F-R exists and the targets were set.
+#: same round); judged on PostgreSQL, where F-R exists and the targets were set. The keyed
+#: MCP call's, against F-K, is the peer table's (``bench.peer.FLOOR_TARGETS``).
 FLOOR_TARGETS: list[tuple[str, str, str, str, float]] = [
     ("B's app CPU ≤ 1.10x F's", "B", "F", "cpu", 1.10),
     ("D's app CPU ≤ 1.05x F-D's", "D", "F-D", "cpu", 1.05),

@@ -3,7 +3,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
-from bench import views
+from bench import floor, views
 
 urlpatterns = [
     path("ping/", views.ping),
@@ -15,6 +15,8 @@ urlpatterns = [
     path("plain-remote/", views.PlainRemoteView.as_view()),
     path("idempotency-key/", views.idempotent_db),
     path("idempotency-key-mem/", views.idempotent_mem),
+    # F-K: under the MCP endpoint's path, so that the app's ASGI entry serves it as MCP
+    path("agent/mcp/floor/", floor.keyed_mcp_floor),
     path("agent/", include("guarded_tools.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -89,7 +89,14 @@ def test_the_peer_table_serves_each_peer_under_both_servers_beside_the_app() -> 
     env = peer.server_env("mcpz-uvicorn", {"DJANGO_SETTINGS_MODULE": "bench.settings"})
     assert env["DJANGO_SETTINGS_MODULE"] == "bench.mcpz.settings"
     assert "DJANGO_SETTINGS_MODULE" not in peer.server_env("fastmcp-uvicorn", env)
-    assert [c[0] for c in peer.configs() if c[4]] == ["uvicorn keyed", "gunicorn keyed"]
+    assert [c[0] for c in peer.configs() if c[4]] == ["uvicorn keyed", "uvicorn F-K",
+                                                      "gunicorn keyed", "gunicorn F-K"]
+    # F-K: the keyed call's floor, on the app's own servers, under the MCP endpoint's path
+    # (which the app's ASGI entry serves as MCP); every other call at its server's MCP path
+    assert peer.path_of("uvicorn F-K", "app-uvicorn") == "/agent/mcp/floor/"
+    assert peer.path_of("gunicorn F-K", "app-gunicorn") == "/agent/mcp/floor/"
+    assert peer.path_of("uvicorn keyed", "app-uvicorn") == "/agent/mcp/"
+    assert peer.path_of("uvicorn FastMCP", "fastmcp-uvicorn") == "/mcp/"
 
 
 def test_peer_ratios_are_taken_round_by_round_to_fastmcp_and_to_django_mcpz() -> None:
@@ -157,6 +164,43 @@ def test_the_peer_report_prints_each_row_its_ratios_and_what_each_side_does() ->
     assert "| gunicorn read: the app's read-only `echo`, anonymous (allow_anonymous) | 400 |" \
         " 750 µs | 2.00 | 0.50 | 1.50 |" in md
     assert "| django-mcpz | none: `public`" in md
+
+
+def test_the_keyed_call_is_judged_against_its_floor_and_the_floor_against_fastmcp() -> None:
+    # F-K serves 0.5x FastMCP in every round: the 0.6x peer target lies above the floor.
+    runs = peer_runs({"uvicorn FastMCP": [200, 400, 300], "uvicorn keyed": [80, 180, 120],
+                      "uvicorn F-K": [100, 200, 150], "gunicorn keyed": [90, 90, 90],
+                      "gunicorn F-K": [100, 100, 100]},
+                     cpu={"uvicorn keyed": [1100, 1200, 1000], "uvicorn F-K": [1000] * 3,
+                          "gunicorn keyed": [1050] * 3, "gunicorn F-K": [1000] * 3})
+    result = peer.summarize(peer.configs(), runs)
+    fk = result["floor"]["uvicorn"]
+    assert fk["keyed/F-K rps"] == {"median": 0.8, "rounds": [0.8, 0.9, 0.8]}
+    assert fk["keyed/F-K app CPU"] == {"median": 1.1, "rounds": [1.1, 1.2, 1.0]}
+    assert fk["F-K/FastMCP rps"] == {"median": 0.5, "rounds": [0.5] * 3}
+    assert result["floor"]["gunicorn"]["keyed/F-K app CPU"]["median"] == 1.05
+    [target] = result["floor_targets"]
+    assert target | {"rounds": None} == {
+        "target": "keyed's app CPU ≤ 1.10x F-K's, under uvicorn", "config": "uvicorn keyed",
+        "floor": "uvicorn F-K", "measure": "cpu", "limit": 1.1, "median": 1.1, "rounds": None,
+        "met": True, "verdict": "met"}
+    text = peer.table(result)
+    assert ("    uvicorn: keyed/F-K req/s 0.80, app CPU 1.10; F-K/FastMCP 4.1.6 (uvicorn) req/s"
+            " 0.50 (per round: 0.50, 0.50, 0.50)") in text
+    assert ("keyed's app CPU ≤ 1.10x F-K's, under uvicorn: 1.10 (per round: 1.10, 1.20, 1.00):"
+            " met") in text
+    assert "the peer target's 0.60x FastMCP against the floor: F-K serves 0.50x, below it" in text
+    assert "    F-K: the keyed call's floor" in text
+    md = peer.markdown(result)
+    assert "| uvicorn | 0.80 | 1.10 | 0.50 |" in md
+    assert ("| keyed's app CPU ≤ 1.10x F-K's, under uvicorn | **1.10** (1.10, 1.20, 1.00) |"
+            " met |") in md
+    # a failed check of the floor's run: not judged
+    failed = peer.summarize(peer.configs(), {**runs, "uvicorn F-K": peer_runs(
+        {"uvicorn F-K": [100, 200, 150]}, checks={"uvicorn F-K": "1 bad responses"}
+    )["uvicorn F-K"]})
+    assert failed["floor_targets"][0]["verdict"] == "not judged: a check failed"
+    assert not failed["floor_targets"][0]["met"]
 
 
 # -- bench/mcp.lua under wrk: every answer checked for what it answers -------------------------

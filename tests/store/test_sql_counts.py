@@ -19,6 +19,7 @@ in one transaction (the default for atomic tools).
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from typing import Any
@@ -28,8 +29,11 @@ import pytest
 from django.contrib.auth.models import Group
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import include, path
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
 
-from bench.floor import floor_call, floor_claimed_call
+from bench.floor import floor_call, floor_claimed_call, keyed_mcp_floor
 from bench.statements import CONTROL, round_trips, server_prepared, statements
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
@@ -223,6 +227,61 @@ def test_the_benchs_claim_first_floor_sends_what_a_fresh_call_sends(make_tool: A
     definition = make_tool(effect, input_schema=SCHEMA)
     guarded = call(client, definition.name, body(), 200)
     floor_beside(guarded, floor_claimed_call, alice, definition.name, ["claimed", "succeeded"])
+
+
+#: F-K is served under the MCP endpoint's path, as ``bench.urls`` serves it
+#: (``@pytest.mark.urls(__name__)``).
+urlpatterns = [path("agent/mcp/floor/", keyed_mcp_floor),
+               path("agent/", include("guarded_tools.urls"))]
+ECHOED = {"type": "object", "properties": {"value": {"type": "integer"}},
+          "required": ["value"]}
+
+
+@pytest.mark.urls(__name__)
+def test_the_benchs_keyed_mcp_floor_sends_what_a_keyed_mcp_call_sends(make_tool: Any,
+                                                                      alice: Any) -> None:
+    """F-K (``bench.floor.keyed_mcp_floor``): the keyed ``tools/call`` over MCP with the
+    caller's DRF token, as the peer table's keyed call (``echo_keyed``: not atomic): the
+    token's query, the claim and the completion with its history, and the same answer."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the keyed MCP floor sends PostgreSQL's statements")
+    schema = {"type": "object", "required": ["operationId", "value"],
+              "properties": {"operationId": {"type": "string"}, "value": {"type": "integer"}}}
+    definition = make_tool(lambda input, ctx: {"value": input["value"]}, input_schema=schema,
+                           output_schema=ECHOED)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+
+    def post(where: str, key: str) -> tuple[Counted, dict[str, Any]]:
+        message = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+            "name": definition.name, "arguments": {"operationId": key, "value": 7}}}
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.post(where, message, format="json",
+                                   HTTP_ACCEPT="application/json, text/event-stream",
+                                   HTTP_MCP_PROTOCOL_VERSION="2025-11-25")
+        assert response.status_code == 200, response.content
+        assert response.json()["id"] == 7, response.content
+        return Counted(ctx.captured_queries), response.json()["result"]
+
+    guarded, answer = post("/agent/mcp/", uuid.uuid4().hex)
+    key = uuid.uuid4().hex
+    floor, floor_answer = post("/agent/mcp/floor/", key)
+    # the token's SELECT, the claim (its own commit), the completion with its history
+    assert len(guarded.round_trips) == 3 and "authtoken_token" in guarded.round_trips[0], guarded
+    assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
+    # the answer bench/mcp.lua checks, in the same shape
+    assert floor_answer["structuredContent"] == answer["structuredContent"] == {"value": 7}
+    assert [json.loads(c["text"]) for c in floor_answer["content"]] == [{"value": 7}]
+    assert [json.loads(c["text"]) for c in answer["content"]] == [{"value": 7}]
+    assert set(floor_answer) == set(answer) and set(floor_answer["_meta"]) == set(answer["_meta"])
+    summary = next(iter(floor_answer["_meta"].values()))
+    assert set(summary) == set(next(iter(answer["_meta"].values())))
+    operation = Operation.objects.get(key=key)
+    assert summary == {"id": str(operation.pk), "key": key, "status": "succeeded",
+                       "replayed": False, "recovered": False}
+    assert operation.state == OperationState.SUCCEEDED and operation.output == {"value": 7}
+    assert operation.user == alice and operation.tool == definition.name
+    assert [e.kind for e in operation.events.all()] == ["claimed", "succeeded"]
 
 
 def psycopg3_postgresql() -> None:
