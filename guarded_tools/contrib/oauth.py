@@ -223,8 +223,8 @@ def required_scopes(definition: Tool) -> tuple[str, ...]:
 def token_scopes(request: Any) -> frozenset[str] | None:
     """The scopes of the DOT access token the request authenticated with; None without one."""
     token = getattr(request, "auth", None)
-    if not isinstance(token, get_access_token_model()):
-        return None
+    if token is None or not isinstance(token, get_access_token_model()):
+        return None  # no token (anonymous, session): no model to resolve
     return frozenset((token.scope or "").split())
 
 
@@ -342,7 +342,10 @@ class OAuthCredentials:
         return credential_reference(auth) if apps.is_installed("oauth2_provider") else None
 
     def check_scopes(self, tool: Tool, request: Any, credential: Any = None) -> None:
-        """Refuse a call whose OAuth token lacks one of the tool's scopes."""
+        """Refuse a call whose OAuth token lacks one of the tool's scopes (nothing to
+        check for a call authenticated with no token, ``request.auth`` None)."""
+        if credential is None and getattr(request, "auth", None) is None:
+            return
         if apps.is_installed("oauth2_provider"):
             check_scopes(tool, request, credential)
 

@@ -70,21 +70,22 @@ class SQLOperationStore(OperationStore):
         in autocommit (in a test case's block, in it); when the key exists, one ``SELECT``
         says in which state (None when it vanished meanwhile). Where the database cannot
         return columns from an INSERT (SQLite before 3.35), the ORM store's claim."""
-        if not self.connection.features.can_return_columns_from_insert:
+        connection = self.connection
+        if not connection.features.can_return_columns_from_insert:
             return super().insert_or_load(tool=tool, scope=scope, key=key, fp=fp, input=input,
                                           user=user, lease_seconds=lease_seconds)
         statements = self.statements
         values = dict.fromkeys(statements.names)
         values.update(fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=input,
                                    user=user))
-        params = statements.params(values, self.connection, claim=True,
+        params = statements.params(values, connection, claim=True,
                                    lease_seconds=lease_seconds)
         row = self.send([(statements.claim, params)], rows=True)[0]
         if not row:
             return self.load(tool, scope, key)
         values.update(zip(statements.returning, self.read(statements.returned, row[0]),
                           strict=True))
-        operation = Operation.from_db(self.connection.alias, statements.names,
+        operation = Operation.from_db(connection.alias, statements.names,
                                       [values[name] for name in statements.names])
         if user is not None:
             operation.user = user  # attached: no lazy query later

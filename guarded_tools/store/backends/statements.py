@@ -19,6 +19,8 @@ from guarded_tools.models import JournalEntry, Operation, OperationEvent
 Part = tuple[str, list[Any]]
 #: The columns Django's ``auto_now``/``auto_now_add`` fill (``Field.pre_save``).
 STAMPS = ("created_at", "updated_at")
+#: An INSERT's parameter: the lease's, a stamp of this process's clock, or a field's value.
+LEASE, STAMP, VALUE = range(3)
 
 
 class Dialect(NamedTuple):
@@ -105,6 +107,7 @@ class Statements:
         self.id = c["id"]
         self.recordings: dict[tuple[str, int], str] = {}
         self.output = opts.get_field("output")
+        self.plans = {claim: self.plan(claim=claim) for claim in (True, False)}
 
     def events(self, rows: list[Any], connection: Any) -> Part:
         """One INSERT of ``rows`` (unsaved events, in order: their ids keep it), each value
@@ -160,20 +163,32 @@ class Statements:
                 sql.append("NULL" if f.name in nulls else "%s")
         return ", ".join(sql)
 
+    def plan(self, *, claim: bool) -> list[tuple[int, Any]]:
+        """An INSERT's parameters in the order of ``values()``: what each one is."""
+        clock, nulls = self.layout(claim=claim)
+        plan: list[tuple[int, Any]] = []
+        for f in self.fields:
+            if claim and f.name == "lease_expires_at":
+                plan.append((LEASE, f))
+            elif f.name in STAMPS and f.name not in clock:
+                plan.append((STAMP, f))
+            elif f.name not in clock and f.name not in nulls:
+                plan.append((VALUE, f))
+        return plan
+
     def params(self, values: dict[str, Any], connection: Any, *, claim: bool,
                lease_seconds: int = 0) -> list[Any]:
         """An INSERT's parameters in the order of ``values()``, prepared by their fields;
         the stamps this process gives (``stamps_here``) are what ``auto_now`` gives, and
         are set in ``values``."""
-        clock, nulls = self.layout(claim=claim)
         params: list[Any] = []
-        for f in self.fields:
-            if claim and f.name == "lease_expires_at":
-                params.append(self.dialect.lease_param(lease_seconds))
-            elif f.name in STAMPS and f.name not in clock:
-                values[f.attname] = timezone.now()
+        for what, f in self.plans[claim]:
+            if what == VALUE:
                 params.append(f.get_db_prep_save(values[f.attname], connection))
-            elif f.name not in clock and f.name not in nulls:
+            elif what == LEASE:
+                params.append(self.dialect.lease_param(lease_seconds))
+            else:
+                values[f.attname] = timezone.now()
                 params.append(f.get_db_prep_save(values[f.attname], connection))
         return params
 
