@@ -141,7 +141,8 @@ def measure(renders: int) -> dict[str, Any]:
     client.force_login(User.objects.get(username="bench-admin"))
     out: dict[str, Any] = {}
     for name, path in {**PAGES, "operation": operation_page()}.items():
-        assert client.get(path).status_code == 200  # warm: templates, caches
+        warm = client.get(path)  # warm: templates, caches
+        assert warm.status_code == 200, (path, warm.status_code, warm.content[-2000:])
         times, counts = [], set()
         for _ in range(renders):
             with CaptureQueriesContext(connection) as ctx:

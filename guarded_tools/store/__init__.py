@@ -8,6 +8,7 @@ chooses a database backend by ``ENGINE``, unless ``STORE_CLASS`` says otherwise.
 from __future__ import annotations
 
 from guarded_tools.store.backends.base import Claim, ClaimKind, Locked, LockState, OperationStore
+from guarded_tools.store.backends.postgresql import reads_committed
 from guarded_tools.store.handles import OperationHandle, PendingOperationHandle
 from guarded_tools.store.values import (
     COMPLETED,
@@ -19,7 +20,6 @@ from guarded_tools.store.values import (
     fingerprint,
     key_hash,
     new_token,
-    reads_committed,
     refuse_enclosing_transaction,
     storable_json,
     user_row,

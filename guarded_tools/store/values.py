@@ -122,21 +122,3 @@ def key_hash(tool: str, scope: str, key: str) -> int:
     """A signed 32-bit hash of the key: the second key of its advisory lock."""
     digest = hashlib.blake2b(f"{tool}\0{scope}\0{key}".encode(), digest_size=4).digest()
     return int.from_bytes(digest, "big", signed=True)
-
-
-def reads_committed(options: dict[str, Any]) -> bool:
-    """Whether a PostgreSQL database's ``OPTIONS`` leave its transactions at READ COMMITTED.
-
-    (READ UNCOMMITTED is READ COMMITTED in PostgreSQL.) Only there can an atomic
-    tool's call lock its key and run in one transaction; elsewhere it claims first.
-    """
-    from django.db.backends.postgresql.psycopg_any import IsolationLevel
-
-    level = options.get("isolation_level")
-    if level is None:
-        return True
-    try:
-        level = IsolationLevel(level)
-    except ValueError:
-        return False  # Django refuses it when it connects
-    return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)

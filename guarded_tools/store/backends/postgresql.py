@@ -28,12 +28,32 @@ from guarded_tools.store.backends.capabilities import Statement, StoreFeatures, 
 from guarded_tools.store.backends.sql import SQLOperationStore
 from guarded_tools.store.backends.statements import Dialect, Part, Statements
 from guarded_tools.store.history import Kind
-from guarded_tools.store.values import LOCK_CLASS, key_hash, reads_committed
+from guarded_tools.store.values import LOCK_CLASS, key_hash
 
 NOW = "STATEMENT_TIMESTAMP()"
 POSTGRESQL = Dialect(now=NOW, lease=f"({NOW} + %s)",
                      lease_param=lambda seconds: timedelta(seconds=seconds))
 LOCK = "SELECT pg_try_advisory_xact_lock(%s, %s)"
+
+
+def reads_committed(options: dict[str, Any]) -> bool:
+    """Whether a PostgreSQL database's ``OPTIONS`` leave its transactions at READ COMMITTED.
+
+    (READ UNCOMMITTED is READ COMMITTED in PostgreSQL.) Only there can an atomic
+    tool's call lock its key and run in one transaction; elsewhere it claims first.
+    """
+    # Here, not at the top: a site without psycopg imports this module too (the store's
+    # public names include this function).
+    from django.db.backends.postgresql.psycopg_any import IsolationLevel
+
+    level = options.get("isolation_level")
+    if level is None:
+        return True
+    try:
+        level = IsolationLevel(level)
+    except ValueError:
+        return False  # Django refuses it when it connects
+    return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
 
 
 class Features(StoreFeatures):
