@@ -37,9 +37,10 @@ from guarded_tools.store.backends import features
 __all__ = ["TokenAuthentication"]
 
 @functools.lru_cache(maxsize=16)
-def _statement(using: str, token_label: str) -> tuple[str, list[Any], list[Any]]:
-    """The query, and the concrete fields of the token and of its user in its columns'
-    order, for the token model ``token_label`` on database ``using``."""
+def _statement(using: str, token_label: str) -> tuple[str, list[Any], list[Any], Any, Any]:
+    """The query, the concrete fields of the token and of its user in its columns'
+    order, the token's key field and the user model, for the token model ``token_label``
+    on database ``using``."""
     from django.apps import apps
 
     quote = connections[using].ops.quote_name
@@ -55,7 +56,7 @@ def _statement(using: str, token_label: str) -> tuple[str, list[Any], list[Any]]
     sql = (f"SELECT {', '.join(columns)} FROM {t} INNER JOIN {u}"  # noqa: S608 - quoted names from _meta; the key is a parameter
            f" ON ({t}.{quote(user_field.column)} = {u}.{quote(user_field.target_field.column)})"
            f" WHERE {t}.{quote(key.column)} = %s")
-    return sql, token_fields, user_fields
+    return sql, token_fields, user_fields, key, user_model
 
 
 class TokenAuthentication(authentication.TokenAuthentication):
@@ -67,8 +68,8 @@ class TokenAuthentication(authentication.TokenAuthentication):
         connection = connections[using]
         if not features(connection).rows_need_no_converters:
             return super().authenticate_credentials(key)  # type: ignore[no-any-return]
-        sql, token_fields, user_fields = _statement(using, model._meta.label)
-        key_field: Any = model._meta.get_field("key")
+        sql, token_fields, user_fields, key_field, user_model = _statement(
+            using, model._meta.label)
         with connection.cursor() as cursor:
             cursor.execute(sql, [key_field.get_db_prep_value(key, connection)])
             row = cursor.fetchone()
@@ -79,7 +80,6 @@ class TokenAuthentication(authentication.TokenAuthentication):
                   for f, value in zip(token_fields + user_fields, row, strict=True)]
         split = len(token_fields)
         token = model.from_db(using, [f.attname for f in token_fields], values[:split])
-        user_model: Any = model._meta.get_field("user").related_model
         user: Any = user_model.from_db(using, [f.attname for f in user_fields], values[split:])
         token.user = user  # as select_related("user") attaches it: no query later
         if not user.is_active:

@@ -13,7 +13,6 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from rest_framework.parsers import BaseParser
 from rest_framework.request import Request
 
 from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
@@ -23,11 +22,9 @@ __all__ = ["ParsedOnce", "read_body"]
 _UNREAD: Any = object()
 
 
-class ParsedOnce(BaseParser):
+class ParsedOnce(StrictJSONParser):
     """:class:`~guarded_tools.core.schema.parsers.StrictJSONParser`, for one request: the
     first parse is kept, and every later one answers it (or raises its error again)."""
-
-    media_type = StrictJSONParser.media_type
 
     def __init__(self) -> None:
         self._parsed: Any = _UNREAD
@@ -43,7 +40,7 @@ class ParsedOnce(BaseParser):
             raise self._error
         if self._parsed is _UNREAD:
             try:
-                self._parsed = StrictJSONParser().parse(stream, media_type, parser_context)
+                self._parsed = super().parse(stream, media_type, parser_context)
             except Exception as exc:
                 self._error = exc
                 raise
