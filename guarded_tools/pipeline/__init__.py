@@ -132,7 +132,7 @@ class Pipeline:
     def walk(self, hook: str, call: Call, *args: Any) -> None:
         """Call ``hook`` on every stage that has it and has work for this tool
         (``Stage.has_work``), in the list's order."""
-        positions = plan(self.tool, self.stage_classes).get(hook)
+        positions = self.hooks.get(hook)
         if positions is None:  # a hook of a site's own
             positions = overriding(self.stage_classes, hook)
         for i in positions:

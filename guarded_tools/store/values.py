@@ -23,10 +23,10 @@ from guarded_tools.core.jsonvalues import JSON_ENCODER as JSON_ENCODER  # re-exp
 from guarded_tools.core.jsonvalues import storable_json as storable_json
 from guarded_tools.models import OperationState
 
-#: First key of the advisory locks taken on PostgreSQL (``pg_try_advisory_xact_lock(int, int)``):
-#: "gt" and 1, so that the locks are recognisable in ``pg_locks`` (``classid``).
 CounterT = TypeVar("CounterT", bound=models.Model)
 
+#: First key of the advisory locks taken on PostgreSQL (``pg_try_advisory_xact_lock(int, int)``):
+#: "gt" and 1, so that the locks are recognisable in ``pg_locks`` (``classid``).
 LOCK_CLASS = 0x6774_0001
 COMPLETED = (OperationState.SUCCEEDED, OperationState.FAILED, OperationState.OUTCOME_UNKNOWN)
 NESTED_TRANSACTION = (

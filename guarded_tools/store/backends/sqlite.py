@@ -38,16 +38,20 @@ class Features(StoreFeatures):
     as it begins."""
 
     @property
+    def transaction_mode(self) -> str:
+        """The ``OPTIONS``' ``transaction_mode``, upper case ("" when unset)."""
+        return str(self.options.get("transaction_mode") or "").upper()
+
+    @property
     def can_lock_keys(self) -> bool:
         """Where every transaction takes the write lock when it begins (``transaction_mode``
         IMMEDIATE or EXCLUSIVE): the key's read then sees every committed claim."""
-        mode = str(self.options.get("transaction_mode") or "").upper()
-        return mode in ("IMMEDIATE", "EXCLUSIVE")
+        return self.transaction_mode in ("IMMEDIATE", "EXCLUSIVE")
 
     @property
     def begins_with_write_lock(self) -> bool:
         """``transaction_mode`` IMMEDIATE, the mode the system check asks for."""
-        return str(self.options.get("transaction_mode") or "").upper() == "IMMEDIATE"
+        return self.transaction_mode == "IMMEDIATE"
 
 
 class Operations(StoreOperations):
