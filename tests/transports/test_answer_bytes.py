@@ -206,3 +206,31 @@ def test_an_mcp_answer_is_the_outputs_json_text_in_every_replay(
     assert answers[1][1]["content"] == answers[0][1]["content"]
     if connection.vendor != "postgresql":
         assert answers[2][1]["content"] == answers[0][1]["content"]
+
+
+@pytest.mark.parametrize("where", ["id", "input"])
+def test_a_value_that_holds_the_splice_mark_is_not_taken_for_one(
+    where: str, make_tool: Any, client_for: Any, alice: Any,
+) -> None:
+    """The output's text goes into an MCP body where a mark stands; a value of the
+    caller's that holds the mark (the request's id, an input the tool echoes) is answered
+    as itself, the body still what a plain encoder writes."""
+    from guarded_tools.transports.mcp import protocol
+
+    mark = f"{protocol._MARK}-{0 if where == 'id' else 1}"
+
+    def handler(input: dict[str, Any], ctx: Any) -> Any:
+        return {"echo": input["operationId"], "n": Decimal("1.50")}
+
+    definition = make_tool(handler, input_schema=SCHEMA)
+    key = mark if where == "input" else uuid.uuid4().hex
+    rid: Any = mark if where == "id" else 1
+    response = mcp_calls.send(client_for(alice), "tools/call", {
+        "name": definition.name, "arguments": {"operationId": key}}, rid=rid)  # type: ignore[arg-type]
+    assert response.status_code == 200, response.content
+    body = json.loads(response.content)
+    assert body["id"] == rid
+    result = body["result"]
+    assert result["isError"] is False, body
+    assert json.loads(result["content"][0]["text"]) == {"echo": key, "n": "1.50"}
+    assert result["structuredContent"] == {"echo": key, "n": "1.50"}

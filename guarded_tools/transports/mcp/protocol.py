@@ -105,28 +105,44 @@ class Exchange:
 ENCODER = JSONEncoder(ensure_ascii=False)
 
 
+#: The mark a :class:`Spliced` value is first encoded as: a random token, one per process.
+#: A body where it shows more often than it was written (a value holding it), or a text
+#: that holds it, is encoded again with the texts decoded, so no value is taken for a mark.
+_MARK = uuid.uuid4().hex
+
+
+class _Decoding(JSONEncoder):
+    """``ENCODER``, writing each :class:`Spliced` as the value its text stands for."""
+
+    def default(self, o: Any) -> Any:
+        return o.value() if isinstance(o, Spliced) else super().default(o)
+
+
 class SplicingEncoder(JSONEncoder):
     """``ENCODER``, writing each :class:`Spliced` in the payload as its text.
 
-    Each one is encoded as a mark no value can hold (a random token), which the text
-    then replaces: the text goes into the body as it is, never decoded and encoded again.
+    Each one is encoded as a mark (``_MARK`` and its number), which the text then
+    replaces: the text goes into the body as it is, never decoded and encoded again.
     """
 
     def __init__(self) -> None:
         super().__init__(ensure_ascii=False)
-        self.token = uuid.uuid4().hex
         self.texts: list[str] = []
 
     def default(self, o: Any) -> Any:
         if isinstance(o, Spliced):
             self.texts.append(o.text)
-            return f"{self.token}-{len(self.texts) - 1}"
+            return f"{_MARK}-{len(self.texts) - 1}"
         return super().default(o)
 
     def encode(self, o: Any) -> str:
         body = super().encode(o)
+        if not self.texts:
+            return body
+        if body.count(_MARK) != len(self.texts) or any(_MARK in t for t in self.texts):
+            return _Decoding(ensure_ascii=False).encode(o)
         for i, text in enumerate(self.texts):
-            body = body.replace(f'"{self.token}-{i}"', text, 1)
+            body = body.replace(f'"{_MARK}-{i}"', text, 1)
         return body
 
 

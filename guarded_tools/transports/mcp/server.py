@@ -237,7 +237,7 @@ def serve(request: Request, body: Any) -> HttpResponse:
     must match the body; ``server/discover`` replaces ``initialize``. Nothing is kept
     between POSTs.
     """
-    header = request.headers.get("MCP-Protocol-Version")
+    header = request.META.get("HTTP_MCP_PROTOCOL_VERSION")  # request.headers' MCP-Protocol-Version
     if header is not None and header not in SUPPORTED_VERSIONS:
         data = {"supported": list(SUPPORTED_VERSIONS), "requested": header}
         return json_response(rpc_error(id_of(body), UNSUPPORTED_VERSION,

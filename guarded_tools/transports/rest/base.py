@@ -76,7 +76,7 @@ def described(definition: Tool, request: Any = None) -> dict[str, Any]:
 
 def prefer_wait(request: Request) -> float:
     """``Prefer: wait=N`` (RFC 7240), bounded by the site's setting."""
-    match = _PREFER_WAIT.search(request.headers.get("Prefer", ""))
+    match = _PREFER_WAIT.search(request.META.get("HTTP_PREFER", ""))  # request.headers["Prefer"]
     if not match:
         return 0
     return float(min(int(match.group(1)), gt_settings.CONFIRMATION_MAX_WAIT_SECONDS))
