@@ -7,6 +7,7 @@ normalises ``@tool``'s options; ``guarded_tools.tools.binding`` derives the sche
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -141,6 +142,11 @@ class Tool:
     def validator(self) -> Draft202012Validator:
         """The input schema's validator, compiled once (at construction)."""
         return compile_schema(dict(self.input_schema), name=self.name)
+
+    @cached_property
+    def is_async(self) -> bool:
+        """Whether the handler is an ``async def`` (asked once, not on every call)."""
+        return inspect.iscoroutinefunction(self.handler)
 
     @cached_property
     def accepts(self) -> Callable[[Any], bool] | None:

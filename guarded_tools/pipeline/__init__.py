@@ -44,7 +44,6 @@ claimed            every other call: the claim commits first, then  the handler 
 
 from __future__ import annotations
 
-import inspect
 import logging
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -308,7 +307,7 @@ class Pipeline:
             self.tool.atomic
             and gt_settings.ATOMIC_SINGLE_TRANSACTION
             and not self.tool.confirms_after_claim
-            and not inspect.iscoroutinefunction(self.tool.handler)
+            and not self.tool.is_async
             and self.store.can_lock()
         )
 

@@ -244,6 +244,34 @@ def test_a_stage_with_no_work_for_a_tool_is_not_walked_for_its_calls(make_tool: 
                                      for i in pipeline.hooks["after_execute"]}
 
 
+def test_budgets_and_late_confirmation_are_walked_only_for_tools_that_have_them(
+    make_tool: Any,
+) -> None:
+    """The budget stage's hooks for a tool whose policy has budgets; the confirmation's
+    after-claim hook for a tool with preconditions or a confirmation asked after the claim."""
+    from guarded_tools.core.policy import Budget, Policy, Rule, Run
+    from guarded_tools.pipeline import get_pipeline
+    from guarded_tools.pipeline.stages.budget import BudgetStage
+
+    def walked(definition: Tool, hook: str) -> set[type]:
+        pipeline = get_pipeline(definition)
+        return {type(pipeline.stages[i]) for i in pipeline.hooks[hook]}
+
+    plain = make_tool(Effects())
+    for hook in ("before_claim", "after_claim", "on_release"):
+        assert BudgetStage not in walked(plain, hook)
+    assert ConfirmationStage not in walked(plain, "after_claim")
+    budgeted = make_tool(Effects(), confirm=Policy(
+        rules=[Rule(outcome=Run(), description="Runs")],
+        budgets=[Budget(name="calls", count=3)]))
+    for hook in ("before_claim", "after_claim", "on_release"):
+        assert BudgetStage in walked(budgeted, hook)
+    assert ConfirmationStage in walked(make_tool(Effects(), precheck=lambda **kw: None),
+                                       "after_claim")
+    assert ConfirmationStage in walked(make_tool(Effects(), confirm="effect-only"),
+                                       "after_claim")
+
+
 class SeenConfirmation(ConfirmationStage):
     def before_claim(self, call: Call) -> None:
         SEEN.append(("confirmation", "before_claim", call.tool.name))

@@ -27,7 +27,7 @@ import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import router, transaction
 from django.db.models import Count, Sum
@@ -40,6 +40,9 @@ from guarded_tools.pipeline import budget_alerts, budget_overrides
 from guarded_tools.pipeline.stages.base import Call, Stage
 from guarded_tools.store import Claim
 from guarded_tools.store.values import locked_counter
+
+if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
 
 #: The amounts a reservation holds (its column: 20 digits, 4 of them after the point).
 LARGEST_AMOUNT = Decimal("1e16")
@@ -112,6 +115,12 @@ class BudgetStage(Stage):
     """The budgets of the tool's policy (``Policy(budgets=[Budget(...)])``)."""
 
     name = "budget"
+
+    @classmethod
+    def has_work(cls, tool: Tool, hook: str) -> bool:
+        if hook in ("before_claim", "after_claim", "on_release"):
+            return isinstance(tool.confirm, Policy) and bool(tool.confirm.budgets)
+        return True
 
     @staticmethod
     def budgets(call: Call) -> Sequence[Budget]:

@@ -30,6 +30,8 @@ class ConfirmationStage(Stage):
     def has_work(cls, tool: Tool, hook: str) -> bool:
         if hook == "before_claim":
             return tool.confirm_mode == "always"  # the others are asked after the claim
+        if hook == "after_claim":  # the preconditions, and a confirmation asked after the claim
+            return tool.precheck is not None or tool.confirms_after_claim
         return True
 
     def before_claim(self, call: Call) -> None:

@@ -8,7 +8,6 @@ around the handler (the claim, release, recovery, completion) stays the pipeline
 from __future__ import annotations
 
 import asyncio
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -30,7 +29,7 @@ class ExecutionStage(Stage):
         aborted (the client went away) the coroutine is cancelled.
         """
         handler = call.tool.handler
-        if inspect.iscoroutinefunction(handler):
+        if call.tool.is_async:
             return async_to_sync(_cancellable)(handler, dict(call.inv.input), ctx)
         return handler(dict(call.inv.input), ctx)
 
