@@ -30,7 +30,7 @@ from typing import Any
 
 from django.db import connections, router
 from django.utils.translation import gettext_lazy as _
-from rest_framework import authentication, exceptions
+from rest_framework import HTTP_HEADER_ENCODING, authentication, exceptions
 
 from guarded_tools.store.backends import features
 
@@ -63,11 +63,16 @@ class TokenAuthentication(authentication.TokenAuthentication):
     """DRF's ``TokenAuthentication``, its query's text written once (module doc)."""
 
     def authenticate(self, request: Any) -> tuple[Any, Any] | None:
-        # No Authorization header: DRF's answer (None), without building request.headers
-        # from every header of the request to find that out.
-        if "HTTP_AUTHORIZATION" not in request.META:
-            return None
-        return super().authenticate(request)  # type: ignore[no-any-return]
+        """DRF's, reading the ``Authorization`` header from ``META`` by name (DRF's reads
+        ``request.headers``, which is built from every header of the request first)."""
+        raw = request.META.get("HTTP_AUTHORIZATION")
+        if raw is None:
+            return None  # no credentials of this kind: DRF's answer
+        auth = (raw.encode(HTTP_HEADER_ENCODING) if isinstance(raw, str) else raw).split()
+        if (len(auth) == 2 and auth[0].lower() == self.keyword.lower().encode()
+                and auth[1].isascii()):
+            return self.authenticate_credentials(auth[1].decode())
+        return super().authenticate(request)  # type: ignore[no-any-return]  # DRF's refusals
 
     def authenticate_credentials(self, key: str) -> tuple[Any, Any]:
         model: Any = self.get_model()  # DRF's Token, or a site's with a key and a user

@@ -108,3 +108,34 @@ def test_one_query_and_the_same_objects_as_drfs(alice: Any) -> None:
     for field in type(user)._meta.concrete_fields:
         assert getattr(user, field.attname) == getattr(drf_user, field.attname), field.name
     assert user._state.db == drf_user._state.db and not user._state.adding
+
+
+@pytest.mark.parametrize("header", [
+    None, "", "Token", "Token {key}", "token {key}", "TOKEN  {key} ", "Token {key} extra",
+    "Bearer {key}", "Token\xa0{key}", "Token {key}\xa0", "Token\x1c{key}", "Token k\xe9y",
+    "Basic dXNlcjpwYXNz", "Token unknown",
+])
+def test_every_authorization_header_is_answered_as_drf_answers_it(
+    header: str | None, alice: Any,
+) -> None:
+    """The header read from ``META`` by name: the same answer as DRF's own class, a user,
+    nobody (None) or the same refusal, for every form of header."""
+    from django.test import RequestFactory
+    from rest_framework import authentication
+    from rest_framework.request import Request
+
+    token = Token.objects.create(user=alice)
+    meta = {} if header is None else {"HTTP_AUTHORIZATION": header.format(key=token.key)}
+
+    def answer(auth: Any) -> Any:
+        request = Request(RequestFactory().get("/agent/tools/", **meta))
+        try:
+            found = auth.authenticate(request)
+        except AuthenticationFailed as exc:
+            return ("refused", str(exc.detail))
+        return None if found is None else (found[0].pk, found[1].key)
+
+    drf = answer(authentication.TokenAuthentication())
+    assert answer(TokenAuthentication()) == drf
+    if header == "Token {key}":
+        assert drf == (alice.pk, token.key)
