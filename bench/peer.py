@@ -112,14 +112,14 @@ SIDES: dict[str, dict[str, str]] = {
         "authentication": "DRF Token and Session authentication run, anonymous allowed for a"
                           " read-only tool; Django's middleware runs",
         "validation": "arguments by JSON Schema (no unknown field, an integer); the output"
-                      " validated against its output schema",
+                      " measured (its JSON size), not validated against its output schema",
         "persistence": "none: no statement, no operation row",
     },
     "keyed": {
         "what": "the app's keyed `echo_keyed`, a fresh key per call, DRF token, PostgreSQL",
         "authentication": "DRF token (one SELECT); Django's middleware runs",
-        "validation": "arguments by JSON Schema; the output validated against its output"
-                      " schema",
+        "validation": "arguments by JSON Schema; the output measured, not validated against"
+                      " its output schema",
         "persistence": "an operation per key in PostgreSQL, claimed and completed (two"
                        " commits), so that a retry of the key is answered from it",
     },
@@ -139,9 +139,9 @@ SIDES: dict[str, dict[str, str]] = {
                           " allowed; Django's middleware runs",
         "validation": "the same checks: the body read with the size limit and parsed once by"
                       " the strict parser (no duplicate key, no NaN), the arguments by the"
-                      " tool's compiled input validator, the output by its output schema"
-                      " compiled once; no registry lookup per call, no stage, no event, no"
-                      " budget",
+                      " tool's compiled input validator; the output by its output schema"
+                      " compiled once (more than the app, which does not validate it); no"
+                      " registry lookup per call, no stage, no event, no budget",
         "persistence": "none: no statement, no operation row",
     },
 }
