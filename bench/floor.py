@@ -15,6 +15,13 @@ checks, with nothing of the guard. The statements are the store's own, written b
 store in use, so the database does for a floor what it does for the guarded call;
 ``tests/store/test_sql_counts.py`` checks that F, F-D, F-R and F-K send what the guarded
 calls send, round trip for round trip.
+``read_mcp_floor`` is F-M (``/agent/mcp/floor/read/``, served by the ASGI entry as F-K is),
+the read-only MCP call's floor: what the app's anonymous ``tools/call`` of ``echo`` must do
+and nothing of the guard: the site's middleware and DRF authentication, the body read with
+the size limit and parsed once by the app's strict parser, the arguments checked by the
+tool's compiled input validator, the output by its output schema compiled once, and the
+app's answer, byte for byte. ``tests/integration/test_bench_floor_read.py`` checks that it
+answers what the app answers and refuses what the app refuses.
 """
 
 from __future__ import annotations
@@ -33,10 +40,30 @@ from rest_framework.request import Request
 from rest_framework.settings import api_settings
 
 from guarded_tools.conf import gt_settings
+from guarded_tools.core.definition import Tool
+from guarded_tools.core.errors import GuardError, MalformedRequest
+from guarded_tools.core.jsonvalues import JSON_ENCODER
+from guarded_tools.core.registry import registry
+from guarded_tools.core.schema.fast import compile_fast_check
+from guarded_tools.core.schema.parsers import read_limited
+from guarded_tools.core.schema.validation import compile_schema, parse_json, validate
 from guarded_tools.pipeline import principal_scope
 from guarded_tools.store.history import Event
 from guarded_tools.store.values import fresh_values
-from guarded_tools.transports.mcp.protocol import OPERATION_META
+from guarded_tools.transports.mcp.protocol import (
+    ENCODER,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    OPERATION_META,
+    id_of,
+    is_id,
+    json_response,
+    rpc_error,
+)
+from guarded_tools.transports.mcp.results import error_result
+from guarded_tools.transports.mcp.server import rpc_response
+from guarded_tools.transports.rest.exception_handler import docs_url
 
 
 def floor_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
@@ -131,6 +158,101 @@ def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
         "structuredContent": output,
         "_meta": {OPERATION_META: {"id": pk, "key": key, "status": "succeeded",
                                    "replayed": False, "recovered": False}}})
+
+
+class _ReadTool:
+    """What F-M checks a call of one registered read-only tool with, resolved once: its
+    definition (the input validator and its fast check the guard compiled), and its output
+    schema's fast check and validator compiled here once (the guard does not validate a
+    call's output: F-M does more than the read call there, about a microsecond)."""
+
+    def __init__(self, definition: Tool) -> None:
+        assert definition.output_schema is not None, f"{definition.name} has no output schema"
+        self.definition = definition
+        self.schema = dict(definition.output_schema)
+        self.output_accepts = compile_fast_check(self.schema)
+        self.output_validator = compile_schema(self.schema, name=definition.name)
+
+    def check_input(self, arguments: Any) -> None:
+        definition = self.definition
+        accepts = definition.accepts
+        if accepts is None or not accepts(arguments):
+            validate(definition.validator, arguments, known=definition.schema_names,
+                     max_issues=gt_settings.MAX_ISSUES)
+
+    def output_valid(self, output: Any) -> bool:
+        if self.output_accepts is not None and self.output_accepts(output):
+            return True
+        return next(self.output_validator.iter_errors(output), None) is None
+
+
+def read_mcp_floor_of(name: str) -> Callable[[HttpRequest], HttpResponse]:
+    """F-M's view for the registered read-only tool ``name`` whose handler echoes its
+    ``value``; the tool is looked up at the view's first call, and only then."""
+    resolved: list[_ReadTool] = []
+
+    def tool() -> _ReadTool:
+        if not resolved:
+            definition = registry.find(name)
+            assert definition is not None and definition.read_only, f"no read-only {name!r}"
+            resolved.append(_ReadTool(definition))
+        return resolved[0]
+
+    @csrf_exempt  # as DRF's views are: its SessionAuthentication enforces CSRF itself
+    def read_mcp_floor(request: HttpRequest) -> HttpResponse:
+        """F-M: an anonymous or authenticated read-only ``tools/call`` over MCP (one
+        stateless POST, JSON): the caller authenticated by the site's
+        ``DEFAULT_AUTHENTICATION_CLASSES`` (anonymous allowed), the body read with the
+        size limit and parsed once by the strict parser (no duplicate key, no NaN, bounded
+        depth), the arguments validated by the tool's input validator, the echo, its
+        output validated against the output schema, and the app's answer encoded once.
+        No guard: no registry lookup per call, no stage, no event, no budget."""
+        classes = cast(list[type[BaseAuthentication]],
+                       api_settings.DEFAULT_AUTHENTICATION_CLASSES)
+        drf = Request(request, authenticators=[auth() for auth in classes])
+        try:
+            drf.user  # noqa: B018 -- authenticated now, as the app's view does first
+        except APIException:
+            return HttpResponse(status=401)
+        read = tool()
+        try:
+            if request.content_type != "application/json":
+                raise MalformedRequest("Send the JSON-RPC message as application/json.",
+                                       status=415)
+            raw = read_limited(request, request.META, gt_settings.MAX_BODY_BYTES)
+            message = parse_json(raw, max_depth=gt_settings.MAX_JSON_DEPTH)
+        except GuardError as error:
+            return rpc_response(error, drf)
+        rid = id_of(message)
+        params = message.get("params") if isinstance(message, dict) else None
+        arguments = params.get("arguments") if isinstance(params, dict) else None
+        if (not is_id(rid) or message.get("jsonrpc") != "2.0"
+                or message.get("method") != "tools/call"):
+            return json_response(rpc_error(rid, INVALID_REQUEST, "F-M answers tools/call."),
+                                 400)
+        if params.get("name") != read.definition.name or not isinstance(arguments, dict):
+            return json_response(rpc_error(rid, INVALID_PARAMS,
+                                           f"F-M calls {read.definition.name}: arguments"
+                                           " must be an object."))
+        try:
+            read.check_input(arguments)
+        except GuardError as error:
+            return json_response({"jsonrpc": "2.0", "id": rid, "result": error_result(
+                read.definition, error, docs_url(drf))})
+        output = {"value": arguments["value"]}
+        if not read.output_valid(output):
+            return json_response(rpc_error(rid, INTERNAL_ERROR, "The output is invalid."))
+        text = JSON_ENCODER.encode(output)
+        body = (f'{{"jsonrpc": "2.0", "id": {ENCODER.encode(rid)}, "result": {{"content":'
+                f' [{{"type": "text", "text": {ENCODER.encode(text)}}}], "isError": false,'
+                f' "structuredContent": {text}}}}}')
+        return HttpResponse(body.encode("utf-8"), content_type="application/json")
+
+    return read_mcp_floor
+
+
+#: F-M of the bench's ``echo`` (``bench.tools``).
+read_mcp_floor = read_mcp_floor_of("echo")
 
 
 #: The floor of a replay (C-floor): answers a key's stored output from this process's memory.

@@ -16,8 +16,13 @@ app's read-only ``echo`` (anonymous) and its keyed ``echo_keyed`` with a fresh k
 and a DRF token on PostgreSQL (neither peer keeps anything: that row is the app's own
 cost). Beside the keyed call, on the same server, its floor F-K
 (``bench.floor.keyed_mcp_floor`` at ``/agent/mcp/floor/``, which the ASGI entry serves as
-MCP): the same token, the same statements, the same answer, nothing of the guard; the
-report prints keyed/F-K (req/s and app CPU), F-K/FastMCP, and ``FLOOR_TARGETS`` judged.
+MCP): the same token, the same statements, the same answer, nothing of the guard; beside
+the read-only call, its floor F-M (``bench.floor.read_mcp_floor`` at
+``/agent/mcp/floor/read/``, served the same way): the same authentication, strict parse,
+input and output validation and answer bytes, nothing of the guard. The report prints
+keyed/F-K (req/s and app CPU), F-K/FastMCP, read/F-M, F-M/django-mcpz under gunicorn (req/s
+and app CPU: whether the read call's peer target lies below its floor), and
+``FLOOR_TARGETS`` judged.
 ``SIDES`` says what each does and does not do, and the report prints it.
 
 wrk drives them from its own process on loopback, in rounds whose order rotates over every
@@ -80,9 +85,10 @@ CALLS: list[tuple[str, str, str, bool]] = [
     ("read", "app", "echo", False),
     ("keyed", "app", "echo_keyed", True),
     ("F-K", "app", "echo_keyed", True),
+    ("F-M", "app", "echo", False),
 ]
 #: call: its path on its server, when not the server's MCP path
-PATHS: dict[str, str] = {"F-K": "/agent/mcp/floor/"}
+PATHS: dict[str, str] = {"F-K": "/agent/mcp/floor/", "F-M": "/agent/mcp/floor/read/"}
 
 #: What each call is, and what it does and does not do.
 SIDES: dict[str, dict[str, str]] = {
@@ -106,14 +112,14 @@ SIDES: dict[str, dict[str, str]] = {
         "authentication": "DRF Token and Session authentication run, anonymous allowed for a"
                           " read-only tool; Django's middleware runs",
         "validation": "arguments by JSON Schema (no unknown field, an integer); the output"
-                      " validated against its output schema",
+                      " measured (its JSON size), not validated against its output schema",
         "persistence": "none: no statement, no operation row",
     },
     "keyed": {
         "what": "the app's keyed `echo_keyed`, a fresh key per call, DRF token, PostgreSQL",
         "authentication": "DRF token (one SELECT); Django's middleware runs",
-        "validation": "arguments by JSON Schema; the output validated against its output"
-                      " schema",
+        "validation": "arguments by JSON Schema; the output measured, not validated against"
+                      " its output schema",
         "persistence": "an operation per key in PostgreSQL, claimed and completed (two"
                        " commits), so that a retry of the key is answered from it",
     },
@@ -125,6 +131,18 @@ SIDES: dict[str, dict[str, str]] = {
         "validation": "none: the body read with json.loads, no schema, no fingerprint",
         "persistence": "the keyed call's: its claim and its completion with the history, the"
                        " same statements; no replay remembered",
+    },
+    "F-M": {
+        "what": "the read-only call's floor: what the anonymous `echo` must do and nothing of"
+                " the guard (bench.floor.read_mcp_floor), served as the read call is",
+        "authentication": "the same: the site's DRF authentication classes run, anonymous"
+                          " allowed; Django's middleware runs",
+        "validation": "the same checks: the body read with the size limit and parsed once by"
+                      " the strict parser (no duplicate key, no NaN), the arguments by the"
+                      " tool's compiled input validator; the output by its output schema"
+                      " compiled once (more than the app, which does not validate it); no"
+                      " registry lookup per call, no stage, no event, no budget",
+        "persistence": "none: no statement, no operation row",
     },
 }
 
@@ -142,12 +160,15 @@ TARGETS: list[tuple[str, str, str, float]] = [
      "uvicorn FastMCP", 0.6),
 ]
 
-#: The keyed call against its floor, as ``bench/run.py``'s ``FLOOR_TARGETS``: (label,
+#: The keyed and read-only calls against their floors, as ``bench/run.py``'s
+#: ``FLOOR_TARGETS``: (label,
 #: configuration, its floor, what is compared, the limit); "cpu": the app server's CPU per
 #: call at most limit times the floor's. The median of the ratios taken round by round.
 FLOOR_TARGETS: list[tuple[str, str, str, str, float]] = [
     ("keyed's app CPU ≤ 1.10x F-K's, under uvicorn", "uvicorn keyed", "uvicorn F-K", "cpu",
      1.10),
+    ("read-only call's app CPU ≤ 1.10x F-M's, under gunicorn", "gunicorn read", "gunicorn F-M",
+     "cpu", 1.10),
 ]
 
 PACKAGES = ["fastmcp", "django-mcpz", "mcp", "msgspec", "pydantic", "Django",
@@ -368,19 +389,34 @@ def summarize(all_configs: list[tuple[str, str, str, str, bool]],
 
 
 def floor(runs: dict[str, list[dict[str, Any]]], summary: dict[str, Any]) -> dict[str, Any]:
-    """Per server program measured: the keyed call over its floor F-K (req/s and app CPU)
-    and F-K over FastMCP under uvicorn (req/s), round by round, with F-K's checks."""
-    out = {}
+    """Per server program measured, round by round: the keyed call over its floor F-K
+    (req/s and app CPU) and F-K over FastMCP under uvicorn (req/s); the read-only call over
+    its floor F-M (req/s and app CPU) and F-M over django-mcpz under gunicorn (req/s and app
+    CPU); with the checks of the calls and floors compared."""
+    out: dict[str, Any] = {}
+    mcpz = REFERENCES["django-mcpz (gunicorn)"]
     for software in ("uvicorn", "gunicorn"):
         keyed, fk = f"{software} keyed", f"{software} F-K"
-        if keyed not in runs or fk not in runs:
-            continue
-        out[software] = {
-            "keyed/F-K rps": per_round(runs, keyed, fk, rps),
-            "keyed/F-K app CPU": per_round(runs, keyed, fk, app_cpu),
-            "F-K/FastMCP rps": per_round(runs, fk, REFERENCES["FastMCP 4.1.6"], rps),
-            "checks": sorted(set(summary[keyed]["checks"] + summary[fk]["checks"])),
-        }
+        read, fm = f"{software} read", f"{software} F-M"
+        entry: dict[str, Any] = {}
+        checks: set[str] = set()
+        if keyed in runs and fk in runs:
+            entry.update({
+                "keyed/F-K rps": per_round(runs, keyed, fk, rps),
+                "keyed/F-K app CPU": per_round(runs, keyed, fk, app_cpu),
+                "F-K/FastMCP rps": per_round(runs, fk, REFERENCES["FastMCP 4.1.6"], rps),
+            })
+            checks.update(summary[keyed]["checks"] + summary[fk]["checks"])
+        if read in runs and fm in runs and mcpz in runs:
+            entry.update({
+                "read/F-M rps": per_round(runs, read, fm, rps),
+                "read/F-M app CPU": per_round(runs, read, fm, app_cpu),
+                "F-M/django-mcpz rps": per_round(runs, fm, mcpz, rps),
+                "F-M/django-mcpz app CPU": per_round(runs, fm, mcpz, app_cpu),
+            })
+            checks.update(summary[read]["checks"] + summary[fm]["checks"])
+        if entry:
+            out[software] = {**entry, "checks": sorted(checks)}
     return out
 
 
@@ -403,26 +439,41 @@ def floor_targets(runs: dict[str, list[dict[str, Any]]],
     return out
 
 
+def _rounds(entry: dict[str, Any]) -> str:
+    return ", ".join(f"{x:.2f}" for x in entry["rounds"])
+
+
 def floor_lines(peer: dict[str, Any]) -> list[str]:
-    """The keyed call against its floor, and where the keyed peer target lies against it."""
+    """The keyed and read-only calls against their floors, and where the keyed and the
+    read-only peer targets lie against them."""
     lines = []
     for software, f in peer.get("floor", {}).items():
-        lines.append(f"    {software}: keyed/F-K req/s {_ratio(f['keyed/F-K rps'])}, app CPU"
-                     f" {_ratio(f['keyed/F-K app CPU'])}; F-K/FastMCP 4.1.6 (uvicorn) req/s"
-                     f" {_ratio(f['F-K/FastMCP rps'])} (per round: "
-                     + ", ".join(f"{x:.2f}" for x in f["F-K/FastMCP rps"]["rounds"]) + ")")
+        if "keyed/F-K rps" in f:
+            lines.append(f"    {software}: keyed/F-K req/s {_ratio(f['keyed/F-K rps'])}, app CPU"
+                         f" {_ratio(f['keyed/F-K app CPU'])}; F-K/FastMCP 4.1.6 (uvicorn) req/s"
+                         f" {_ratio(f['F-K/FastMCP rps'])} (per round: "
+                         f"{_rounds(f['F-K/FastMCP rps'])})")
+        if "read/F-M rps" in f:
+            lines.append(f"    {software}: read/F-M req/s {_ratio(f['read/F-M rps'])}, app CPU"
+                         f" {_ratio(f['read/F-M app CPU'])}; F-M/django-mcpz (gunicorn) req/s"
+                         f" {_ratio(f['F-M/django-mcpz rps'])} (per round: "
+                         f"{_rounds(f['F-M/django-mcpz rps'])}), app CPU"
+                         f" {_ratio(f['F-M/django-mcpz app CPU'])} (per round: "
+                         f"{_rounds(f['F-M/django-mcpz app CPU'])})")
     for t in peer.get("floor_targets", []):
-        rounds = ", ".join(f"{x:.2f}" for x in t["rounds"])
-        lines.append(f"    {t['target']}: {_ratio(t)} (per round: {rounds}): {t['verdict']}")
-    floor_uvicorn = peer.get("floor", {}).get("uvicorn")
+        lines.append(f"    {t['target']}: {_ratio(t)} (per round: {_rounds(t)}): {t['verdict']}")
+    # (peer target's configuration, the floor's server, its ratio, the floor, the reference)
+    against = [("uvicorn keyed", "uvicorn", "F-K/FastMCP rps", "F-K", "FastMCP"),
+               ("gunicorn read", "gunicorn", "F-M/django-mcpz rps", "F-M", "django-mcpz")]
     for t in peer["targets"]:
-        if floor_uvicorn is None or t["config"] != "uvicorn keyed":
-            continue
-        ceiling = floor_uvicorn["F-K/FastMCP rps"]["median"]
-        if ceiling is not None:
+        for config, software, ratio, name, reference in against:
+            entry = peer.get("floor", {}).get(software, {}).get(ratio)
+            if t["config"] != config or entry is None or entry["median"] is None:
+                continue
+            ceiling = entry["median"]
             where = "below" if ceiling < t["least"] else "at or above"
-            lines.append(f"    the peer target's {t['least']:.2f}x FastMCP against the floor: F-K"
-                         f" serves {ceiling:.2f}x, {where} it")
+            lines.append(f"    the peer target's {t['least']:.2f}x {reference} against the floor:"
+                         f" {name} serves {ceiling:.2f}x under {software}, {where} it")
     return lines
 
 
@@ -462,8 +513,8 @@ def table(peer: dict[str, Any]) -> str:
         lines.append(f"    {t['target']}: {_ratio(t)} (per round: {rounds}): {t['verdict']}")
     floor_part = floor_lines(peer)
     if floor_part:
-        lines.append("  the keyed call against its floor F-K (same run, median of the per-round"
-                     " ratios):")
+        lines.append("  the keyed and read-only calls against their floors F-K and F-M (same run,"
+                     " median of the per-round ratios):")
         lines.extend(floor_part)
     return "\n".join(lines)
 
@@ -488,11 +539,21 @@ def markdown(peer: dict[str, Any]) -> str:
     out += [f"| {t['target']} | **{_ratio(t)}** ("
             + ", ".join(f"{x:.2f}" for x in t["rounds"]) + f") | {t['verdict']} |"
             for t in peer["targets"]]
-    if peer.get("floor"):
+    keyed = {software: f for software, f in peer.get("floor", {}).items()
+             if "keyed/F-K rps" in f}
+    if keyed:
         out += ["", "| server | keyed/F-K req/s | keyed/F-K app CPU | F-K/FastMCP 4.1.6 req/s |",
                 "|---|---:|---:|---:|"]
         out += [f"| {software} | {_ratio(f['keyed/F-K rps'])} | {_ratio(f['keyed/F-K app CPU'])}"
-                f" | {_ratio(f['F-K/FastMCP rps'])} |" for software, f in peer["floor"].items()]
+                f" | {_ratio(f['F-K/FastMCP rps'])} |" for software, f in keyed.items()]
+    read = {software: f for software, f in peer.get("floor", {}).items()
+            if "read/F-M rps" in f}
+    if read:
+        out += ["", "| server | read/F-M req/s | read/F-M app CPU | F-M/django-mcpz (gunicorn)"
+                " req/s | F-M/django-mcpz (gunicorn) app CPU |", "|---|---:|---:|---:|---:|"]
+        out += [f"| {software} | {_ratio(f['read/F-M rps'])} | {_ratio(f['read/F-M app CPU'])}"
+                f" | {_ratio(f['F-M/django-mcpz rps'])} | {_ratio(f['F-M/django-mcpz app CPU'])} |"
+                for software, f in read.items()]
     if peer.get("floor_targets"):
         out += ["", "| target against the floor | ratio (per round) | verdict |", "|---|---:|---|"]
         out += [f"| {t['target']} | **{_ratio(t)}** ("

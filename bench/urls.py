@@ -17,6 +17,8 @@ urlpatterns = [
     path("idempotency-key-mem/", views.idempotent_mem),
     # F-K: under the MCP endpoint's path, so that the app's ASGI entry serves it as MCP
     path("agent/mcp/floor/", floor.keyed_mcp_floor),
+    # F-M: the read-only call's floor, under the same path for the same reason
+    path("agent/mcp/floor/read/", floor.read_mcp_floor),
     path("agent/", include("guarded_tools.urls")),
     path("admin/", admin.site.urls),
 ]

@@ -95,6 +95,10 @@ def test_the_peer_table_serves_each_peer_under_both_servers_beside_the_app() -> 
     # (which the app's ASGI entry serves as MCP); every other call at its server's MCP path
     assert peer.path_of("uvicorn F-K", "app-uvicorn") == "/agent/mcp/floor/"
     assert peer.path_of("gunicorn F-K", "app-gunicorn") == "/agent/mcp/floor/"
+    # F-M: the read-only call's floor, anonymous as the read call, under the same prefix
+    assert [c[3] for c in peer.configs() if c[0].endswith(" F-M")] == ["echo", "echo"]
+    assert peer.path_of("uvicorn F-M", "app-uvicorn") == "/agent/mcp/floor/read/"
+    assert peer.path_of("gunicorn F-M", "app-gunicorn") == "/agent/mcp/floor/read/"
     assert peer.path_of("uvicorn keyed", "app-uvicorn") == "/agent/mcp/"
     assert peer.path_of("uvicorn FastMCP", "fastmcp-uvicorn") == "/mcp/"
 
@@ -179,7 +183,7 @@ def test_the_keyed_call_is_judged_against_its_floor_and_the_floor_against_fastmc
     assert fk["keyed/F-K app CPU"] == {"median": 1.1, "rounds": [1.1, 1.2, 1.0]}
     assert fk["F-K/FastMCP rps"] == {"median": 0.5, "rounds": [0.5] * 3}
     assert result["floor"]["gunicorn"]["keyed/F-K app CPU"]["median"] == 1.05
-    [target] = result["floor_targets"]
+    target = next(t for t in result["floor_targets"] if t["floor"] == "uvicorn F-K")
     assert target | {"rounds": None} == {
         "target": "keyed's app CPU ≤ 1.10x F-K's, under uvicorn", "config": "uvicorn keyed",
         "floor": "uvicorn F-K", "measure": "cpu", "limit": 1.1, "median": 1.1, "rounds": None,
@@ -189,7 +193,8 @@ def test_the_keyed_call_is_judged_against_its_floor_and_the_floor_against_fastmc
             " 0.50 (per round: 0.50, 0.50, 0.50)") in text
     assert ("keyed's app CPU ≤ 1.10x F-K's, under uvicorn: 1.10 (per round: 1.10, 1.20, 1.00):"
             " met") in text
-    assert "the peer target's 0.60x FastMCP against the floor: F-K serves 0.50x, below it" in text
+    assert ("the peer target's 0.60x FastMCP against the floor: F-K serves 0.50x under uvicorn,"
+            " below it") in text
     assert "    F-K: the keyed call's floor" in text
     md = peer.markdown(result)
     assert "| uvicorn | 0.80 | 1.10 | 0.50 |" in md
@@ -201,6 +206,52 @@ def test_the_keyed_call_is_judged_against_its_floor_and_the_floor_against_fastmc
     )["uvicorn F-K"]})
     assert failed["floor_targets"][0]["verdict"] == "not judged: a check failed"
     assert not failed["floor_targets"][0]["met"]
+
+
+def test_the_read_call_is_judged_against_its_floor_and_the_floor_against_django_mcpz() -> None:
+    # F-M serves 0.8x django-mcpz under gunicorn in every round at 1.25x its app CPU: the
+    # read call's 1.0x peer target lies above what the floor serves.
+    runs = peer_runs({"gunicorn django-mcpz": [500, 1000, 800], "gunicorn read": [360, 760, 576],
+                      "gunicorn F-M": [400, 800, 640], "uvicorn read": [90] * 3,
+                      "uvicorn F-M": [100] * 3},
+                     cpu={"gunicorn django-mcpz": [400, 400, 320],
+                          "gunicorn read": [550, 600, 420], "gunicorn F-M": [500, 500, 400],
+                          "uvicorn read": [1000] * 3, "uvicorn F-M": [1000] * 3})
+    result = peer.summarize(peer.configs(), runs)
+    fm = result["floor"]["gunicorn"]
+    assert fm["read/F-M rps"] == {"median": 0.9, "rounds": [0.9, 0.95, 0.9]}
+    assert fm["read/F-M app CPU"] == {"median": 1.1, "rounds": [1.1, 1.2, 1.05]}
+    assert fm["F-M/django-mcpz rps"] == {"median": 0.8, "rounds": [0.8] * 3}
+    assert fm["F-M/django-mcpz app CPU"] == {"median": 1.25, "rounds": [1.25] * 3}
+    assert result["floor"]["uvicorn"]["read/F-M rps"]["median"] == 0.9
+    target = next(t for t in result["floor_targets"] if t["floor"] == "gunicorn F-M")
+    assert target == {
+        "target": "read-only call's app CPU ≤ 1.10x F-M's, under gunicorn",
+        "config": "gunicorn read", "floor": "gunicorn F-M", "measure": "cpu", "limit": 1.1,
+        "median": 1.1, "rounds": [1.1, 1.2, 1.05], "met": True, "verdict": "met"}
+    text = peer.table(result)
+    assert ("    gunicorn: read/F-M req/s 0.90, app CPU 1.10; F-M/django-mcpz (gunicorn) req/s"
+            " 0.80 (per round: 0.80, 0.80, 0.80), app CPU 1.25 (per round: 1.25, 1.25, 1.25)"
+            ) in text
+    assert ("read-only call's app CPU ≤ 1.10x F-M's, under gunicorn: 1.10 (per round: 1.10,"
+            " 1.20, 1.05): met") in text
+    assert ("the peer target's 1.00x django-mcpz against the floor: F-M serves 0.80x under"
+            " gunicorn, below it") in text
+    assert "    F-M: the read-only call's floor" in text
+    md = peer.markdown(result)
+    assert "| gunicorn | 0.90 | 1.10 | 0.80 | 1.25 |" in md
+    assert ("| read-only call's app CPU ≤ 1.10x F-M's, under gunicorn | **1.10** (1.10, 1.20,"
+            " 1.05) | met |") in md
+    # a failed check of the floor's run: not judged
+    failed = peer.summarize(peer.configs(), {**runs, "gunicorn F-M": peer_runs(
+        {"gunicorn F-M": [400, 800, 640]}, checks={"gunicorn F-M": "1 bad responses"}
+    )["gunicorn F-M"]})
+    verdict = next(t for t in failed["floor_targets"] if t["floor"] == "gunicorn F-M")
+    assert verdict["verdict"] == "not judged: a check failed" and not verdict["met"]
+    # a report written before F-M was measured still prints
+    old = {**result, "floor": {s: {k: v for k, v in f.items() if "F-M" not in k}
+                               for s, f in result["floor"].items()}}
+    assert "read/F-M" not in peer.table(old) and "read/F-M" not in peer.markdown(old)
 
 
 # -- bench/mcp.lua under wrk: every answer checked for what it answers -------------------------
