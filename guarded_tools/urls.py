@@ -21,8 +21,9 @@ urlpatterns = [
 ]
 
 urlpatterns = [
-    *rest_urlpatterns,
+    # First: the endpoint agents call most is the first pattern Django tries.
     path("mcp/", mcp.McpView.as_view(), name="mcp"),
+    *rest_urlpatterns,
     path("openapi.json", document.OpenAPIView.as_view(), name="openapi"),
     path("docs/", views.SwaggerView.as_view(), name="docs"),
     path("errors/", views.ErrorsPageView.as_view(), name="errors-page"),

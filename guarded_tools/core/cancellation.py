@@ -22,21 +22,26 @@ class CancelSignal:
     """
 
     def __init__(self) -> None:
-        self._event = threading.Event()
+        # The event a waiter blocks on is made by the first ``wait``: most signals are
+        # never waited on, and an Event is a condition and a lock to build per call.
+        self._event: threading.Event | None = None
         self._lock = threading.Lock()
+        self._aborted = False
         self._callbacks: list[Callable[[str], None]] = []
         self.reason: str | None = None
 
     @property
     def aborted(self) -> bool:
-        return self._event.is_set()
+        return self._aborted
 
     def abort(self, reason: str = "aborted") -> None:
         with self._lock:
-            if self._event.is_set():
+            if self._aborted:
                 return
             self.reason = reason
-            self._event.set()
+            self._aborted = True
+            if self._event is not None:
+                self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             try:
@@ -46,14 +51,21 @@ class CancelSignal:
 
     def on_abort(self, callback: Callable[[str], None]) -> None:
         with self._lock:
-            if not self._event.is_set():
+            if not self._aborted:
                 self._callbacks.append(callback)
                 return
         callback(self.reason or "aborted")
 
     def wait(self, timeout: float | None = None) -> bool:
-        return self._event.wait(timeout)
+        """Block until the signal is aborted or ``timeout`` seconds pass; whether it was."""
+        with self._lock:
+            if self._aborted:
+                return True
+            if self._event is None:
+                self._event = threading.Event()
+            event = self._event
+        return event.wait(timeout)
 
     def raise_if_aborted(self) -> None:
-        if self._event.is_set():
+        if self._aborted:
             raise Cancelled(self.reason or "aborted")
