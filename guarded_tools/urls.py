@@ -21,7 +21,7 @@ urlpatterns = [
 ]
 
 urlpatterns = [
-    # First: the endpoint agents call most is the first pattern Django tries.
+    # First: every MCP call comes to this one endpoint, so Django tries it first.
     path("mcp/", mcp.McpView.as_view(), name="mcp"),
     *rest_urlpatterns,
     path("openapi.json", document.OpenAPIView.as_view(), name="openapi"),

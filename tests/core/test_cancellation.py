@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import threading
-import time
 
 from guarded_tools import CancelSignal
 from guarded_tools.core.cancellation import Cancelled
-
-
-def _until(condition: object, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.001)
+from tests.conftest import wait_until
 
 
 def test_a_thread_waiting_before_the_abort_is_woken_by_it() -> None:
@@ -21,7 +14,8 @@ def test_a_thread_waiting_before_the_abort_is_woken_by_it() -> None:
     woke: list[bool] = []
     waiter = threading.Thread(target=lambda: woke.append(signal.wait(30)))
     waiter.start()
-    _until(lambda: signal._event is not None)  # the waiter is in wait(), on its event
+    wait_until(lambda: signal._event is not None, timeout=30, step=0.001,
+               message="the waiter never reached wait()")  # it waits on its event now
     signal.abort("client went away")
     waiter.join(30)
     assert woke == [True]
