@@ -15,10 +15,14 @@ urlpatterns = [
     path("plain-remote/", views.PlainRemoteView.as_view()),
     path("idempotency-key/", views.idempotent_db),
     path("idempotency-key-mem/", views.idempotent_mem),
-    # F-K: under the MCP endpoint's path, so that the app's ASGI entry serves it as MCP
-    path("agent/mcp/floor/", floor.keyed_mcp_floor),
-    # F-M: the read-only call's floor, under the same path for the same reason
-    path("agent/mcp/floor/read/", floor.read_mcp_floor),
+    # The floors F-K (the keyed call's) and F-M (the read-only call's): under the MCP
+    # endpoint's path, so that the app's ASGI entry serves them as it serves MCP, and
+    # through an include, as a site mounts the app's URLs, so that URL resolution costs
+    # them what it costs the calls they stand beside.
+    path("agent/mcp/floor/", include([
+        path("", floor.keyed_mcp_floor),
+        path("read/", floor.read_mcp_floor),
+    ])),
     path("agent/", include("guarded_tools.urls")),
     path("admin/", admin.site.urls),
 ]
