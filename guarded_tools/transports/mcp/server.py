@@ -321,7 +321,7 @@ class McpView(GuardedAPIView):
                 drf)
             response = self.handle_exception(exc)
         self.response = self.finalize_response(drf, response, *args, **kwargs)
-        return self.response
+        return self.unlink(self.response)
 
     def post(self, request: Request) -> HttpResponse:
         """A POST that passed the site's policies: its JSON-RPC answer."""

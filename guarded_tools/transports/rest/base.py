@@ -8,6 +8,7 @@ imports MCP, the URL patterns or the OpenAPI document.
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
@@ -214,6 +215,16 @@ class Answer(Response):
             self._raw = False
 
 
+def _weaken(context: Any, names: Iterable[str]) -> None:
+    """Make ``context``'s entries ``names`` weak proxies (those that are not already)."""
+    if not isinstance(context, dict):
+        return
+    for name in names:
+        value = context.get(name)
+        if value is not None and not isinstance(value, weakref.ProxyTypes):
+            context[name] = weakref.proxy(value)
+
+
 class GuardedAPIView(APIView):
     """Base view: strict JSON in, JSON out, every error rendered for agents.
 
@@ -232,6 +243,28 @@ class GuardedAPIView(APIView):
         """The view function, opted out of ``ATOMIC_REQUESTS``: decorated once here, as DRF
         makes it ``csrf_exempt``, rather than ``dispatch`` decorated again on every call."""
         return transaction.non_atomic_requests(super().as_view(**initkwargs))
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        """DRF's ``dispatch``, then :meth:`unlink` its request, response and view."""
+        return self.unlink(super().dispatch(request, *args, **kwargs))
+
+    def unlink(self, response: Any) -> Any:
+        """``response``, with the view, its DRF request and the response no longer in
+        reference cycles, so that they are freed when the server lets the response go
+        rather than at the next garbage collection (a collection's cost grows with what
+        is left for it).
+
+        DRF links them in cycles: the request's ``parser_context`` names the request and
+        the view (which names the request), and a rendered response's
+        ``renderer_context`` names the response and the view (which names the response).
+        Those entries become weak proxies: they answer as before while the object lives.
+        A response not rendered yet is left as it is (its renderers read the context).
+        """
+        request = getattr(self, "request", None)
+        _weaken(getattr(request, "parser_context", None), ("request", "view"))
+        if getattr(response, "is_rendered", False):
+            _weaken(getattr(response, "renderer_context", None), ("response", "view"))
+        return response
 
     def get_authenticators(self) -> list[Any]:
         """The site's authentication, after OAuth bearer tokens where ``OAUTH_PROTECTS``
