@@ -7,6 +7,7 @@ read from it, so a setting cannot exist without its documentation.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -275,9 +276,21 @@ def _import(value: Any) -> Any:
 gt_settings = GuardedToolsSettings()
 
 
+@functools.cache
+def installed(name: str) -> bool:
+    """``django.apps.apps.is_installed(name)``, asked once per name: a call asks whether
+    an optional integration is installed, and Django's answer walks every installed app.
+    Forgotten whenever ``INSTALLED_APPS`` changes (``override_settings`` in tests)."""
+    from django.apps import apps
+
+    return apps.is_installed(name)
+
+
 def _reload(*, setting: str, **kwargs: Any) -> None:
     if setting == "GUARDED_TOOLS":
         gt_settings.reload()
+    elif setting == "INSTALLED_APPS":
+        installed.cache_clear()
 
 
 setting_changed.connect(_reload)

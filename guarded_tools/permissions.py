@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from django.apps import apps
 from django.urls import NoReverseMatch
 from rest_framework.authentication import SessionAuthentication
 from rest_framework.permissions import BasePermission
 from rest_framework.settings import api_settings
 
-from guarded_tools.conf import gt_settings
+from guarded_tools.conf import gt_settings, installed
 from guarded_tools.core import hosts
 from guarded_tools.core.registry import registry
 
@@ -48,7 +47,7 @@ def is_guarded(request: Any) -> bool:
 
 def oauth_classes() -> tuple[type, ...]:
     """DOT's DRF authentication, where DOT is installed and the tool endpoints take its tokens."""
-    if not (gt_settings.OAUTH_PROTECTS and apps.is_installed("oauth2_provider")):
+    if not (gt_settings.OAUTH_PROTECTS and installed("oauth2_provider")):
         return ()
     from oauth2_provider.contrib.rest_framework import OAuth2Authentication
 

@@ -33,7 +33,7 @@ from oauth2_provider.oauth2_validators import validate_resource_as_url_prefix
 from oauth2_provider.www_authenticate import build_bearer_challenge
 from rest_framework.authentication import get_authorization_header
 
-from guarded_tools.conf import gt_settings
+from guarded_tools.conf import gt_settings, installed
 from guarded_tools.core import hosts
 from guarded_tools.core.credentials import CredentialRevoked
 from guarded_tools.core.definition import Tool
@@ -284,7 +284,7 @@ class ScopeStage(Stage):
 
     def before_claim(self, call: Call) -> None:
         inv = call.inv
-        if (inv.request is not None or inv.credential is not None) and apps.is_installed(
+        if (inv.request is not None or inv.credential is not None) and installed(
                 "oauth2_provider"):
             check_scopes(call.tool, inv.request, inv.credential)
 
@@ -339,18 +339,18 @@ class OAuthCredentials:
     prefixes: tuple[str, ...] = (GRANT, TOKEN)
 
     def reference(self, auth: Any) -> str | None:
-        return credential_reference(auth) if apps.is_installed("oauth2_provider") else None
+        return credential_reference(auth) if installed("oauth2_provider") else None
 
     def check_scopes(self, tool: Tool, request: Any, credential: Any = None) -> None:
         """Refuse a call whose OAuth token lacks one of the tool's scopes (nothing to
         check for a call authenticated with no token, ``request.auth`` None)."""
         if credential is None and getattr(request, "auth", None) is None:
             return
-        if apps.is_installed("oauth2_provider"):
+        if installed("oauth2_provider"):
             check_scopes(tool, request, credential)
 
     def live(self, reference: str, user: Any) -> Any:
-        token = live_token(reference) if apps.is_installed("oauth2_provider") else None
+        token = live_token(reference) if installed("oauth2_provider") else None
         if token is None or token.user_id != getattr(user, "pk", None):
             raise CredentialRevoked()
         return token

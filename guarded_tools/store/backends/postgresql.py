@@ -16,6 +16,7 @@ transaction: ``transaction.atomic()`` commits.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 from typing import Any
@@ -56,6 +57,15 @@ def reads_committed(options: dict[str, Any]) -> bool:
     return level in (IsolationLevel.READ_COMMITTED, IsolationLevel.READ_UNCOMMITTED)
 
 
+@functools.cache
+def _psycopg3() -> bool:
+    """Whether Django's PostgreSQL backend runs on psycopg 3 (read once: a call asks on
+    every statement it sends)."""
+    from django.db.backends.postgresql.psycopg_any import is_psycopg3
+
+    return bool(is_psycopg3)
+
+
 class Features(StoreFeatures):
     """PostgreSQL: an advisory lock per key at READ COMMITTED, and the planner's estimates."""
 
@@ -94,10 +104,8 @@ class PostgreSQLOperationStore(SQLOperationStore):
     @property
     def multi(self) -> bool:
         """Several statements per execute: psycopg 3 with client-side binding only."""
-        from django.db.backends.postgresql.psycopg_any import is_psycopg3
-
         options = self.connection.settings_dict.get("OPTIONS") or {}
-        return is_psycopg3 and options.get("server_side_binding") is not True
+        return _psycopg3() and options.get("server_side_binding") is not True
 
     def send(self, parts: list[Part], *, rows: bool = False) -> list[list[Any]]:
         """Execute ``parts`` in order, in one round trip where ``multi``; with ``rows``,

@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from django.apps import apps
 from django.db import transaction
 from django.http import Http404
 from rest_framework.exceptions import NotAcceptable
@@ -23,7 +22,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from guarded_tools.conf import gt_settings
+from guarded_tools.conf import gt_settings, installed
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import NotAuthenticated
 from guarded_tools.core.jsonvalues import Spliced
@@ -52,7 +51,7 @@ def visible_tools(user: Any, request: Any = None) -> list[Tool]:
         if (open_to_anonymous(t) if not authenticated else
             (not t.permissions or user.has_perms(t.permissions)))
     ]
-    if request is not None and apps.is_installed("oauth2_provider"):
+    if request is not None and installed("oauth2_provider"):
         from guarded_tools.contrib import oauth
 
         tools = [t for t in tools if oauth.allows(t, request)]
@@ -270,7 +269,7 @@ class GuardedAPIView(APIView):
         """The site's authentication, after OAuth bearer tokens where ``OAUTH_PROTECTS``
         names this view's surface (see :mod:`guarded_tools.contrib.oauth`)."""
         authenticators = list(super().get_authenticators())
-        if gt_settings.OAUTH_PROTECTS and apps.is_installed("oauth2_provider"):
+        if gt_settings.OAUTH_PROTECTS and installed("oauth2_provider"):
             from guarded_tools.contrib import oauth
 
             authenticators = oauth.authenticators(self.oauth_surface, authenticators)
