@@ -261,5 +261,7 @@ def request_signal(request: Any) -> CancelSignal | None:
     signal = getattr(request, "META", {}).get(SCOPE_KEY)  # a tool endpoint's (one crossing)
     if signal is not None:
         return signal  # type: ignore[no-any-return]
-    scope = getattr(request, "scope", None)
+    # An ASGIRequest's scope, read on the HttpRequest a DRF Request wraps: asked of the
+    # DRF Request, a missing attribute costs two exceptions inside its __getattr__.
+    scope = getattr(getattr(request, "_request", request), "scope", None)
     return scope.get(SCOPE_KEY) if isinstance(scope, dict) else None

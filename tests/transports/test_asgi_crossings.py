@@ -159,3 +159,30 @@ def test_a_session_call_without_csrf_is_still_refused(
     status, answer = rest_call(keyed.name, {"operationId": key()}, session)
     assert status == 403, answer
     assert not Operation.objects.filter(tool=keyed.name).exists()
+
+
+def test_a_request_finds_its_signal_through_drf_on_either_entry() -> None:
+    """``request_signal``: the signal the app's ASGI entry puts in ``META`` (one crossing
+    into a thread), or the one ``with_cancellation`` puts in the scope that Django's own
+    ASGI handler keeps on its request; asked of the HttpRequest or of the DRF Request
+    wrapping it; None over WSGI."""
+    import io
+
+    from django.core.handlers.asgi import ASGIRequest
+    from django.test import RequestFactory
+    from rest_framework.request import Request
+
+    from guarded_tools.core.cancellation import CancelSignal
+    from guarded_tools.transports.asgi import SCOPE_KEY, request_signal
+
+    signal = CancelSignal()
+    entry = RequestFactory().post("/agent/tools/x/", data=b"{}", content_type="application/json",
+                                  **{SCOPE_KEY: signal})
+    scope = {"type": "http", "method": "POST", "path": "/own/tool/", "query_string": b"",
+             "headers": [], SCOPE_KEY: signal}
+    django_asgi = ASGIRequest(scope, io.BytesIO(b""))
+    plain = RequestFactory().post("/own/tool/", data=b"{}", content_type="application/json")
+    for request in (entry, django_asgi):
+        assert request_signal(request) is signal
+        assert request_signal(Request(request)) is signal
+    assert request_signal(plain) is None and request_signal(Request(plain)) is None
