@@ -257,11 +257,12 @@ def with_cancellation(app: ASGIApp) -> ASGIApp:
 
 def request_signal(request: Any) -> CancelSignal | None:
     """The signal the ASGI wrapper attached to this request, if any."""
-    # A DRF Request hands ``META`` and ``scope`` on from the HttpRequest it wraps.
-    signal = getattr(request, "META", {}).get(SCOPE_KEY)  # a tool endpoint's (one crossing)
+    # Read on the HttpRequest a DRF Request wraps: asked of the DRF Request, an attribute
+    # goes through its __getattr__, and a missing one (``scope`` over WSGI) costs two
+    # exceptions there.
+    http = getattr(request, "_request", request)
+    signal = getattr(http, "META", {}).get(SCOPE_KEY)  # a tool endpoint's (one crossing)
     if signal is not None:
         return signal  # type: ignore[no-any-return]
-    # An ASGIRequest's scope, read on the HttpRequest a DRF Request wraps: asked of the
-    # DRF Request, a missing attribute costs two exceptions inside its __getattr__.
-    scope = getattr(getattr(request, "_request", request), "scope", None)
+    scope = getattr(http, "scope", None)  # Django's own ASGI handler's request
     return scope.get(SCOPE_KEY) if isinstance(scope, dict) else None

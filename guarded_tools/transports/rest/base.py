@@ -259,8 +259,7 @@ class GuardedAPIView(APIView):
         Those entries become weak proxies: they answer as before while the object lives.
         A response not rendered yet is left as it is (its renderers read the context).
         """
-        request = getattr(self, "request", None)
-        _weaken(getattr(request, "parser_context", None), ("request", "view"))
+        _weaken(self.request.parser_context, ("request", "view"))
         if getattr(response, "is_rendered", False):
             _weaken(getattr(response, "renderer_context", None), ("response", "view"))
         return response
