@@ -14,6 +14,8 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from django.core.signals import setting_changed
+
 from guarded_tools.core.call import GuardResult, Invocation
 from guarded_tools.core.policy import Policy
 from guarded_tools.core.schema.fast import compile_fast_check
@@ -310,15 +312,53 @@ class Tool:
         return result
 
 
+#: Where a definition keeps the pipeline built for it (in its own ``__dict__``, so the
+#: pipeline, which names the definition, goes when the definition does).
+_KEPT = "_guarded_tools_pipeline"
+#: Counts the changes of the settings a pipeline is built from: a pipeline kept under an
+#: older count is built again.
+_generation = [0]
+#: The settings a pipeline is built from: its class, its stages and store (``GUARDED_TOOLS``),
+#: and the database the store writes to and how (``DATABASES``, ``DATABASE_ROUTERS``).
+PIPELINE_SETTINGS = frozenset({"GUARDED_TOOLS", "DATABASES", "DATABASE_ROUTERS"})
+
+
 def build_pipeline(definition: Tool) -> Any:
     """The one factory of pipelines: the site's ``PIPELINE_CLASS`` for ``definition``.
+
+    A pipeline that keeps nothing of a call on itself (``shared``: its class, its store's
+    and every stage's declare ``stateless``) is built once per definition and serves every
+    call of the tool, in every thread, until a setting it is built from changes; any other
+    is built for each call, as a DRF view builds its permission classes.
 
     Here, below every layer, so that a tool called in code reaches it with no upward
     import; everything above calls it as ``guarded_tools.pipeline.get_pipeline``.
     """
+    kept = definition.__dict__.get(_KEPT)
+    if kept is not None and kept[0] == _generation[0]:
+        return kept[1]
     from guarded_tools.conf import gt_settings
 
-    return gt_settings.PIPELINE_CLASS(definition)
+    generation = _generation[0]
+    pipeline = gt_settings.PIPELINE_CLASS(definition)
+    if getattr(pipeline, "shared", False) is True:
+        # The frozen dataclass refuses assignment; the definition's own dict takes it.
+        definition.__dict__[_KEPT] = (generation, pipeline)
+    return pipeline
+
+
+def stateless(cls: type) -> bool:
+    """Whether ``cls`` declares, in its own body, that its instances keep nothing of a
+    call (``stateless = True``): a subclass says so again, as it may add state."""
+    return vars(cls).get("stateless") is True
+
+
+def _forget_pipelines(*, setting: str, **kwargs: Any) -> None:
+    if setting in PIPELINE_SETTINGS:
+        _generation[0] += 1
+
+
+setting_changed.connect(_forget_pipelines)
 
 
 def normalized(options: Mapping[str, Any]) -> dict[str, Any]:

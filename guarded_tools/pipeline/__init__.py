@@ -63,7 +63,7 @@ from guarded_tools.core.call import (
     principal_scope,
     trace_carrier,
 )
-from guarded_tools.core.definition import build_pipeline
+from guarded_tools.core.definition import build_pipeline, stateless
 from guarded_tools.core.errors import (
     GuardError,
     IdempotencyKeyReused,
@@ -111,6 +111,9 @@ class Pipeline:
     """Runs one invocation of ``tool`` through its stages, and the claim between them."""
 
     store_class: type[OperationStore] | None = None
+    #: This class keeps nothing of a call on its instances (see :attr:`shared`); a
+    #: subclass says so again in its own body, as it may add state.
+    stateless = True
 
     def __init__(self, definition: Tool) -> None:
         self.tool = definition
@@ -119,6 +122,15 @@ class Pipeline:
         self.stages: list[Stage] = [cls() for cls in self.stage_classes]
 
     @property
+    def shared(self) -> bool:
+        """Whether one pipeline may serve every call of the tool, in every thread: its
+        class, its store's class and every stage class declare ``stateless = True`` in
+        their own bodies. The factory then builds it once per tool (until a setting it is
+        built from changes); otherwise once per call, as a DRF view builds its
+        permission classes."""
+        return all(stateless(type(part)) for part in (self, self.store, *self.stages))
+
+    @cached_property
     def hooks(self) -> dict[str, tuple[int, ...]]:
         """Each hook's positions in the stage list that a call of this tool walks."""
         return plan(self.tool, self.stage_classes)

@@ -74,6 +74,7 @@ class AllowanceStage(Stage):
     """Allowances granted for the tool's calls (see the module)."""
 
     name = "allowance"
+    stateless = True
 
     def after_claim(self, call: Call, claim: Claim | None) -> None:
         rule = call.rule

@@ -21,6 +21,7 @@ class AuthorizationStage(Stage):
     """Refuses a caller without the tool's permissions, or whom ``authorize`` refuses."""
 
     name = "authorization"
+    stateless = True
 
     def before_claim(self, call: Call) -> None:
         if self.check(call):

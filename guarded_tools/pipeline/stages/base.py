@@ -1,8 +1,9 @@
 """Provides ``Stage``, the interface of one step of a call, and ``Call``, what a stage is given.
 
 A stage is a class listed in the stage list (the ``STAGES`` setting, or a tool's
-``stages``). The pipeline instantiates it with no arguments (``Stage()``), as DRF
-instantiates a permission class, and walks the list in order. Each hook receives the
+``stages``). The pipeline instantiates it with no arguments (``Stage()``) and walks the
+list in order: once per tool when every stage of the list declares ``stateless``, else
+for each call, as DRF instantiates a permission class. Each hook receives the
 call (a :class:`Call`) and nothing of the pipeline: the tool's definition is
 ``call.tool``, the invocation ``call.inv``, whose key scope ``call.scope``, the key
 ``call.key``, the cancel signal ``call.signal``, the handler's context
@@ -188,6 +189,11 @@ class Stage:
 
     #: The stage's name in the list: a site's stage that replaces a built-in one keeps it.
     name = ""
+    #: Declared True in a class's own body when its instances keep nothing of a call (every
+    #: built-in stage does): one instance then serves every call of a tool, in every
+    #: thread. A stage that does not declare it (a subclass included, as it may add
+    #: state) is instantiated for each call.
+    stateless = False
 
     def before_claim(self, call: Call) -> None:
         """Every call, replays included, before the claim and before any person is asked."""

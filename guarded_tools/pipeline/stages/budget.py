@@ -115,6 +115,7 @@ class BudgetStage(Stage):
     """The budgets of the tool's policy (``Policy(budgets=[Budget(...)])``)."""
 
     name = "budget"
+    stateless = True
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:

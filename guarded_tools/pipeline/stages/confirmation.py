@@ -25,6 +25,7 @@ class ConfirmationStage(Stage):
     """Preconditions and confirmation, before the claim or after a fresh one."""
 
     name = "confirmation"
+    stateless = True
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:

@@ -11,6 +11,7 @@ class ContextStage(Stage):
     anonymous calls) and resolves the tool's ``context`` from the validated input."""
 
     name = "context"
+    stateless = True
 
     def before_claim(self, call: Call) -> None:
         inv = call.inv

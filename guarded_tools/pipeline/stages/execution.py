@@ -20,6 +20,7 @@ class ExecutionStage(Stage):
     """Calls the handler with the input and its ``ToolContext``; returns the output."""
 
     name = "execution"
+    stateless = True
 
     def execute(self, call: Call, ctx: Any) -> Any:
         """Run the handler; an ``async def`` one runs on the server's event loop.

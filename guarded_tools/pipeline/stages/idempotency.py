@@ -20,6 +20,7 @@ class IdempotencyStage(Stage):
     """Refuses a missing or invalid key; fingerprints the input the key is bound to."""
 
     name = "idempotency"
+    stateless = True
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:

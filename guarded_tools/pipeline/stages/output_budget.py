@@ -19,6 +19,7 @@ class OutputBudgetStage(Stage):
     """
 
     name = "output_budget"
+    stateless = True
 
     def after_execute(self, call: Call, result: object) -> None:
         result.output_json = self.measure(call, result.output)  # type: ignore[attr-defined]

@@ -30,6 +30,7 @@ class PolicyStage(Stage):
     """The tool's ``Policy`` (``confirm=Policy(...)``) decides; other tools pass through."""
 
     name = "policy"
+    stateless = True
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:

@@ -15,6 +15,7 @@ class ValidationStage(Stage):
     """
 
     name = "validation"
+    stateless = True
 
     def before_claim(self, call: Call) -> None:
         remembered, inv = call.remembered, call.inv

@@ -28,6 +28,7 @@ class VerificationStage(Stage):
     """Raises ``VerificationError`` when ``verify`` says the effect did not happen."""
 
     name = "verification"
+    stateless = True
 
     @classmethod
     def has_work(cls, tool: Tool, hook: str) -> bool:

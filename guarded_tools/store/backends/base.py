@@ -70,6 +70,8 @@ def _database() -> str:
 class OperationStore:
     """Claims, completes, releases, abandons and takes over operations (the ORM)."""
 
+    stateless = True  # nothing of a call on the instance: pipelines may share one
+
     # -- the claim ---------------------------------------------------------------------
     def claim(
         self, *, tool: str, scope: str, key: str, fp: str, input: Any, user: Any,

@@ -99,6 +99,8 @@ class Operations(StoreOperations):
 class PostgreSQLOperationStore(SQLOperationStore):
     """The ORM's store with the transitions every call runs as PostgreSQL statements."""
 
+    stateless = True  # nothing of a call on the instance: pipelines may share one
+
     statements = Statements(lambda name: f'"{name}"', POSTGRESQL)  # as PostgreSQL's quote_name
 
     @property

@@ -61,6 +61,8 @@ class Operations(StoreOperations):
 class SQLiteOperationStore(SQLOperationStore):
     """The ORM's store with the transitions every call runs as SQLite statements."""
 
+    stateless = True  # nothing of a call on the instance: pipelines may share one
+
     statements = Statements(lambda name: f'"{name}"', SQLITE)  # as SQLite's quote_name
 
     def read(self, fields: list[Any], row: Any) -> list[Any]:
