@@ -7,6 +7,7 @@ imports MCP, the URL patterns or the OpenAPI document.
 
 from __future__ import annotations
 
+import functools
 import re
 import weakref
 from collections.abc import Iterable, Mapping
@@ -80,6 +81,22 @@ def prefer_wait(request: Request) -> float:
     if not match:
         return 0
     return float(min(int(match.group(1)), gt_settings.CONFIRMATION_MAX_WAIT_SECONDS))
+
+
+@functools.lru_cache(maxsize=16)
+def meta_name(header: str) -> str:
+    """The ``META`` key of the HTTP header ``header`` (``Idempotency-Key`` is
+    ``HTTP_IDEMPOTENCY_KEY``), as ``request.headers`` finds it."""
+    name = header.upper().replace("-", "_")
+    return name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{name}"
+
+
+def header(request: Any, name: str) -> str | None:
+    """The request's header ``name``, what ``request.headers.get(name)`` answers, read from
+    ``META`` by its key: ``request.headers`` is built from every header of the request the
+    first time it is read."""
+    value: str | None = request.META.get(meta_name(name))
+    return value
 
 
 def trace_headers(meta: Mapping[str, Any]) -> dict[str, Any]:

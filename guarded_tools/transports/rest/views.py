@@ -42,6 +42,7 @@ from guarded_tools.transports.rest.base import (  # the views' base, shared with
     Answer,
     GuardedAPIView,
     described,
+    header,
     invocation_for,
     visible_tools,
 )
@@ -113,7 +114,7 @@ class ToolCallView(GuardedAPIView):
 
     def call(self, request: Request, definition: Tool, body: dict[str, Any]) -> GuardResult:
         invocation = invocation_for(
-            request, body, header_key=request.headers.get(gt_settings.IDEMPOTENCY_HEADER)
+            request, body, header_key=header(request, gt_settings.IDEMPOTENCY_HEADER)
         )
         return Gateway(definition).run(invocation)
 
