@@ -335,15 +335,16 @@ def build_pipeline(definition: Tool) -> Any:
     import; everything above calls it as ``guarded_tools.pipeline.get_pipeline``.
     """
     kept = definition.__dict__.get(_KEPT)
-    if kept is not None and kept[0] == _generation[0]:
-        return kept[1]
+    # The definition's identity too: a copy of a definition (copy.copy) copies its dict.
+    if kept is not None and kept[0] == _generation[0] and kept[1] == id(definition):
+        return kept[2]
     from guarded_tools.conf import gt_settings
 
     generation = _generation[0]
     pipeline = gt_settings.PIPELINE_CLASS(definition)
     if getattr(pipeline, "shared", False) is True:
         # The frozen dataclass refuses assignment; the definition's own dict takes it.
-        definition.__dict__[_KEPT] = (generation, pipeline)
+        definition.__dict__[_KEPT] = (generation, id(definition), pipeline)
     return pipeline
 
 

@@ -10,6 +10,7 @@ from threads on their own connections.
 
 from __future__ import annotations
 
+import copy
 import threading
 import uuid
 from collections.abc import Callable
@@ -22,7 +23,7 @@ from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from guarded_tools.models import Operation, OperationState
-from guarded_tools.pipeline import Pipeline
+from guarded_tools.pipeline import Pipeline, get_pipeline
 from guarded_tools.pipeline.stages import DEFAULT_STAGES, Stage
 from guarded_tools.store.backends.base import OperationStore
 
@@ -170,6 +171,16 @@ def test_a_replaced_definition_gets_its_own_pipeline(
     make_tool(lambda input, ctx: {"version": 2}, name=first.name)
     assert call_rest(client, first.name)["output"] == {"version": 2}
     assert BUILT.count(first.name) == 2
+
+
+def test_a_copied_definition_gets_a_pipeline_of_its_own(make_tool: Any, settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS, "PIPELINE_CLASS": f"{__name__}.Built"}
+    definition = make_tool(idempotency_key=None, read_only=True, allow_anonymous=True)
+    first = get_pipeline(definition)
+    assert get_pipeline(definition) is first and first.tool is definition
+    copied = copy.copy(definition)
+    assert get_pipeline(copied).tool is copied
+    assert BUILT.count(definition.name) == 2
 
 
 def test_one_shared_pipeline_serves_calls_in_many_threads_at_once(make_tool: Any,
