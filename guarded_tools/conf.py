@@ -180,7 +180,9 @@ SETTINGS: tuple[Setting, ...] = (
             doc="The operation store. The default picks it by the ``vendor`` of the database"
                 " operations are written to: ``PostgreSQLOperationStore`` on PostgreSQL,"
                 " ``SQLiteOperationStore`` on SQLite, the ORM's ``OperationStore`` elsewhere; set"
-                " a subclass of either (or any callable returning a store) to replace it."),
+                " a subclass of either (or any callable returning a store) to replace it. It"
+                " is called when a pipeline is built: once per tool and database where the"
+                " pipeline is shared (the store's class declares ``stateless = True``)."),
     Setting("OBSERVERS", "list[str]", [], _EXTENSIONS, import_string=True,
             doc="Import strings of callables that receive every lifecycle event."),
     Setting("ERROR_CATALOGS", "list[str]", [], _EXTENSIONS,

@@ -281,6 +281,7 @@ class ScopeStage(Stage):
     """
 
     name = "oauth_scopes"
+    stateless = True
 
     def before_claim(self, call: Call) -> None:
         inv = call.inv

@@ -312,11 +312,12 @@ class Tool:
         return result
 
 
-#: Where a definition keeps the pipeline built for it (in its own ``__dict__``, so the
-#: pipeline, which names the definition, goes when the definition does).
-_KEPT = "_guarded_tools_pipeline"
-#: Counts the changes of the settings a pipeline is built from: a pipeline kept under an
-#: older count is built again.
+#: Where a definition keeps the pipelines built for it: in its own ``__dict__`` (the
+#: pipelines name the definition, so both go together, when the garbage collector
+#: frees them).
+_KEPT = "_guarded_tools_pipelines"
+#: Counts the changes of the settings a pipeline is built from: pipelines kept under an
+#: older count are built again.
 _generation = [0]
 #: The settings a pipeline is built from: its class, its stages and store (``GUARDED_TOOLS``),
 #: and the database the store writes to and how (``DATABASES``, ``DATABASE_ROUTERS``).
@@ -327,24 +328,33 @@ def build_pipeline(definition: Tool) -> Any:
     """The one factory of pipelines: the site's ``PIPELINE_CLASS`` for ``definition``.
 
     A pipeline that keeps nothing of a call on itself (``shared``: its class, its store's
-    and every stage's declare ``stateless``) is built once per definition and serves every
-    call of the tool, in every thread, until a setting it is built from changes; any other
-    is built for each call, as a DRF view builds its permission classes.
+    and every stage's declare ``stateless``) is built once per definition and per what the
+    class's ``shared_per`` names (the database operations are written to, which a
+    router may choose per request), and serves every such call of the tool, in every
+    thread, until a setting it is built from changes; any other is built for each call,
+    as a DRF view builds its permission classes.
 
     Here, below every layer, so that a tool called in code reaches it with no upward
     import; everything above calls it as ``guarded_tools.pipeline.get_pipeline``.
     """
-    kept = definition.__dict__.get(_KEPT)
-    # The definition's identity too: a copy of a definition (copy.copy) copies its dict.
-    if kept is not None and kept[0] == _generation[0] and kept[1] == id(definition):
-        return kept[2]
     from guarded_tools.conf import gt_settings
 
-    generation = _generation[0]
-    pipeline = gt_settings.PIPELINE_CLASS(definition)
-    if getattr(pipeline, "shared", False) is True:
-        # The frozen dataclass refuses assignment; the definition's own dict takes it.
-        definition.__dict__[_KEPT] = (generation, id(definition), pipeline)
+    cls = gt_settings.PIPELINE_CLASS
+    shared_per = getattr(cls, "shared_per", None)
+    if shared_per is None:
+        return cls(definition)
+    place = shared_per(definition)
+    kept = definition.__dict__.get(_KEPT)
+    # The definition's identity too: a copy of a definition (copy.copy) copies its dict.
+    if kept is None or kept[0] != (_generation[0], id(definition), cls):
+        kept = ((_generation[0], id(definition), cls), {})
+    pipeline = kept[1].get(place)
+    if pipeline is None:
+        pipeline = cls(definition)
+        if getattr(pipeline, "shared", False) is True:
+            # The frozen dataclass refuses assignment; the definition's own dict takes it.
+            kept[1][place] = pipeline
+            definition.__dict__[_KEPT] = kept
     return pipeline
 
 

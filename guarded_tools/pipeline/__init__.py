@@ -125,10 +125,17 @@ class Pipeline:
     def shared(self) -> bool:
         """Whether one pipeline may serve every call of the tool, in every thread: its
         class, its store's class and every stage class declare ``stateless = True`` in
-        their own bodies. The factory then builds it once per tool (until a setting it is
-        built from changes); otherwise once per call, as a DRF view builds its
-        permission classes."""
+        their own bodies. The factory then builds it once per tool and database (see
+        :meth:`shared_per`) until a setting it is built from changes; otherwise once per
+        call, as a DRF view builds its permission classes."""
         return all(stateless(type(part)) for part in (self, self.store, *self.stages))
+
+    @classmethod
+    def shared_per(cls, definition: Tool) -> Any:
+        """What a shared pipeline of ``definition`` is built once for: the database
+        operations are written to (a router may choose it per request), which decides the
+        store and whether a call can run as one transaction (``locks_key``)."""
+        return router.db_for_write(Operation)
 
     @cached_property
     def hooks(self) -> dict[str, tuple[int, ...]]:

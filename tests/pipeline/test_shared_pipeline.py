@@ -25,6 +25,7 @@ from rest_framework.test import APIClient
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import Pipeline, get_pipeline
 from guarded_tools.pipeline.stages import DEFAULT_STAGES, Stage
+from guarded_tools.pipeline.stages.validation import ValidationStage
 from guarded_tools.store.backends.base import OperationStore
 
 #: Each built pipeline's tool name, in order.
@@ -47,13 +48,15 @@ class Undeclared(Built):
     """The same, without saying again that it keeps nothing of a call."""
 
 
-class Seen(Stage):
-    """A site's stage that notes which instance saw each call."""
+class Seen(ValidationStage):
+    """A site's stage that notes which instance saw each call: a subclass of a built-in
+    stage that declares ``stateless``, not saying so again itself."""
 
     name = "seen"
 
     def before_claim(self, call: Any) -> None:
         SEEN.append(self)
+        super().before_claim(call)
 
 
 class SeenStateless(Seen):
@@ -155,6 +158,41 @@ def test_a_setting_the_pipeline_is_built_from_builds_it_again(
     call_rest(client, definition.name)
     assert BUILT.count(definition.name) == 2
     assert len(SEEN) == 1
+
+
+#: Where ``Routing`` sends the next write of an operation.
+ROUTE = ["default"]
+
+
+class Routing:
+    """A database router whose answer changes from request to request (a tenant's)."""
+
+    def db_for_write(self, model: Any, **hints: Any) -> str:
+        return ROUTE[0]
+
+
+class BuiltWithItsStore(Built):
+    """``Built``, with a store of its own class (the vendor's store would open the
+    database's connection)."""
+
+    stateless = True
+    store_class = OperationStore
+
+
+def test_a_pipeline_is_kept_per_database_a_router_chooses(make_tool: Any,
+                                                          settings: Any) -> None:
+    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS,
+                              "PIPELINE_CLASS": f"{__name__}.BuiltWithItsStore"}
+    settings.DATABASE_ROUTERS = [f"{__name__}.Routing"]
+    definition = make_tool()
+    ROUTE[0] = "default"
+    first = get_pipeline(definition)
+    ROUTE[0] = "tenant_b"
+    other = get_pipeline(definition)
+    assert other is not first and get_pipeline(definition) is other
+    ROUTE[0] = "default"
+    assert get_pipeline(definition) is first
+    assert BUILT.count(definition.name) == 2
 
 
 @pytest.mark.django_db

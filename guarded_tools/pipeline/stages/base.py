@@ -2,8 +2,9 @@
 
 A stage is a class listed in the stage list (the ``STAGES`` setting, or a tool's
 ``stages``). The pipeline instantiates it with no arguments (``Stage()``) and walks the
-list in order: once per tool when every stage of the list declares ``stateless``, else
-for each call, as DRF instantiates a permission class. Each hook receives the
+list in order. The pipeline is built once per tool and database when its class, its store
+and every stage of the list declare ``stateless``; else for each call, as DRF instantiates
+a permission class. Each hook receives the
 call (a :class:`Call`) and nothing of the pipeline: the tool's definition is
 ``call.tool``, the invocation ``call.inv``, whose key scope ``call.scope``, the key
 ``call.key``, the cancel signal ``call.signal``, the handler's context
