@@ -155,7 +155,13 @@ def _wsgi_handler() -> Any:
 
 def _wsgi_headers(scope: Scope, environ: dict[str, Any]) -> None:
     for raw_name, raw_value in scope.get("headers") or []:
-        name = raw_name.decode("latin-1").upper().replace("-", "_")
+        name = raw_name.decode("latin-1").upper()
+        if "_" in name:
+            # Dropped, as Django's ASGI handler and WSGI servers drop it: in META it would
+            # read as the header spelled with "-" (a client's ``X_Forwarded_Proto`` as the
+            # proxy's ``X-Forwarded-Proto``).
+            continue
+        name = name.replace("-", "_")
         key = name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{name}"
         value = raw_value.decode("latin-1")
         if key in environ:  # repeated header: joined as one (cookies with "; ")

@@ -186,3 +186,20 @@ def test_a_request_finds_its_signal_through_drf_on_either_entry() -> None:
         assert request_signal(request) is signal
         assert request_signal(Request(request)) is signal
     assert request_signal(plain) is None and request_signal(Request(plain)) is None
+
+
+@pytest.mark.parametrize("spoof_first", [False, True])
+def test_a_header_spelled_with_an_underscore_is_dropped_as_djangos_asgi_handler_drops_it(
+        make_tool: Any, credentials: dict[str, dict[str, str]], spoof_first: bool) -> None:
+    """``Idempotency_Key`` would read as ``Idempotency-Key`` in META (and be joined to it):
+    the app's ASGI entry drops it, as Django's ASGI handler and WSGI servers do."""
+    definition = make_tool(idempotency_key=None)
+    real, spoof = key(), key()
+    headers = {**credentials["token"]}
+    pairs = [("Idempotency_Key", spoof), ("Idempotency-Key", real)]
+    for name, value in (pairs if spoof_first else pairs[::-1]):
+        headers[name] = value
+    status, answer = rest_call(definition.name, {}, headers)
+    assert status == 200, answer
+    assert list(Operation.objects.filter(tool=definition.name).values_list("key", flat=True)) \
+        == [real]
