@@ -153,16 +153,23 @@ def _wsgi_handler() -> Any:
     return WSGIHandler()
 
 
+def meta_key(header: str) -> str:
+    """The ``META`` key of the HTTP header ``header`` (``Idempotency-Key`` is
+    ``HTTP_IDEMPOTENCY_KEY``; ``Content-Type`` and ``Content-Length`` have no prefix), as
+    a WSGI server names it and ``request.headers`` finds it."""
+    name = header.upper().replace("-", "_")
+    return name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{name}"
+
+
 def _wsgi_headers(scope: Scope, environ: dict[str, Any]) -> None:
     for raw_name, raw_value in scope.get("headers") or []:
-        name = raw_name.decode("latin-1").upper()
+        name = raw_name.decode("latin-1")
         if "_" in name:
             # Dropped, as Django's ASGI handler and WSGI servers drop it: in META it would
             # read as the header spelled with "-" (a client's ``X_Forwarded_Proto`` as the
             # proxy's ``X-Forwarded-Proto``).
             continue
-        name = name.replace("-", "_")
-        key = name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{name}"
+        key = meta_key(name)
         value = raw_value.decode("latin-1")
         if key in environ:  # repeated header: joined as one (cookies with "; ")
             value = environ[key] + ("; " if key == "HTTP_COOKIE" else ",") + value

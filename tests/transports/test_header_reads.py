@@ -11,7 +11,8 @@ from django.test import RequestFactory
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from guarded_tools.transports.rest.base import header, meta_name
+from guarded_tools.transports.asgi import meta_key
+from guarded_tools.transports.rest.base import header
 
 
 @pytest.mark.parametrize("name", ["Idempotency-Key", "idempotency-key", "IDEMPOTENCY-KEY",
@@ -23,7 +24,7 @@ def test_a_header_reads_as_request_headers_reads_it(name: str) -> None:
         headers={"Idempotency-Key": "k-1", "X-Operation-Key": "k-2",
                  "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"})
     assert header(request, name) == request.headers.get(name)
-    assert meta_name(name) in request.META or request.headers.get(name) is None
+    assert meta_key(name) in request.META or request.headers.get(name) is None
 
 
 @pytest.mark.django_db

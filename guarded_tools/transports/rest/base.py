@@ -7,7 +7,6 @@ imports MCP, the URL patterns or the OpenAPI document.
 
 from __future__ import annotations
 
-import functools
 import re
 import weakref
 from collections.abc import Iterable, Mapping
@@ -31,7 +30,7 @@ from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
 from guarded_tools.pipeline import Invocation, trace_carrier
-from guarded_tools.transports.asgi import request_signal
+from guarded_tools.transports.asgi import meta_key, request_signal
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
 
@@ -83,19 +82,12 @@ def prefer_wait(request: Request) -> float:
     return float(min(int(match.group(1)), gt_settings.CONFIRMATION_MAX_WAIT_SECONDS))
 
 
-@functools.lru_cache(maxsize=16)
-def meta_name(header: str) -> str:
-    """The ``META`` key of the HTTP header ``header`` (``Idempotency-Key`` is
-    ``HTTP_IDEMPOTENCY_KEY``), as ``request.headers`` finds it."""
-    name = header.upper().replace("-", "_")
-    return name if name in ("CONTENT_TYPE", "CONTENT_LENGTH") else f"HTTP_{name}"
-
-
 def header(request: Any, name: str) -> str | None:
     """The request's header ``name``, what ``request.headers.get(name)`` answers, read from
-    ``META`` by its key: ``request.headers`` is built from every header of the request the
-    first time it is read."""
-    value: str | None = request.META.get(meta_name(name))
+    ``META`` by its key (:func:`~guarded_tools.transports.asgi.meta_key`):
+    ``request.headers`` is built from every header of the request the first time it is
+    read."""
+    value: str | None = request.META.get(meta_key(name))
     return value
 
 
