@@ -341,13 +341,13 @@ def build_pipeline(definition: Tool) -> Any:
 
     cls = gt_settings.PIPELINE_CLASS
     shared_per = getattr(cls, "shared_per", None)
-    if shared_per is None:
+    if shared_per is None or not stateless(cls):  # never shared: nothing to look up
         return cls(definition)
     place = shared_per(definition)
     kept = definition.__dict__.get(_KEPT)
     # The definition's identity too: a copy of a definition (copy.copy) copies its dict.
-    if kept is None or kept[0] != (_generation[0], id(definition), cls):
-        kept = ((_generation[0], id(definition), cls), {})
+    if kept is None or kept[0] != (_generation[0], id(definition)):
+        kept = ((_generation[0], id(definition)), {})
     pipeline = kept[1].get(place)
     if pipeline is None:
         pipeline = cls(definition)

@@ -4,13 +4,12 @@ A stage is a class listed in the stage list (the ``STAGES`` setting, or a tool's
 ``stages``). The pipeline instantiates it with no arguments (``Stage()``) and walks the
 list in order. The pipeline is built once per tool and database when its class, its store
 and every stage of the list declare ``stateless``; else for each call, as DRF instantiates
-a permission class. Each hook receives the
-call (a :class:`Call`) and nothing of the pipeline: the tool's definition is
-``call.tool``, the invocation ``call.inv``, whose key scope ``call.scope``, the key
-``call.key``, the cancel signal ``call.signal``, the handler's context
-``call.context_for(handle)``, the operation store ``call.store`` and the events
-``call.events``. A stage overrides only the hooks it needs; the default hooks do
-nothing. A hook refuses a call by raising a ``GuardError`` (an error of the catalog):
+a permission class. Each hook receives the call (a :class:`Call`) and nothing of the
+pipeline: the tool's definition is ``call.tool``, the invocation ``call.inv``, whose key
+scope ``call.scope``, the key ``call.key``, the cancel signal ``call.signal``, the
+handler's context ``call.context_for(handle)``, the operation store ``call.store`` and
+the events ``call.events``. A stage overrides only the hooks it needs; the default hooks
+do nothing. A hook refuses a call by raising a ``GuardError`` (an error of the catalog):
 the agent gets it as it gets any refusal.
 
 ==================  ========================================================================

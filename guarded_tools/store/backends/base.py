@@ -70,7 +70,7 @@ def _database() -> str:
 class OperationStore:
     """Claims, completes, releases, abandons and takes over operations (the ORM)."""
 
-    stateless = True  # nothing of a call on the instance: pipelines may share one
+    stateless = True  # nothing of a call on the instance: one serves a tool's every call
 
     # -- the claim ---------------------------------------------------------------------
     def claim(

@@ -99,7 +99,7 @@ class Operations(StoreOperations):
 class PostgreSQLOperationStore(SQLOperationStore):
     """The ORM's store with the transitions every call runs as PostgreSQL statements."""
 
-    stateless = True  # nothing of a call on the instance: pipelines may share one
+    stateless = True  # nothing of a call on the instance: one serves a tool's every call
 
     statements = Statements(lambda name: f'"{name}"', POSTGRESQL)  # as PostgreSQL's quote_name
 

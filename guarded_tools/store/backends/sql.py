@@ -27,7 +27,7 @@ from guarded_tools.store.values import fresh_values, new_token
 class SQLOperationStore(OperationStore):
     """The ORM's store with the transitions every call runs as hand-written statements."""
 
-    stateless = True  # nothing of a call on the instance: pipelines may share one
+    stateless = True  # nothing of a call on the instance: one serves a tool's every call
 
     statements: Statements
 

@@ -61,7 +61,7 @@ class Operations(StoreOperations):
 class SQLiteOperationStore(SQLOperationStore):
     """The ORM's store with the transitions every call runs as SQLite statements."""
 
-    stateless = True  # nothing of a call on the instance: pipelines may share one
+    stateless = True  # nothing of a call on the instance: one serves a tool's every call
 
     statements = Statements(lambda name: f'"{name}"', SQLITE)  # as SQLite's quote_name
 
