@@ -116,7 +116,7 @@ def test_one_pipeline_serves_every_call_of_a_tool_over_rest_and_mcp(
     client = token_client(alice) if auth == "token" else session_client_for(alice)
     for _ in range(3):
         call_rest(client, definition.name)
-    call_mcp(token_client(alice), definition.name)
+    call_mcp(client, definition.name)
     assert BUILT.count(definition.name) == 1, BUILT
     assert len(SEEN) == 4 and len(set(map(id, SEEN))) == 1, SEEN
     assert Operation.objects.filter(tool=definition.name,
