@@ -4,12 +4,13 @@ beside the app.
 The same ``echo(value: int)`` tool, over MCP (one stateless POST per ``tools/call``,
 JSON responses, protocol 2025-11-25), served by one server process each:
 
-* under **uvicorn**: FastMCP (``bench.fastmcp_app``), django-mcpz through Django's ASGI
-  handler (``bench.mcpz.asgi``) and the app's ASGI entry (``bench.asgi``: Django's ASGI
-  handler in ``guarded_tools.asgi.with_cancellation``);
-* under **gunicorn**: FastMCP with one uvicorn worker (``uvicorn_worker.UvicornWorker``:
-  FastMCP is ASGI only), django-mcpz and the app with one sync worker each (WSGI,
-  ``bench.mcpz.wsgi`` and ``bench.wsgi``).
+* under **uvicorn**, with its event loop uvloop and its HTTP parser httptools (as
+  ``uvicorn[standard]`` installs it): FastMCP (``bench.fastmcp_app``), django-mcpz
+  through Django's ASGI handler (``bench.mcpz.asgi``) and the app's ASGI entry
+  (``bench.asgi``: Django's ASGI handler in ``guarded_tools.asgi.with_cancellation``);
+* under **gunicorn**: FastMCP with one uvicorn worker (``uvicorn_worker.UvicornWorker``,
+  which picks uvloop and httptools too: FastMCP is ASGI only), django-mcpz and the app
+  with one sync worker each (WSGI, ``bench.mcpz.wsgi`` and ``bench.wsgi``).
 
 Calls, on each server: FastMCP 4.1.6 as shipped, django-mcpz 1.2.0 as documented, the
 app's read-only ``echo`` (anonymous) and its keyed ``echo_keyed`` with a fresh key per call
@@ -172,7 +173,7 @@ FLOOR_TARGETS: list[tuple[str, str, str, str, float]] = [
 ]
 
 PACKAGES = ["fastmcp", "django-mcpz", "mcp", "msgspec", "pydantic", "Django",
-            "djangorestframework", "uvicorn", "gunicorn"]
+            "djangorestframework", "uvicorn", "uvloop", "httptools", "gunicorn"]
 
 
 def configs() -> list[tuple[str, str, str, str, bool]]:
@@ -211,8 +212,10 @@ def command(server: str, port: int) -> list[str]:
     _, software, args, _, _ = SERVERS[server]
     exe = shutil.which(software, path=str(Path(PYTHON).parent)) or software
     if software == "uvicorn":
+        # By name, not "auto": a bench without them fails instead of measuring h11 and
+        # asyncio's loop (gunicorn's uvicorn worker picks them when they are installed).
         return [exe, *args, "--host", "127.0.0.1", "--port", str(port), "--log-level",
-                "warning", "--no-access-log"]
+                "warning", "--no-access-log", "--loop", "uvloop", "--http", "httptools"]
     return [exe, *args, "--workers", "1", "--bind", f"127.0.0.1:{port}", "--log-level",
             "warning", "--timeout", "60"]
 
