@@ -45,6 +45,7 @@ claimed            every other call: the claim commits first, then  the handler 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -150,11 +151,19 @@ class Pipeline:
     def walk(self, hook: str, call: Call, *args: Any) -> None:
         """Call ``hook`` on every stage that has it and has work for this tool
         (``Stage.has_work``), in the list's order."""
-        positions = self.hooks.get(hook)
-        if positions is None:  # a hook of a site's own
-            positions = overriding(self.stage_classes, hook)
-        for i in positions:
-            getattr(self.stages[i], hook)(call, *args)
+        walkers = self.walkers.get(hook)
+        if walkers is None:  # a hook of a site's own
+            walkers = self.walkers[hook] = tuple(
+                getattr(self.stages[i], hook) for i in overriding(self.stage_classes, hook))
+        for step in walkers:
+            step(call, *args)
+
+    @cached_property
+    def walkers(self) -> dict[str, tuple[Callable[..., Any], ...]]:
+        """Each hook's bound methods, in :attr:`hooks`' order: looked up once per pipeline
+        (its stages are made with it), not once per stage on every call."""
+        return {hook: tuple(getattr(self.stages[i], hook) for i in positions)
+                for hook, positions in self.hooks.items()}
 
     # -- public entry points -------------------------------------------------------------
     def observe(self, inv: Invocation | None = None, *, silent: bool = False) -> Events:
@@ -262,10 +271,15 @@ class Pipeline:
 
     def call_handler(self, call: Call, ctx: ToolContext) -> Any:
         """The execution stage runs the handler (the list's last stage with ``execute``)."""
+        return self.executor(call, ctx)
+
+    @cached_property
+    def executor(self) -> Callable[[Call, ToolContext], Any]:
+        """The ``execute`` of the list's last stage that has one, looked up once."""
         for stage in reversed(self.stages):
             execute = getattr(stage, "execute", None)
             if execute is not None:
-                return execute(call, ctx)
+                return execute  # type: ignore[no-any-return]
         raise ImproperlyConfigured(f"The stages of tool {self.tool.name!r} have no execution"
                                    " stage (a stage with execute(call, ctx)).")
 

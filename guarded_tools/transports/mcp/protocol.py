@@ -6,6 +6,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from django.http import HttpResponse
@@ -152,9 +153,76 @@ def json_string(text: str) -> Spliced:
     return Spliced(ENCODER.encode(text))
 
 
+class _Unsure(Exception):
+    """A payload :func:`compose` leaves to :class:`SplicingEncoder` (a key that is not a
+    string, a container too deep to walk)."""
+
+
+def _write(o: Any, parts: list[str], depth: int) -> None:
+    if isinstance(o, str):
+        parts.append(encode_basestring(o))
+    elif isinstance(o, dict):
+        if depth > _MAX_WALK:
+            raise _Unsure
+        if not o:
+            parts.append("{}")
+            return
+        sep = "{"
+        for key, value in o.items():
+            if not isinstance(key, str):
+                raise _Unsure
+            parts.append(sep)
+            parts.append(encode_basestring(key))
+            parts.append(": ")
+            _write(value, parts, depth + 1)
+            sep = ", "
+        parts.append("}")
+    elif isinstance(o, Spliced):
+        parts.append(o.text)
+    elif o is None:
+        parts.append("null")
+    elif o is True:
+        parts.append("true")
+    elif o is False:
+        parts.append("false")
+    elif type(o) is int:
+        parts.append(int.__repr__(o))
+    elif isinstance(o, list | tuple):
+        if depth > _MAX_WALK:
+            raise _Unsure
+        if not o:
+            parts.append("[]")
+            return
+        sep = "["
+        for value in o:
+            parts.append(sep)
+            _write(value, parts, depth + 1)
+            sep = ", "
+        parts.append("]")
+    else:  # floats, Decimals, dates, lazy text...: as ENCODER writes them
+        parts.append(ENCODER.encode(o))
+
+
+#: How deep :func:`compose` walks a payload before leaving it to ``SplicingEncoder``.
+_MAX_WALK = 64
+
+
+def compose(payload: Any) -> str:
+    """What ``SplicingEncoder`` writes for ``payload``, written directly: containers
+    walked here, each :class:`Spliced` as its text, every other value by ``ENCODER``. A
+    JSON-RPC answer is small and its outputs are already text, so this costs about half
+    the encoder's marks and replacements."""
+    parts: list[str] = []
+    try:
+        _write(payload, parts, 0)
+    except _Unsure:
+        return SplicingEncoder().encode(payload)
+    return "".join(parts)
+
+
 def json_response(payload: Any, status: int = 200) -> HttpResponse:
-    body = SplicingEncoder().encode(payload)
-    return HttpResponse(body.encode("utf-8"), status=status, content_type="application/json")
+    return HttpResponse(compose(payload).encode("utf-8"), status=status,
+                        content_type="application/json")
 
 
 def rpc_error(rid: Any, code: int, message: str, data: Any = None) -> dict[str, Any]:

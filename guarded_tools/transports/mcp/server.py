@@ -310,7 +310,7 @@ class McpView(GuardedAPIView):
         response: Any  # an HttpResponse, or what the site's EXCEPTION_HANDLER answers
         try:
             self.format_kwarg = self.get_format_suffix(**kwargs)
-            check_origin(drf)
+            check_origin(request)  # the HttpRequest: its META without DRF's proxying
             drf.version, drf.versioning_scheme = self.determine_version(drf, *args, **kwargs)
             self.perform_authentication(drf)
             self.check_permissions(drf)

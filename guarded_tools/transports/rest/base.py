@@ -233,6 +233,10 @@ def _weaken(context: Any, names: Iterable[str]) -> None:
             context[name] = weakref.proxy(value)
 
 
+#: Each view class's ``Allow`` header: its handler methods, a property of the class.
+_ALLOW: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+
+
 class GuardedAPIView(APIView):
     """Base view: strict JSON in, JSON out, every error rendered for agents.
 
@@ -272,6 +276,18 @@ class GuardedAPIView(APIView):
         if getattr(response, "is_rendered", False):
             _weaken(getattr(response, "renderer_context", None), ("response", "view"))
         return response
+
+    @property
+    def default_response_headers(self) -> dict[str, str]:
+        """DRF's: ``Allow`` (worked out once per view class, from the class's handler
+        methods), and ``Vary: Accept`` where the view has several renderers."""
+        allow = _ALLOW.get(type(self))
+        if allow is None:
+            allow = _ALLOW[type(self)] = ", ".join(self.allowed_methods)
+        headers = {"Allow": allow}
+        if len(self.renderer_classes) > 1:
+            headers["Vary"] = "Accept"
+        return headers
 
     def get_authenticators(self) -> list[Any]:
         """The site's authentication, after OAuth bearer tokens where ``OAUTH_PROTECTS``
