@@ -151,6 +151,10 @@ class OwnFormatNegotiation(DefaultContentNegotiation):
         return selected
 
 
+#: Each encoder class's compact, strict encoder, as ``AnswerRenderer`` uses it.
+_COMPACT: dict[type, Any] = {}
+
+
 class AnswerRenderer(JSONRenderer):
     """DRF's ``JSONRenderer``, writing an answer's output as the text the guard made of it.
 
@@ -161,12 +165,31 @@ class AnswerRenderer(JSONRenderer):
     (``indent``) make DRF write otherwise, the output is decoded and rendered by DRF.
     """
 
+    def get_indent(self, accepted_media_type: str, renderer_context: Mapping[str, Any]) -> Any:
+        """DRF's, without parsing a media type that has no parameters to read."""
+        if accepted_media_type == self.media_type:
+            return renderer_context.get("indent", None)
+        return super().get_indent(accepted_media_type, renderer_context)
+
     def splices(self, accepted_media_type: str | None,
                 renderer_context: Mapping[str, Any] | None) -> bool:
         """Whether DRF would write a decoded output as the guard's text."""
         return bool(self.compact and not self.ensure_ascii and self.strict
                     and self.get_indent(accepted_media_type or "", renderer_context or {})
                     is None)
+
+    def compact_text(self, data: Any) -> bytes:
+        """What DRF's ``render`` writes for ``data`` where :meth:`splices` holds: compact,
+        characters as they are, strict, U+2028 and U+2029 escaped; with one encoder per
+        encoder class, kept, rather than one made by ``json.dumps`` for each answer."""
+        encoder = _COMPACT.get(self.encoder_class)
+        if encoder is None:
+            encoder = _COMPACT[self.encoder_class] = self.encoder_class(
+                ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = encoder.encode(data)
+        if "\u2028" in text or "\u2029" in text:
+            text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+        return text.encode()
 
     def render(self, data: Any, accepted_media_type: str | None = None,
                renderer_context: Mapping[str, Any] | None = None) -> bytes:
@@ -177,8 +200,7 @@ class AnswerRenderer(JSONRenderer):
                                                               renderer_context):
             return super().render({**data, "output": output.value()}, accepted_media_type,
                                   renderer_context)
-        rest = super().render({k: v for k, v in data.items() if k != "output"},
-                              accepted_media_type, renderer_context)
+        rest = self.compact_text({k: v for k, v in data.items() if k != "output"})
         head = b'{"output":' + output.text.encode()
         return head + b"}" if rest == b"{}" else head + b"," + rest[1:]
 
