@@ -153,6 +153,7 @@ def _wsgi_handler() -> Any:
     return WSGIHandler()
 
 
+@functools.lru_cache(maxsize=64)
 def meta_key(header: str) -> str:
     """The ``META`` key of the HTTP header ``header`` (``Idempotency-Key`` is
     ``HTTP_IDEMPOTENCY_KEY``; ``Content-Type`` and ``Content-Length`` have no prefix), as

@@ -114,8 +114,13 @@ def invocation_for(request: Request, input: dict[str, Any], *,
         wait=prefer_wait(request) if wait is None else wait,
         signal=request_signal(request),
         transport=transport,
-        trace=trace or trace_carrier(trace_headers(request.META)),
+        trace=trace or _trace_of(request.META),
     )
+
+
+def _trace_of(meta: Mapping[str, Any]) -> dict[str, str]:
+    """The trace context in a request's headers (none without a ``traceparent``)."""
+    return trace_carrier(trace_headers(meta)) if "HTTP_TRACEPARENT" in meta else {}
 
 
 #: What agents send most (or nothing): the first renderer, JSON, answers them with no
