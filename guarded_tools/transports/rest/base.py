@@ -260,8 +260,9 @@ def _weaken(context: Any, names: Iterable[str]) -> None:
             context[name] = weakref.proxy(value)
 
 
-#: Each view class's ``Allow`` header: its handler methods, a property of the class.
-_ALLOW: weakref.WeakKeyDictionary[type, str] = weakref.WeakKeyDictionary()
+#: Where a view class keeps its ``Allow`` header (its handler methods, a property of
+#: the class), in its own ``__dict__``.
+_ALLOW = "_guarded_tools_allow"
 
 
 class GuardedAPIView(APIView):
@@ -308,9 +309,11 @@ class GuardedAPIView(APIView):
     def default_response_headers(self) -> dict[str, str]:
         """DRF's: ``Allow`` (worked out once per view class, from the class's handler
         methods), and ``Vary: Accept`` where the view has several renderers."""
-        allow = _ALLOW.get(type(self))
+        cls = type(self)
+        allow = cls.__dict__.get(_ALLOW)  # the class's own, not a base class's
         if allow is None:
-            allow = _ALLOW[type(self)] = ", ".join(self.allowed_methods)
+            allow = ", ".join(self.allowed_methods)
+            setattr(cls, _ALLOW, allow)
         headers = {"Allow": allow}
         if len(self.renderer_classes) > 1:
             headers["Vary"] = "Accept"
