@@ -159,9 +159,8 @@ class _Unsure(Exception):
 
 
 def _write(o: Any, parts: list[str], depth: int) -> None:
-    if isinstance(o, str):
-        parts.append(encode_basestring(o))
-    elif isinstance(o, dict):
+    # Strings, the commonest leaves, are written in their container's loop, not here.
+    if isinstance(o, dict):
         if depth > _MAX_WALK:
             raise _Unsure
         if not o:
@@ -169,14 +168,19 @@ def _write(o: Any, parts: list[str], depth: int) -> None:
             return
         sep = "{"
         for key, value in o.items():
-            if not isinstance(key, str):
+            if type(key) is not str:
                 raise _Unsure
             parts.append(sep)
             parts.append(encode_basestring(key))
             parts.append(": ")
-            _write(value, parts, depth + 1)
+            if type(value) is str:
+                parts.append(encode_basestring(value))
+            else:
+                _write(value, parts, depth + 1)
             sep = ", "
         parts.append("}")
+    elif isinstance(o, str):
+        parts.append(encode_basestring(o))
     elif isinstance(o, Spliced):
         parts.append(o.text)
     elif o is None:
@@ -196,7 +200,10 @@ def _write(o: Any, parts: list[str], depth: int) -> None:
         sep = "["
         for value in o:
             parts.append(sep)
-            _write(value, parts, depth + 1)
+            if type(value) is str:
+                parts.append(encode_basestring(value))
+            else:
+                _write(value, parts, depth + 1)
             sep = ", "
         parts.append("]")
     else:  # floats, Decimals, dates, lazy text...: as ENCODER writes them
