@@ -18,10 +18,15 @@ class OutputEncoder(DjangoJSONEncoder):
     no spaces, characters as they are, U+2028 and U+2029 escaped."""
 
     def encode(self, o: Any) -> str:
-        text = super().encode(o)
-        if "\u2028" in text or "\u2029" in text:
-            text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-        return text
+        return js_safe(super().encode(o))
+
+
+def js_safe(text: str) -> str:
+    """JSON ``text`` with U+2028 and U+2029 escaped, as DRF's ``JSONRenderer`` writes them
+    (JSON allows them raw; JavaScript string literals did not)."""
+    if "\u2028" in text or "\u2029" in text:
+        text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return text
 
 
 #: Outputs: strict JSON, so NaN and Infinity (which no database's JSON takes) are not;

@@ -159,13 +159,9 @@ class _Unsure(Exception):
 
 
 def _write(o: Any, parts: list[str], depth: int) -> None:
-    # Strings, the commonest leaves, are written in their container's loop, not here.
     if isinstance(o, dict):
         if depth > _MAX_WALK:
             raise _Unsure
-        if not o:
-            parts.append("{}")
-            return
         sep = "{"
         for key, value in o.items():
             if type(key) is not str:
@@ -173,12 +169,22 @@ def _write(o: Any, parts: list[str], depth: int) -> None:
             parts.append(sep)
             parts.append(encode_basestring(key))
             parts.append(": ")
+            # Strings, an answer's commonest values, without a call of their own.
             if type(value) is str:
                 parts.append(encode_basestring(value))
             else:
                 _write(value, parts, depth + 1)
             sep = ", "
-        parts.append("}")
+        parts.append("{}" if sep == "{" else "}")
+    elif isinstance(o, list | tuple):
+        if depth > _MAX_WALK:
+            raise _Unsure
+        sep = "["
+        for value in o:
+            parts.append(sep)
+            _write(value, parts, depth + 1)
+            sep = ", "
+        parts.append("[]" if sep == "[" else "]")
     elif isinstance(o, str):
         parts.append(encode_basestring(o))
     elif isinstance(o, Spliced):
@@ -191,21 +197,6 @@ def _write(o: Any, parts: list[str], depth: int) -> None:
         parts.append("false")
     elif type(o) is int:
         parts.append(int.__repr__(o))
-    elif isinstance(o, list | tuple):
-        if depth > _MAX_WALK:
-            raise _Unsure
-        if not o:
-            parts.append("[]")
-            return
-        sep = "["
-        for value in o:
-            parts.append(sep)
-            if type(value) is str:
-                parts.append(encode_basestring(value))
-            else:
-                _write(value, parts, depth + 1)
-            sep = ", "
-        parts.append("]")
     else:  # floats, Decimals, dates, lazy text...: as ENCODER writes them
         parts.append(ENCODER.encode(o))
 

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from django.http import HttpResponse
+from django.http import HttpRequest, HttpResponse
 from rest_framework.request import Request
 
 from guarded_tools.core import hosts
@@ -153,7 +153,7 @@ _MODERN_METHODS: dict[str, Method] = {
 
 
 # -- HTTP --------------------------------------------------------------------------------------
-def check_origin(request: Request) -> None:
+def check_origin(request: HttpRequest | Request) -> None:
     """DNS-rebinding protection: a browser Origin must be one the site trusts.
 
     Never the request's own Host: with ``ALLOWED_HOSTS = ["*"]`` a rebound page's Origin

@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 from guarded_tools.conf import gt_settings, installed
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import NotAuthenticated
-from guarded_tools.core.jsonvalues import Spliced
+from guarded_tools.core.jsonvalues import Spliced, js_safe
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
 from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
@@ -93,7 +93,10 @@ def header(request: Any, name: str) -> str | None:
 
 def trace_headers(meta: Mapping[str, Any]) -> dict[str, Any]:
     """The trace context's headers (``traceparent``, ``tracestate``) in a request's
-    ``META``: read by name, as ``request.headers`` would, without building every header."""
+    ``META``: read by name, as ``request.headers`` would, without building every header.
+    None without a ``traceparent``: a ``tracestate`` counts only beside one."""
+    if "HTTP_TRACEPARENT" not in meta:
+        return {}
     return {"traceparent": meta.get("HTTP_TRACEPARENT"),
             "tracestate": meta.get("HTTP_TRACESTATE")}
 
@@ -114,13 +117,8 @@ def invocation_for(request: Request, input: dict[str, Any], *,
         wait=prefer_wait(request) if wait is None else wait,
         signal=request_signal(request),
         transport=transport,
-        trace=trace or _trace_of(request.META),
+        trace=trace or trace_carrier(trace_headers(request.META)),
     )
-
-
-def _trace_of(meta: Mapping[str, Any]) -> dict[str, str]:
-    """The trace context in a request's headers (none without a ``traceparent``)."""
-    return trace_carrier(trace_headers(meta)) if "HTTP_TRACEPARENT" in meta else {}
 
 
 #: What agents send most (or nothing): the first renderer, JSON, answers them with no
@@ -191,10 +189,7 @@ class AnswerRenderer(JSONRenderer):
         if encoder is None:
             encoder = _COMPACT[self.encoder_class] = self.encoder_class(
                 ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        text = encoder.encode(data)
-        if "\u2028" in text or "\u2029" in text:
-            text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
-        return text.encode()
+        return js_safe(encoder.encode(data)).encode()
 
     def render(self, data: Any, accepted_media_type: str | None = None,
                renderer_context: Mapping[str, Any] | None = None) -> bytes:
