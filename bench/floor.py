@@ -89,7 +89,7 @@ def floor_call(*, tool: str, scope: str, key: str, user: Any, input: Any,
             ref = statements.pk.get_db_prep_value(pk, connection)  # the entries' operation
             parts.append(statements.journal_params(ref, 1, [(data, False) for data in journal],
                                                    connection))
-        store.send([*parts, statements.events(history, connection)])
+        store.send([*parts, statements.events(history, connection)], connection=connection)
     return output
 
 
@@ -112,7 +112,8 @@ def floor_claimed_operation(*, tool: str, scope: str, key: str, user: Any, input
     assert connection.vendor == "postgresql", "the claim-first floor is PostgreSQL's"
     values = fresh_values(tool=tool, scope=scope, key=key, fp="", input=input, user=user)
     params = statements.params(values, connection, claim=True, lease_seconds=300)
-    assert store.send([(statements.claim, params)], rows=True)[0], f"the key {key!r} exists"
+    assert store.send([(statements.claim, params)], rows=True, connection=connection)[0], \
+        f"the key {key!r} exists"
     output = effect()
     pk, actor = values["id"], f"agent {user.get_username()}"
     ref = statements.pk.get_db_prep_value(pk, connection)
@@ -121,7 +122,7 @@ def floor_claimed_operation(*, tool: str, scope: str, key: str, user: Any, input
     done = store.send([(sql, [
         "succeeded", statements.output.get_db_prep_save(output, connection), False, "",
         ref, values["owner"], 1, "in_flight", *event_params,
-    ])], rows=True)[0][0][0]
+    ])], rows=True, connection=connection)[0][0][0]
     assert done == 1
     return output, str(pk)
 

@@ -6,10 +6,13 @@ layer (``guarded_tools.pipeline`` re-exports them, so existing imports keep work
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from django.core.signals import setting_changed
 
 from guarded_tools.core.cancellation import CancelSignal
 from guarded_tools.core.jsonvalues import storable_json
@@ -160,11 +163,25 @@ def user_row(user: Any) -> Any:
     Anonymous callers and user objects that are no row (a stateless token's user, which
     has a ``pk`` but no table) are stored without one; their scope keeps their keys apart.
     """
-    from django.contrib.auth import get_user_model
-
     if getattr(user, "pk", None) is None:
         return None
-    return user if isinstance(user, get_user_model()) else None
+    return user if isinstance(user, _user_model()) else None
+
+
+@functools.cache
+def _user_model() -> type[Any]:
+    """``get_user_model()``, looked up once (again after ``AUTH_USER_MODEL`` changes)."""
+    from django.contrib.auth import get_user_model
+
+    return get_user_model()
+
+
+def _forget_user_model(*, setting: str, **kwargs: Any) -> None:
+    if setting == "AUTH_USER_MODEL":
+        _user_model.cache_clear()
+
+
+setting_changed.connect(_forget_user_model)
 
 
 def principal_scope(user: Any, principal: str | None) -> str | None:

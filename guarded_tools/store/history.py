@@ -77,7 +77,8 @@ def event(operation: Any, kind: str, actor: Any = None, *, fence: int | None = N
     """An event of ``operation`` (a row or its id) happening now, its details bounded."""
     operation_id = getattr(operation, "pk", operation)
     who = actor if isinstance(actor, str) else actor_label(actor)
-    kept = {k: _bounded(v) for k, v in list(details.items())[:DETAILS_LIMIT] if v is not None}
+    kept = {k: _bounded(v) for k, v in list(details.items())[:DETAILS_LIMIT]
+            if v is not None} if details else {}
     return Event(operation_id, timezone.now(), kind, who[:200], fence, kept)
 
 

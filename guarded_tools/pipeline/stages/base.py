@@ -67,6 +67,9 @@ if TYPE_CHECKING:
     from guarded_tools.store import Claim, OperationHandle, OperationStore
     from guarded_tools.store.replays import Remembered
 
+#: What ``Call._scope`` holds before the call's scope is worked out (None is a scope's answer).
+_UNSET: Any = object()
+
 HOOKS = ("before_claim", "preconditions", "after_claim", "on_release", "after_execute",
          "on_replay", "on_read")
 
@@ -91,6 +94,7 @@ class Call:
     #: The rule of the tool's approval policy that decided the call (the policy stage).
     rule: Any = None
     _looked_up: bool = field(default=False, repr=False)
+    _scope: Any = field(default=_UNSET, repr=False)
     _now: datetime | None = field(default=None, repr=False)
 
     def now(self, claim: Claim | None) -> datetime:
@@ -123,8 +127,10 @@ class Call:
 
     def principal_scope(self) -> str | None:
         """Whose keys the call uses: its principal, "anonymous" where the tool allows
-        anonymous calls, else None."""
-        return scope_of(self.tool, self.inv)
+        anonymous calls, else None (worked out once per call)."""
+        if self._scope is _UNSET:
+            self._scope = scope_of(self.tool, self.inv)
+        return self._scope  # type: ignore[no-any-return]
 
     def given_key(self) -> Any:
         """The key as the caller gave it (an input field or the header), unchecked."""

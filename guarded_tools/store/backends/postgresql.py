@@ -66,6 +66,13 @@ def _psycopg3() -> bool:
     return bool(is_psycopg3)
 
 
+def _multi(connection: Any) -> bool:
+    """Whether ``connection`` takes several statements per execute: psycopg 3 with
+    client-side binding only."""
+    options = connection.settings_dict.get("OPTIONS") or {}
+    return _psycopg3() and options.get("server_side_binding") is not True
+
+
 class Features(StoreFeatures):
     """PostgreSQL: an advisory lock per key at READ COMMITTED, and the planner's estimates."""
 
@@ -106,15 +113,17 @@ class PostgreSQLOperationStore(SQLOperationStore):
     @property
     def multi(self) -> bool:
         """Several statements per execute: psycopg 3 with client-side binding only."""
-        options = self.connection.settings_dict.get("OPTIONS") or {}
-        return _psycopg3() and options.get("server_side_binding") is not True
+        return _multi(self.connection)
 
-    def send(self, parts: list[Part], *, rows: bool = False) -> list[list[Any]]:
+    def send(self, parts: list[Part], *, rows: bool = False,
+             connection: Any = None) -> list[list[Any]]:
         """Execute ``parts`` in order, in one round trip where ``multi``; with ``rows``,
         each part's rows (every part then returns some)."""
-        if not self.multi:
-            return super().send(parts, rows=rows)
-        with self.connection.cursor() as cursor:
+        if connection is None:
+            connection = self.connection
+        if not _multi(connection):
+            return super().send(parts, rows=rows, connection=connection)
+        with connection.cursor() as cursor:
             cursor.execute("; ".join(sql for sql, _ in parts),
                            [param for _, params in parts for param in params])
             results: list[list[Any]] = [cursor.fetchall() if rows else []]
@@ -129,12 +138,13 @@ class PostgreSQLOperationStore(SQLOperationStore):
         """The ORM store's ``lock_key``: ``also``, the lock's try and the key's read sent
         together (one round trip where ``multi``); the read's snapshot is still taken
         after the try, each statement taking its own at READ COMMITTED."""
-        if not (self.can_lock() and self.connection.in_atomic_block):
+        connection = self.connection
+        if not (self.can_lock() and connection.in_atomic_block):
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
-        lock = Operations(self.connection).key_lock(LOCK_CLASS, key_hash(tool, scope, key))
+        lock = Operations(connection).key_lock(LOCK_CLASS, key_hash(tool, scope, key))
         read = (self.statements.select, [tool, scope, key])
         parts = [part for part in (also, lock, read) if part is not None]
-        results = self.send(parts, rows=True)
+        results = self.send(parts, rows=True, connection=connection)
         also_rows = results[0] if also is not None else []
         if results[-1]:
             return Locked("exists", self.found(results[-1][0]), also_rows)
@@ -145,11 +155,11 @@ class PostgreSQLOperationStore(SQLOperationStore):
         """The completion and its history (the claim's events not written yet, then
         "succeeded") in one statement, one round trip: the events are written only where
         the compare-and-set changed the row, as the ORM store's ``recorded`` does."""
+        connection = self.connection
         events = self.events_with(claim, Kind.SUCCEEDED, recovered=recovered or None)
-        sql, params = self.statements.recording(self.statements.complete, events,
-                                                self.connection)
-        params = [*self.complete_params(claim, output, recovered), *params]
-        done = bool(self.send([(sql, params)], rows=True)[0][0][0])
+        sql, params = self.statements.recording(self.statements.complete, events, connection)
+        params = [*self.complete_params(claim, output, recovered, connection), *params]
+        done = bool(self.send([(sql, params)], rows=True, connection=connection)[0][0][0])
         if not done:
             claim.unrecorded = events[:-1]  # not written: still the claim's
         return done
@@ -157,9 +167,9 @@ class PostgreSQLOperationStore(SQLOperationStore):
     def write_journal(self, claim: Claim, data: Any) -> bool:
         """The compare-and-set and the entry in one statement, locking the row as the
         ORM store's two do."""
-        field = JournalEntry._meta.get_field("data")
+        field, connection = JournalEntry._meta.get_field("data"), self.connection
         rows = self.send([(self.statements.journal, [
-            *self.owned_params(claim), JournalEntry.Kind.ENTRY.value,
-            field.get_db_prep_save(data, self.connection), claim.fence, False,
-        ])], rows=True)[0]
+            *self.owned_params(claim, connection), JournalEntry.Kind.ENTRY.value,
+            field.get_db_prep_save(data, connection), claim.fence, False,
+        ])], rows=True, connection=connection)[0]
         return self.recorded(bool(rows), claim, Kind.JOURNAL, data=data)

@@ -35,11 +35,13 @@ class SQLOperationStore(OperationStore):
     def connection(self) -> Any:
         return connections[router.db_for_write(Operation)]
 
-    def send(self, parts: list[Part], *, rows: bool = False) -> list[list[Any]]:
+    def send(self, parts: list[Part], *, rows: bool = False,
+             connection: Any = None) -> list[list[Any]]:
         """Execute ``parts`` in order; with ``rows``, each part's rows (every part then
         returns some). A backend whose driver takes several statements in one execute
-        sends them in one round trip."""
-        with self.connection.cursor() as cursor:
+        sends them in one round trip. ``connection``: the store's (:attr:`connection`),
+        when the caller has it already."""
+        with (self.connection if connection is None else connection).cursor() as cursor:
             return [_run(cursor, sql, params, rows) for sql, params in parts]
 
     def read(self, fields: list[Any], row: Any) -> list[Any]:
@@ -60,8 +62,10 @@ class SQLOperationStore(OperationStore):
         operation = Operation.from_db(self.connection.alias, names, self.read(selected, row))
         return operation, self.clock(row[-1])
 
-    def pk(self, operation: Operation) -> Any:
-        return self.statements.pk.get_db_prep_value(operation.pk, self.connection)
+    def pk(self, operation: Operation, connection: Any = None) -> Any:
+        """``operation``'s id as a statement's parameter."""
+        return self.statements.pk.get_db_prep_value(
+            operation.pk, self.connection if connection is None else connection)
 
     # -- the claim ---------------------------------------------------------------------
     def insert_or_load(
@@ -82,7 +86,7 @@ class SQLOperationStore(OperationStore):
                                    user=user))
         params = statements.params(values, connection, claim=True,
                                    lease_seconds=lease_seconds)
-        row = self.send([(statements.claim, params)], rows=True)[0]
+        row = self.send([(statements.claim, params)], rows=True, connection=connection)[0]
         if not row:
             return self.load(tool, scope, key)
         values.update(zip(statements.returning, self.read(statements.returned, row[0]),
@@ -113,29 +117,30 @@ class SQLOperationStore(OperationStore):
     def insert_completed(self, claim: Claim, output: Any, entries: list[Any]) -> None:
         """The operation's INSERT, its journal's and its events' (one round trip where the
         backend sends them together); ``transaction.atomic()`` commits them."""
-        statements, operation = self.statements, claim.operation
+        statements, operation, connection = self.statements, claim.operation, self.connection
         values = {name: getattr(operation, name, None) for name in statements.names}
         values.update(state=OperationState.SUCCEEDED.value, owner="", output=output)
-        parts = [(statements.completed, statements.params(values, self.connection,
-                                                          claim=False))]
+        parts = [(statements.completed, statements.params(values, connection, claim=False))]
         if entries:
-            parts.append(statements.journal_params(self.pk(operation), claim.fence, entries,
-                                                   self.connection))
-        parts.append(statements.events(self.events_of_completed(claim, entries),
-                                       self.connection))
-        self.send(parts)
+            parts.append(statements.journal_params(self.pk(operation, connection), claim.fence,
+                                                   entries, connection))
+        parts.append(statements.events(self.events_of_completed(claim, entries), connection))
+        self.send(parts, connection=connection)
         operation.state, operation.owner = OperationState.SUCCEEDED, ""
 
     # -- compare-and-set transitions ---------------------------------------------------
-    def owned_params(self, claim: Claim) -> list[Any]:
-        return [self.pk(claim.operation), claim.owner, claim.fence,
+    def owned_params(self, claim: Claim, connection: Any = None) -> list[Any]:
+        return [self.pk(claim.operation, connection), claim.owner, claim.fence,
                 OperationState.IN_FLIGHT.value]
 
-    def complete_params(self, claim: Claim, output: Any, recovered: bool) -> list[Any]:
+    def complete_params(self, claim: Claim, output: Any, recovered: bool,
+                        connection: Any = None) -> list[Any]:
         """The parameters of ``statements.complete``."""
+        if connection is None:
+            connection = self.connection
         return [OperationState.SUCCEEDED.value,
-                self.statements.output.get_db_prep_save(output, self.connection),
-                bool(recovered), "", *self.owned_params(claim)]
+                self.statements.output.get_db_prep_save(output, connection),
+                bool(recovered), "", *self.owned_params(claim, connection)]
 
     def complete(self, claim: Claim, output: Any, *, recovered: bool = False) -> bool:
         done = self.update(self.statements.complete,

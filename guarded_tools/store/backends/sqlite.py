@@ -79,10 +79,12 @@ class SQLiteOperationStore(SQLOperationStore):
     ) -> Locked:
         """The transaction is IMMEDIATE and holds the database's write lock already: the
         key's read (after ``also``) says all (the ORM store's ``lock_key``)."""
-        if not (self.can_lock() and self.connection.in_atomic_block):
+        connection = self.connection
+        if not (self.can_lock() and connection.in_atomic_block):
             raise RuntimeError("lock_key runs inside the transaction it locks the key for.")
         read = (self.statements.select, [tool, scope, key])
-        results = self.send([also, read] if also is not None else [read], rows=True)
+        results = self.send([also, read] if also is not None else [read], rows=True,
+                            connection=connection)
         also_rows = results[0] if also is not None else []
         if results[-1]:
             return Locked("exists", self.found(results[-1][0]), also_rows)
