@@ -216,7 +216,7 @@ class Pipeline:
             replays.put(self.tool.name, inv.scope, inv.key or "", fingerprint=inv.fingerprint,
                         output=result.output, operation=result.operation,
                         recovered=result.recovered, output_json=result.output_json,
-                        reconciled=result.reconciled)
+                        reconciled=result.reconciled, canonical=call.canonical)
         return result
 
     def authorize_read(self, inv: Invocation) -> None:

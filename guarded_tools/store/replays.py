@@ -26,6 +26,8 @@ from guarded_tools.conf import gt_settings
 from guarded_tools.core.jsonvalues import JSON_ENCODER
 
 Key = tuple[str, str, str]
+#: The longest canonical input text an entry keeps (longer ones are hashed on replay).
+CANONICAL_KEPT = 1024
 
 
 class Remembered(NamedTuple):
@@ -42,6 +44,9 @@ class Remembered(NamedTuple):
     expires: float
     #: A person decided the result: replays do not pass it to ``verify``.
     reconciled: bool = False
+    #: The input's canonical text (``store.values.canonical``) when it is short, else "":
+    #: a replay whose input has this text has this fingerprint, without hashing it again.
+    canonical: str = ""
 
     @property
     def output(self) -> Any:
@@ -76,11 +81,13 @@ class ReplayCache:
 
     def put(self, tool: str, scope: str, key: str, *, fingerprint: str, output: Any,
             operation: dict[str, Any], recovered: bool, output_json: str | None = None,
-            reconciled: bool = False) -> bool:
+            reconciled: bool = False, canonical: str = "") -> bool:
         """Remember a succeeded operation; False when it is too large or the cache is off.
 
         ``output_json`` is the output already serialized (``JSON_ENCODER``'s text, as the
-        guard measured it); without it the output is encoded so.
+        guard measured it); without it the output is encoded so. ``canonical``: the
+        input's canonical text, whose digest ``fingerprint`` is; kept only up to
+        ``CANONICAL_KEPT`` characters.
         """
         size = int(gt_settings.REPLAY_CACHE_SIZE)
         if size <= 0:
@@ -98,6 +105,7 @@ class ReplayCache:
             recovered=recovered,
             expires=time.monotonic() + float(gt_settings.REPLAY_CACHE_SECONDS),
             reconciled=reconciled,
+            canonical=canonical if len(canonical) <= CANONICAL_KEPT else "",
         )
         k = (tool, scope, key)
         with self._lock:

@@ -76,7 +76,18 @@ def locked_counter(model: type[CounterT], using: str, **identity: Any) -> Counte
 
 def fingerprint(value: Any) -> str:
     """SHA-256 of canonical JSON: the same input always has the same fingerprint."""
-    return hashlib.sha256(_CANONICAL.encode(value).encode("utf-8")).hexdigest()
+    return digest(canonical(value))
+
+
+def canonical(value: Any) -> str:
+    """``value`` as canonical JSON (sorted keys, no spaces): the text a fingerprint digests.
+    Two values have the same fingerprint exactly when they have the same canonical text."""
+    return _CANONICAL.encode(value)  # type: ignore[no-any-return]
+
+
+def digest(text: str) -> str:
+    """The fingerprint of a canonical text (:func:`canonical`)."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def db_now_plus(seconds: float) -> ExpressionWrapper:

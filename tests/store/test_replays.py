@@ -173,3 +173,40 @@ def test_the_very_input_it_answered_is_not_validated_again(monkeypatch: Any) -> 
     assert len(validated) == 3
     assert run(body, principal="other").replayed is False  # another principal: validated
     assert len(validated) == 4 and handler.calls == 2
+
+
+def test_a_replay_compares_the_kept_canonical_text_and_hashes_only_a_long_input(
+        monkeypatch: Any) -> None:
+    """The entry keeps the input's canonical text when it is short: a replay with that text
+    (keys in any order) is answered with no digest made; another input, or 1 for 1.0, is
+    refused; a long input is kept without its text, and its replay is digested."""
+    import guarded_tools.pipeline.stages.base as stages
+    from guarded_tools.store.replays import CANONICAL_KEPT
+    from guarded_tools.store.values import fingerprint
+
+    digests: list[str] = []
+    real = stages.digest
+    monkeypatch.setattr(stages, "digest", lambda text: (digests.append(text), real(text))[1])
+    handler = Handler()
+    run = tool(handler)
+    body = {"operationId": key(), "amount": 1.0, "to": "acct"}
+    run(body, principal="svc")
+    assert len(digests) == 1  # the fresh call's fingerprint
+    entry = next(e for k, e in replays._entries.items() if k[2] == body["operationId"])
+    assert entry.canonical and entry.fingerprint == fingerprint(body)
+    reordered = {"to": "acct", "amount": 1.0, "operationId": body["operationId"]}
+    assert run(reordered, principal="svc").replayed
+    assert len(digests) == 1  # compared, not hashed
+    with pytest.raises(IdempotencyKeyReused):
+        run({**body, "amount": 1}, principal="svc")  # 1 is not 1.0 in the fingerprint
+    with pytest.raises(IdempotencyKeyReused):
+        run({**body, "to": "other"}, principal="svc")
+    assert len(digests) == 3 and handler.calls == 1
+
+    long = {"operationId": key(), "note": "x" * CANONICAL_KEPT}
+    run(long, principal="svc")
+    entry = next(e for k, e in replays._entries.items() if k[2] == long["operationId"])
+    assert entry.canonical == "" and entry.fingerprint == fingerprint(long)
+    before = len(digests)
+    assert run(dict(long), principal="svc").replayed
+    assert len(digests) == before + 1 and handler.calls == 2

@@ -57,8 +57,8 @@ from django.utils import timezone
 
 from guarded_tools.core.call import ToolContext, principal_scope
 from guarded_tools.core.cancellation import CancelSignal
-from guarded_tools.store import fingerprint
 from guarded_tools.store.replays import replays
+from guarded_tools.store.values import canonical, digest
 
 if TYPE_CHECKING:
     from guarded_tools.core.call import GuardResult, Invocation
@@ -93,6 +93,8 @@ class Call:
     in_transaction: bool = False
     #: The rule of the tool's approval policy that decided the call (the policy stage).
     rule: Any = None
+    #: The input's canonical text, once :meth:`fingerprint` has worked it out ("" before).
+    canonical: str = field(default="", repr=False)
     _looked_up: bool = field(default=False, repr=False)
     _scope: Any = field(default=_UNSET, repr=False)
     _now: datetime | None = field(default=None, repr=False)
@@ -142,10 +144,19 @@ class Call:
         return resolve_context(self.tool, self.inv)
 
     def fingerprint(self) -> str:
-        """The input's fingerprint, computed once per call (kept on ``inv.fingerprint``)."""
-        if not self.inv.fingerprint:
-            self.inv.fingerprint = fingerprint(self.inv.input)
-        return self.inv.fingerprint
+        """The input's fingerprint, computed once per call (kept on ``inv.fingerprint``).
+
+        A replay whose input has the canonical text the replay cache kept has that entry's
+        fingerprint: the text is compared, not hashed again."""
+        inv = self.inv
+        if not inv.fingerprint:
+            text = self.canonical = canonical(inv.input)
+            remembered = self.remembered
+            if remembered is not None and remembered.canonical and remembered.canonical == text:
+                inv.fingerprint = remembered.fingerprint
+            else:
+                inv.fingerprint = digest(text)
+        return inv.fingerprint
 
     def look_up_replay(self, key: Any) -> Remembered | None:
         """This process's answer for ``key`` (the replay cache), read once per call.
