@@ -40,7 +40,7 @@ STAGES: list[tuple[str, str, str | None, str]] = [
      "before_claim"),
     ("authorization", "guarded_tools.pipeline.stages.authorization", "AuthorizationStage",
      "before_claim"),
-    ("fingerprint", "guarded_tools.store", None, "fingerprint"),
+    ("fingerprint", "guarded_tools.pipeline.stages.base", "Call", "fingerprint"),
     ("replay lookup (this process)", "guarded_tools.store.replays", "ReplayCache", "get"),
     ("replay this process answers", "guarded_tools.pipeline", "Pipeline", "replay_remembered"),
     ("atomic call in one transaction: lock, run, insert", "guarded_tools.pipeline",
