@@ -110,17 +110,12 @@ class PostgreSQLOperationStore(SQLOperationStore):
 
     statements = Statements(lambda name: f'"{name}"', POSTGRESQL)  # as PostgreSQL's quote_name
 
-    @property
-    def multi(self) -> bool:
-        """Several statements per execute: psycopg 3 with client-side binding only."""
-        return _multi(self.connection)
-
     def send(self, parts: list[Part], *, rows: bool = False,
              connection: Any = None) -> list[list[Any]]:
-        """Execute ``parts`` in order, in one round trip where ``multi``; with ``rows``,
-        each part's rows (every part then returns some)."""
-        if connection is None:
-            connection = self.connection
+        """Execute ``parts`` in order, in one round trip where the driver takes several
+        statements per execute (psycopg 3, client-side binding); with ``rows``, each
+        part's rows (every part then returns some)."""
+        connection = self._on(connection)
         if not _multi(connection):
             return super().send(parts, rows=rows, connection=connection)
         with connection.cursor() as cursor:
@@ -136,7 +131,7 @@ class PostgreSQLOperationStore(SQLOperationStore):
         self, *, tool: str, scope: str, key: str, also: Part | None = None
     ) -> Locked:
         """The ORM store's ``lock_key``: ``also``, the lock's try and the key's read sent
-        together (one round trip where ``multi``); the read's snapshot is still taken
+        together (one round trip where ``send`` sends several); the read's snapshot is still taken
         after the try, each statement taking its own at READ COMMITTED."""
         connection = self.connection
         if not (self.can_lock() and connection.in_atomic_block):

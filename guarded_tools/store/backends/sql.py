@@ -35,13 +35,18 @@ class SQLOperationStore(OperationStore):
     def connection(self) -> Any:
         return connections[router.db_for_write(Operation)]
 
+    def _on(self, connection: Any) -> Any:
+        """``connection`` when the caller has looked it up already, else :attr:`connection`
+        (each look-up asks the router and reads a thread-local)."""
+        return self.connection if connection is None else connection
+
     def send(self, parts: list[Part], *, rows: bool = False,
              connection: Any = None) -> list[list[Any]]:
         """Execute ``parts`` in order; with ``rows``, each part's rows (every part then
         returns some). A backend whose driver takes several statements in one execute
         sends them in one round trip. ``connection``: the store's (:attr:`connection`),
         when the caller has it already."""
-        with (self.connection if connection is None else connection).cursor() as cursor:
+        with self._on(connection).cursor() as cursor:
             return [_run(cursor, sql, params, rows) for sql, params in parts]
 
     def read(self, fields: list[Any], row: Any) -> list[Any]:
@@ -64,8 +69,7 @@ class SQLOperationStore(OperationStore):
 
     def pk(self, operation: Operation, connection: Any = None) -> Any:
         """``operation``'s id as a statement's parameter."""
-        return self.statements.pk.get_db_prep_value(
-            operation.pk, self.connection if connection is None else connection)
+        return self.statements.pk.get_db_prep_value(operation.pk, self._on(connection))
 
     # -- the claim ---------------------------------------------------------------------
     def insert_or_load(
@@ -136,8 +140,7 @@ class SQLOperationStore(OperationStore):
     def complete_params(self, claim: Claim, output: Any, recovered: bool,
                         connection: Any = None) -> list[Any]:
         """The parameters of ``statements.complete``."""
-        if connection is None:
-            connection = self.connection
+        connection = self._on(connection)
         return [OperationState.SUCCEEDED.value,
                 self.statements.output.get_db_prep_save(output, connection),
                 bool(recovered), "", *self.owned_params(claim, connection)]
