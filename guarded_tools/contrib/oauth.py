@@ -18,11 +18,13 @@ authorization stage asks those kinds on every call.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 from django.apps import apps
+from django.core.signals import setting_changed
 from django.urls import NoReverseMatch
 from oauth2_provider.contrib.rest_framework import (
     OAuth2Authentication,
@@ -220,10 +222,25 @@ def required_scopes(definition: Tool) -> tuple[str, ...]:
     return tuple(mapping(definition)) if mapping is not None else ()
 
 
+@functools.cache
+def _access_token_model() -> type[Any]:
+    """DOT's access token model, looked up once (again after a DOT setting changes): every
+    call authenticated with a token asks whether it is one."""
+    return get_access_token_model()  # type: ignore[no-any-return]
+
+
+def _forget_access_token_model(*, setting: str, **kwargs: Any) -> None:
+    if setting.startswith("OAUTH2_PROVIDER"):
+        _access_token_model.cache_clear()
+
+
+setting_changed.connect(_forget_access_token_model)
+
+
 def token_scopes(request: Any) -> frozenset[str] | None:
     """The scopes of the DOT access token the request authenticated with; None without one."""
     token = getattr(request, "auth", None)
-    if token is None or not isinstance(token, get_access_token_model()):
+    if token is None or not isinstance(token, _access_token_model()):
         return None  # no token (anonymous, session): no model to resolve
     return frozenset((token.scope or "").split())
 
@@ -294,7 +311,7 @@ class ScopeStage(Stage):
 
 def token_scopes_of(token: Any) -> frozenset[str] | None:
     """The scopes of ``token`` when it is a DOT access token; None otherwise."""
-    if not isinstance(token, get_access_token_model()):
+    if not isinstance(token, _access_token_model()):
         return None
     return frozenset((token.scope or "").split())
 

@@ -19,7 +19,6 @@ from guarded_tools.core import hosts
 from guarded_tools.core.agent_errors import to_guard_error
 from guarded_tools.core.errors import AuthorizationError, GuardError, NotAuthenticated
 from guarded_tools.core.registry import registry
-from guarded_tools.transports.mcp.body import ParsedOnce, read_body
 from guarded_tools.transports.mcp.discovery import (
     discover,
     initialize,
@@ -59,6 +58,7 @@ from guarded_tools.transports.mcp.task_methods import (
 )
 from guarded_tools.transports.mcp.tool_methods import call_tool, list_tools
 from guarded_tools.transports.rest.base import GuardedAPIView, open_to_anonymous, prefer_wait
+from guarded_tools.transports.rest.body import ParsedOnce, read_body
 from guarded_tools.transports.rest.exception_handler import docs_url, log_once
 
 __all__ = ["McpView", "check_origin", "serve", "transport_error"]

@@ -28,9 +28,10 @@ from guarded_tools.core.errors import NotAuthenticated
 from guarded_tools.core.jsonvalues import Spliced, js_safe
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
-from guarded_tools.core.schema.parsers import StrictJSONParser, read_unframed_body
+from guarded_tools.core.schema.parsers import StrictJSONParser
 from guarded_tools.pipeline import Invocation, trace_carrier
 from guarded_tools.transports.asgi import meta_key, request_signal
+from guarded_tools.transports.rest.body import ParsedOnce, read_body
 
 _PREFER_WAIT = re.compile(r"(?:^|[;,\s])wait\s*=\s*(\d{1,6})(?:$|[;,\s])")
 
@@ -363,7 +364,15 @@ class GuardedAPIView(APIView):
                 return super().finalize_response(request, error, *args, **kwargs)
         return response
 
+    def get_parsers(self) -> list[Any]:
+        """DRF's, except that the app's own parser list becomes one :class:`ParsedOnce`:
+        the body this view reads (:meth:`request_body`) is parsed once, and
+        ``request.data`` answers that parse (a site's ``parser_classes`` are DRF's as
+        they are)."""
+        if self.parser_classes == [StrictJSONParser]:
+            return [ParsedOnce()]
+        return super().get_parsers()
+
     def request_body(self, request: Request) -> Any:
         """The strictly parsed JSON body, chunked bodies without Content-Length included."""
-        unframed = read_unframed_body(request)  # it reads request.META, which DRF passes through
-        return request.data if unframed is None else unframed
+        return read_body(request)

@@ -1,4 +1,4 @@
-"""Provides the MCP endpoint's body: parsed once, by the view, and handed to DRF's ``Request``.
+"""Provides a request body parsed once, by the view, and handed to DRF's ``Request``.
 
 The view reads the body itself (:meth:`ParsedOnce.read`) rather than through
 ``request.data``, whose bookkeeping costs as much as the parse. DRF's ``Request`` is given
