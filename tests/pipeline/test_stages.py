@@ -247,10 +247,12 @@ def test_a_stage_with_no_work_for_a_tool_is_not_walked_for_its_calls(make_tool: 
 def test_budgets_and_late_confirmation_are_walked_only_for_tools_that_have_them(
     make_tool: Any,
 ) -> None:
-    """The budget stage's hooks for a tool whose policy has budgets; the confirmation's
-    after-claim hook for a tool with preconditions or a confirmation asked after the claim."""
+    """The budget stage's hooks for a tool whose policy has budgets; the allowance stage's
+    for a tool with a policy; the confirmation's after-claim hook for a tool with
+    preconditions or a confirmation asked after the claim."""
     from guarded_tools.core.policy import Budget, Policy, Rule, Run
     from guarded_tools.pipeline import get_pipeline
+    from guarded_tools.pipeline.stages.allowance import AllowanceStage
     from guarded_tools.pipeline.stages.budget import BudgetStage
 
     def walked(definition: Tool, hook: str) -> set[type]:
@@ -260,6 +262,10 @@ def test_budgets_and_late_confirmation_are_walked_only_for_tools_that_have_them(
     plain = make_tool(Effects())
     for hook in ("before_claim", "after_claim", "on_release"):
         assert BudgetStage not in walked(plain, hook)
+    for hook in ("after_claim", "on_release"):  # allowances stand in for a policy's rules
+        assert AllowanceStage not in walked(plain, hook)
+        assert AllowanceStage in walked(make_tool(Effects(), confirm=Policy(
+            rules=[Rule(outcome=Run(), description="Runs")])), hook)
     assert ConfirmationStage not in walked(plain, "after_claim")
     budgeted = make_tool(Effects(), confirm=Policy(
         rules=[Rule(outcome=Run(), description="Runs")],

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import router
 
@@ -35,6 +35,9 @@ from guarded_tools.pipeline.stages.base import Call, Stage
 from guarded_tools.store import Claim
 from guarded_tools.store.allowances import give_back, use
 from guarded_tools.store.history import Kind, actor_label, record
+
+if TYPE_CHECKING:
+    from guarded_tools.core.definition import Tool
 
 __all__ = ["AllowanceStage", "application_of"]
 
@@ -75,6 +78,13 @@ class AllowanceStage(Stage):
 
     name = "allowance"
     stateless = True
+
+    @classmethod
+    def has_work(cls, tool: Tool, hook: str) -> bool:
+        if hook in ("after_claim", "on_release"):
+            # Only a policy's rules (its budgets' included) can take allowances.
+            return isinstance(tool.confirm, Policy)
+        return True
 
     def after_claim(self, call: Call, claim: Claim | None) -> None:
         rule = call.rule
