@@ -665,3 +665,29 @@ def test_a_token_for_the_mcp_resource_never_opens_the_sites_own_route(
     own = bearer(issue(carol, resource=["http://testserver/api/oauth-orders/"]))
     assert own.delete(f"/api/oauth-orders/{order.pk}/").status_code == 204
     assert not Order.objects.filter(pk=order.pk).exists()
+
+
+def test_the_token_model_is_asked_of_dot_once_and_again_after_its_settings_change(
+    settings: Any, alice: Any, issue: Callable[..., str], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from types import SimpleNamespace
+
+    from guarded_tools.contrib import oauth
+
+    asked: list[bool] = []
+
+    def counting() -> Any:
+        asked.append(True)
+        return get_access_token_model()
+
+    oauth._access_token_model.cache_clear()
+    monkeypatch.setattr(oauth, "get_access_token_model", counting)
+    token = get_access_token_model().objects.get(token=issue(alice, "demo:read"))
+    for _ in range(3):
+        assert oauth.token_scopes(SimpleNamespace(auth=token)) == {"demo:read"}
+    assert oauth.token_scopes(SimpleNamespace(auth=Token(key="k", user=alice))) is None
+    assert len(asked) == 1
+    settings.OAUTH2_PROVIDER = {**getattr(settings, "OAUTH2_PROVIDER", {}),
+                                "ACCESS_TOKEN_EXPIRE_SECONDS": 60}
+    assert oauth.token_scopes(SimpleNamespace(auth=token)) == {"demo:read"}
+    assert len(asked) == 2
