@@ -239,10 +239,7 @@ setting_changed.connect(_forget_access_token_model)
 
 def token_scopes(request: Any) -> frozenset[str] | None:
     """The scopes of the DOT access token the request authenticated with; None without one."""
-    token = getattr(request, "auth", None)
-    if token is None or not isinstance(token, _access_token_model()):
-        return None  # no token (anonymous, session): no model to resolve
-    return frozenset((token.scope or "").split())
+    return token_scopes_of(getattr(request, "auth", None))
 
 
 def allows(definition: Tool, request: Any) -> bool:
@@ -324,7 +321,7 @@ GRANT, TOKEN = "oauth-grant:", "oauth-token:"
 
 def credential_reference(token: Any) -> str | None:
     """What to record of the access token a call was requested with; None for no DOT token."""
-    if not isinstance(token, get_access_token_model()):
+    if not isinstance(token, _access_token_model()):
         return None
     refresh = get_refresh_token_model().objects.filter(access_token=token).first()
     if refresh is not None and refresh.token_family:

@@ -18,21 +18,10 @@ from rest_framework.permissions import BasePermission
 from rest_framework.test import APIClient
 from rest_framework.throttling import BaseThrottle
 
-from guarded_tools.core.schema import parsers
 from guarded_tools.transports.mcp.server import McpView
-from guarded_tools.transports.rest.exception_handler import exception_handler
 from tests.transports.mcp_rpc import MCP, call, rpc
 
 pytestmark = pytest.mark.django_db
-
-#: What the site's exception handler saw of ``request.data`` (see :func:`reading`).
-SEEN: list[Any] = []
-
-
-def reading(exc: Exception, context: dict[str, Any]) -> Any:
-    """A site's handler that reads the request's body, as DRF hands it to handlers."""
-    SEEN.append(context["request"].data)
-    return exception_handler(exc, context)
 
 
 @pytest.fixture
@@ -40,20 +29,6 @@ def agent(alice: Any) -> APIClient:
     client = APIClient()
     client.force_authenticate(alice)
     return client
-
-
-@pytest.fixture
-def parses(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every body the strict JSON parser parses during the test."""
-    seen: list[bytes] = []
-    original = parsers.parse_json
-
-    def counting(raw: bytes, *, max_depth: int) -> Any:
-        seen.append(raw)
-        return original(raw, max_depth=max_depth)
-
-    monkeypatch.setattr(parsers, "parse_json", counting)
-    return seen
 
 
 def code_of(response: Any) -> str:
@@ -127,26 +102,24 @@ def test_session_authentication_without_the_csrf_token_is_refused(alice: Any,
     assert allowed.json()["result"]["structuredContent"] == {"ran": True}
 
 
-def test_a_sites_exception_handler_reads_the_parsed_body(settings: Any, make_tool: Any,
-                                                         agent: APIClient,
-                                                         parses: list[bytes]) -> None:
-    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS,
-                              "EXCEPTION_HANDLER": f"{__name__}.reading"}
-    SEEN.clear()
+def test_a_sites_exception_handler_reads_the_parsed_body(make_tool: Any, agent: APIClient,
+                                                         parses: list[bytes],
+                                                         handler_reads: list[Any]) -> None:
     closed = make_tool()  # not open to anonymous callers: 401 after the body is read
     response = call(DjangoClient(), closed.name, {"operationId": "k"})
     assert response.status_code == 401 and code_of(response) == "not_authenticated"
-    assert SEEN == [{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                     "params": {"name": closed.name, "arguments": {"operationId": "k"}}}]
+    assert handler_reads == [{"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                              "params": {"name": closed.name,
+                                         "arguments": {"operationId": "k"}}}]
     assert len(parses) == 1
 
     # A body that does not parse: the handler reads it as DRF leaves it, empty.
-    SEEN.clear()
+    handler_reads.clear()
     parses.clear()
     broken = agent.post(MCP, '{"jsonrpc": "2.0", "id": 1, "id": 2}',
                         content_type="application/json")
     assert broken.status_code == 400 and broken.json()["error"]["code"] == -32700
-    assert len(SEEN) == 1 and not SEEN[0]
+    assert len(handler_reads) == 1 and not handler_reads[0]
     assert len(parses) == 1
 
 

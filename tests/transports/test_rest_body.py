@@ -17,38 +17,14 @@ from rest_framework.parsers import JSONParser
 from rest_framework.permissions import BasePermission
 from rest_framework.test import APIClient
 
-from guarded_tools.core.schema import parsers
 from guarded_tools.transports.rest.base import GuardedAPIView
 from guarded_tools.transports.rest.body import ParsedOnce
-from guarded_tools.transports.rest.exception_handler import exception_handler
 from guarded_tools.transports.rest.views import ToolCallView
 from tests.conftest import key
 
 pytestmark = pytest.mark.django_db
 
 URL = "/agent/tools/{}/"
-#: What the site's exception handler saw of ``request.data`` (see :func:`reading`).
-SEEN: list[Any] = []
-
-
-def reading(exc: Exception, context: dict[str, Any]) -> Any:
-    """A site's handler that reads the request's body, as DRF hands it to handlers."""
-    SEEN.append(context["request"].data)
-    return exception_handler(exc, context)
-
-
-@pytest.fixture
-def parses(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
-    """Every body the strict JSON parser parses during the test."""
-    seen: list[bytes] = []
-    original = parsers.parse_json
-
-    def counting(raw: bytes, *, max_depth: int) -> Any:
-        seen.append(raw)
-        return original(raw, max_depth=max_depth)
-
-    monkeypatch.setattr(parsers, "parse_json", counting)
-    return seen
 
 
 def post(client: Any, name: str, body: str) -> Any:
@@ -86,23 +62,20 @@ def test_the_body_is_parsed_once_whoever_reads_it(alice: Any, client_for: Any, m
     assert len(parses) == 1
 
 
-def test_a_sites_exception_handler_reads_the_parsed_body(settings: Any, make_tool: Any,
-                                                         parses: list[bytes]) -> None:
-    settings.GUARDED_TOOLS = {**settings.GUARDED_TOOLS,
-                              "EXCEPTION_HANDLER": f"{__name__}.reading"}
-    SEEN.clear()
+def test_a_sites_exception_handler_reads_the_parsed_body(make_tool: Any, parses: list[bytes],
+                                                         handler_reads: list[Any]) -> None:
     closed = make_tool()  # not open to anonymous callers: 401 after the body is read
     refused = post(DjangoClient(), closed.name, '{"operationId": "k"}')
     assert refused.status_code == 401 and refused.json()["error"]["code"] == "not_authenticated"
-    assert SEEN == [{"operationId": "k"}]
+    assert handler_reads == [{"operationId": "k"}]
     assert len(parses) == 1
 
     # A body that does not parse: refused as malformed, the handler reading it empty.
-    SEEN.clear()
+    handler_reads.clear()
     parses.clear()
     broken = post(APIClient(), closed.name, '{"operationId": "a", "operationId": "b"}')
     assert broken.status_code == 400 and broken.json()["error"]["code"] == "malformed_request"
-    assert len(SEEN) == 1 and not SEEN[0]
+    assert len(handler_reads) == 1 and not handler_reads[0]
     assert len(parses) == 1
 
 

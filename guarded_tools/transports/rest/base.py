@@ -28,7 +28,6 @@ from guarded_tools.core.errors import NotAuthenticated
 from guarded_tools.core.jsonvalues import Spliced, js_safe
 from guarded_tools.core.registry import registry
 from guarded_tools.core.repair import Audience
-from guarded_tools.core.schema.parsers import StrictJSONParser
 from guarded_tools.pipeline import Invocation, trace_carrier
 from guarded_tools.transports.asgi import meta_key, request_signal
 from guarded_tools.transports.rest.body import ParsedOnce, read_body
@@ -268,7 +267,9 @@ class GuardedAPIView(APIView):
     never wrapped in ``ATOMIC_REQUESTS``: a claim must commit before its handler runs.
     """
 
-    parser_classes = [StrictJSONParser]
+    #: The strict parser, one instance per request (DRF makes them so) that keeps its
+    #: parse: the body :meth:`request_body` reads is the one ``request.data`` answers.
+    parser_classes = [ParsedOnce]
     renderer_classes = [AnswerRenderer]
     content_negotiation_class = OwnFormatNegotiation
     #: Which ``OAUTH_PROTECTS`` entry puts OAuth bearer authentication on this view.
@@ -363,15 +364,6 @@ class GuardedAPIView(APIView):
                 error = self.handle_exception(exc)
                 return super().finalize_response(request, error, *args, **kwargs)
         return response
-
-    def get_parsers(self) -> list[Any]:
-        """DRF's, except that the app's own parser list becomes one :class:`ParsedOnce`:
-        the body this view reads (:meth:`request_body`) is parsed once, and
-        ``request.data`` answers that parse (a site's ``parser_classes`` are DRF's as
-        they are)."""
-        if self.parser_classes == [StrictJSONParser]:
-            return [ParsedOnce()]
-        return super().get_parsers()
 
     def request_body(self, request: Request) -> Any:
         """The strictly parsed JSON body, chunked bodies without Content-Length included."""
