@@ -15,6 +15,10 @@ checks, with nothing of the guard. The statements are the store's own, written b
 store in use, so the database does for a floor what it does for the guarded call;
 ``tests/store/test_sql_counts.py`` checks that F, F-D, F-R and F-K send what the guarded
 calls send, round trip for round trip.
+``keyed_features_floor`` is F-K+ (``/agent/mcp/floor/features/``): F-K with everything the
+keyed call does for its caller written inline (the strict parse, the input validator,
+the fingerprint, the replay cache, the events, the output encoded once, the app's answer)
+and none of the guard's frame; ``bench.frame`` measures the frame with it.
 ``read_mcp_floor`` is F-M (``/agent/mcp/floor/read/``, served by the ASGI entry as F-K is),
 the read-only MCP call's floor: what the app's anonymous ``tools/call`` of ``echo`` must do
 and nothing of the guard: the site's middleware and DRF authentication, the body read with
@@ -42,14 +46,16 @@ from rest_framework.settings import api_settings
 from guarded_tools.conf import gt_settings
 from guarded_tools.core.definition import Tool
 from guarded_tools.core.errors import GuardError, MalformedRequest
-from guarded_tools.core.jsonvalues import JSON_ENCODER
+from guarded_tools.core.jsonvalues import JSON_ENCODER, Spliced
 from guarded_tools.core.registry import registry
 from guarded_tools.core.schema.fast import compile_fast_check
 from guarded_tools.core.schema.parsers import read_limited
 from guarded_tools.core.schema.validation import compile_schema, parse_json, validate
 from guarded_tools.pipeline import principal_scope
+from guarded_tools.pipeline.events import Events
 from guarded_tools.store.history import Event
-from guarded_tools.store.values import fresh_values
+from guarded_tools.store.replays import replays
+from guarded_tools.store.values import canonical, digest, fresh_values
 from guarded_tools.transports.mcp.protocol import (
     ENCODER,
     INTERNAL_ERROR,
@@ -59,6 +65,7 @@ from guarded_tools.transports.mcp.protocol import (
     id_of,
     is_id,
     json_response,
+    json_string,
     rpc_error,
 )
 from guarded_tools.transports.mcp.results import error_result
@@ -132,6 +139,17 @@ def _rpc(rid: Any, result: dict[str, Any], status: int = 200) -> HttpResponse:
                         status=status, content_type="application/json")
 
 
+def site_user(request: HttpRequest) -> tuple[Request, Any]:
+    """DRF's request for ``request`` and its caller, as the site's
+    ``DEFAULT_AUTHENTICATION_CLASSES`` authenticate it (None where one refuses)."""
+    classes = cast(list[type[BaseAuthentication]], api_settings.DEFAULT_AUTHENTICATION_CLASSES)
+    drf = Request(request, authenticators=[auth() for auth in classes])
+    try:
+        return drf, drf.user
+    except APIException:
+        return drf, None
+
+
 @csrf_exempt  # as DRF's views are: its SessionAuthentication enforces CSRF itself
 def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
     """F-K: a keyed ``tools/call`` over MCP (one stateless POST, JSON) answered with
@@ -140,12 +158,7 @@ def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
     user's DRF token: one query), the body read with ``json.loads``, the answer the app's
     MCP answer (text and structured content, the operation in ``_meta``). No guard: no
     schema, no fingerprint, no registry, no replay. PostgreSQL only."""
-    classes = cast(list[type[BaseAuthentication]], api_settings.DEFAULT_AUTHENTICATION_CLASSES)
-    drf = Request(request, authenticators=[auth() for auth in classes])
-    try:
-        user = drf.user
-    except APIException:
-        user = None
+    _, user = site_user(request)
     if user is None or not user.is_authenticated:
         return HttpResponse(status=401)
     message = json.loads(request.body)
@@ -159,6 +172,83 @@ def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
         "structuredContent": output,
         "_meta": {OPERATION_META: {"id": pk, "key": key, "status": "succeeded",
                                    "replayed": False, "recovered": False}}})
+
+
+def keyed_call(user: Any, definition: Tool,
+               arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The keyed call's work with none of the guard's frame: ``(output's JSON text, the
+    operation's summary)``. Raises ``AssertionError`` when the key is not fresh."""
+    accepts = definition.accepts
+    if accepts is None or not accepts(arguments):
+        validate(definition.validator, arguments, known=definition.schema_names,
+                 max_issues=gt_settings.MAX_ISSUES)
+    key, scope = str(arguments["operationId"]), principal_scope(user, None) or ""
+    events = Events(definition)
+    events.emit("started")
+    assert replays.get(definition.name, scope, key) is None, key
+    text = canonical(arguments)
+    fp = digest(text)
+    output, output_json, summary = claimed_echo(user, definition.name, scope, key, fp, arguments,
+                                                events)
+    replays.put(definition.name, scope, key, fingerprint=fp, output=output, operation=summary,
+                recovered=False, output_json=output_json, canonical=text)
+    events.emit("succeeded", replayed=False, recovered=False)
+    return output_json, summary
+
+
+def claimed_echo(user: Any, tool: str, scope: str, key: str, fp: str,
+                 arguments: dict[str, Any], events: Events
+                 ) -> tuple[dict[str, Any], str, dict[str, Any]]:
+    """The claim, the echo of ``arguments["value"]`` and the completion with its history:
+    ``(output, its JSON text, the operation's summary)``."""
+    store = gt_settings.STORE_CLASS()
+    statements, connection = store.statements, store.connection
+    values = fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=arguments, user=user)
+    params = statements.params(values, connection, claim=True, lease_seconds=300)
+    assert store.send([(statements.claim, params)], rows=True, connection=connection)[0], key
+    output = {"value": arguments["value"]}
+    events.emit("executed")
+    output_json = JSON_ENCODER.encode(output)
+    pk, actor = values["id"], f"agent (for user {user.get_username()})"
+    now = timezone.now()
+    history = [Event(pk, now, kind, actor, 1, {}) for kind in ("claimed", "succeeded")]
+    sql, event_params = statements.recording(statements.complete, history, connection)
+    done = store.send([(sql, [
+        "succeeded", statements.output.get_db_prep_save(output, connection), False, "",
+        statements.pk.get_db_prep_value(pk, connection), values["owner"], 1, "in_flight",
+        *event_params,
+    ])], rows=True, connection=connection)[0][0][0]
+    assert done == 1, key
+    return output, output_json, {"id": str(pk), "key": key, "status": "succeeded",
+                                 "replayed": False, "recovered": False}
+
+
+def tool_result(output_json: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """The ``tools/call`` result the app answers for a fresh keyed call."""
+    return {"content": [{"type": "text", "text": json_string(output_json)}], "isError": False,
+            "structuredContent": Spliced(output_json), "_meta": {OPERATION_META: summary}}
+
+
+@csrf_exempt  # as DRF's views are: its SessionAuthentication enforces CSRF itself
+def keyed_features_floor(request: HttpRequest) -> HttpResponse:
+    """F-K+: a keyed ``tools/call`` over MCP (one stateless POST, JSON), the caller
+    authenticated by the site's ``DEFAULT_AUTHENTICATION_CLASSES``, then
+    :func:`keyed_call`, answered as the app answers it."""
+    drf, user = site_user(request)
+    if user is None or not user.is_authenticated:
+        return HttpResponse(status=401)
+    raw = read_limited(request, request.META, gt_settings.MAX_BODY_BYTES)
+    message = parse_json(raw, max_depth=gt_settings.MAX_JSON_DEPTH)
+    params = message["params"]
+    definition = registry.find(params["name"])
+    assert definition is not None, params["name"]
+    try:
+        output_json, summary = keyed_call(user, definition, params["arguments"])
+    except GuardError as error:  # an input the schema refuses, answered as the app does
+        return json_response({"jsonrpc": "2.0", "id": message["id"],
+                              "result": error_result(definition, error, docs_url(drf))})
+    return json_response({"jsonrpc": "2.0", "id": message["id"],
+                          "result": tool_result(output_json, summary)})
 
 
 class _ReadTool:
@@ -208,12 +298,8 @@ def read_mcp_floor_of(name: str) -> Callable[[HttpRequest], HttpResponse]:
         depth), the arguments validated by the tool's input validator, the echo, its
         output validated against the output schema, and the app's answer encoded once.
         No guard: no registry lookup per call, no stage, no event, no budget."""
-        classes = cast(list[type[BaseAuthentication]],
-                       api_settings.DEFAULT_AUTHENTICATION_CLASSES)
-        drf = Request(request, authenticators=[auth() for auth in classes])
-        try:
-            drf.user  # noqa: B018 -- authenticated now, as the app's view does first
-        except APIException:
+        drf, user = site_user(request)  # authenticated now, as the app's view does first
+        if user is None:
             return HttpResponse(status=401)
         read = tool()
         try:

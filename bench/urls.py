@@ -14,6 +14,7 @@ urlpatterns = [
     path("agent/mcp/floor/", include([
         path("", floor.keyed_mcp_floor),
         path("read/", floor.read_mcp_floor),
+        path("features/", floor.keyed_features_floor),  # F-K+ (bench.frame)
     ])),
     path("agent/", include("guarded_tools.urls")),
     path("admin/", admin.site.urls),

@@ -33,7 +33,7 @@ from django.urls import include, path
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from bench.floor import floor_call, floor_claimed_call, keyed_mcp_floor
+from bench.floor import floor_call, floor_claimed_call, keyed_features_floor, keyed_mcp_floor
 from bench.statements import CONTROL, round_trips, server_prepared, statements
 from guarded_tools.models import Operation, OperationState
 from guarded_tools.pipeline import principal_scope
@@ -232,6 +232,7 @@ def test_the_benchs_claim_first_floor_sends_what_a_fresh_call_sends(make_tool: A
 #: F-K is served under the MCP endpoint's path, as ``bench.urls`` serves it
 #: (``@pytest.mark.urls(__name__)``).
 urlpatterns = [path("agent/mcp/floor/", keyed_mcp_floor),
+               path("agent/mcp/floor/features/", keyed_features_floor),
                path("agent/", include("guarded_tools.urls"))]
 ECHOED = {"type": "object", "properties": {"value": {"type": "integer"}},
           "required": ["value"]}
@@ -282,6 +283,63 @@ def test_the_benchs_keyed_mcp_floor_sends_what_a_keyed_mcp_call_sends(make_tool:
     assert operation.state == OperationState.SUCCEEDED and operation.output == {"value": 7}
     assert operation.user == alice and operation.tool == definition.name
     assert [e.kind for e in operation.events.all()] == ["claimed", "succeeded"]
+
+
+@pytest.mark.urls(__name__)
+def test_the_benchs_keyed_features_floor_does_what_a_keyed_mcp_call_does(make_tool: Any,
+                                                                         alice: Any) -> None:
+    """F-K+ (``bench.floor.keyed_features_floor``, what ``bench.frame`` measures the guard's
+    frame against): F-K's statements, and the keyed call's answer, fingerprint, replay
+    cache entry and history, so that the app replays a key F-K+ ran; an input its schema
+    refuses is refused before any write."""
+    if connection.vendor != "postgresql":
+        pytest.skip("the keyed MCP floors send PostgreSQL's statements")
+    schema = {"type": "object", "required": ["operationId", "value"],
+              "additionalProperties": False,
+              "properties": {"operationId": {"type": "string"}, "value": {"type": "integer"}}}
+    definition = make_tool(lambda input, ctx: {"value": input["value"]}, input_schema=schema,
+                           output_schema=ECHOED)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {Token.objects.create(user=alice).key}")
+
+    def post(where: str, arguments: dict[str, Any]) -> tuple[Counted, bytes]:
+        message = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                   "params": {"name": definition.name, "arguments": arguments}}
+        with CaptureQueriesContext(connection) as ctx:
+            response = client.post(where, message, format="json",
+                                   HTTP_ACCEPT="application/json, text/event-stream",
+                                   HTTP_MCP_PROTOCOL_VERSION="2025-11-25")
+        assert response.status_code == 200, response.content
+        return Counted(ctx.captured_queries), response.content
+
+    app_key, key = uuid.uuid4().hex, uuid.uuid4().hex
+    guarded, answer = post("/agent/mcp/", {"operationId": app_key, "value": 7})
+    floor, floor_answer = post("/agent/mcp/floor/features/", {"operationId": key, "value": 7})
+    assert shapes(floor.round_trips) == shapes(guarded.round_trips), (floor, guarded)
+    # the same bytes, but for the operation's id and key
+    app_row, row = Operation.objects.get(key=app_key), Operation.objects.get(key=key)
+    assert floor_answer.replace(str(row.pk).encode(), b"ID").replace(key.encode(), b"KEY") == \
+        answer.replace(str(app_row.pk).encode(), b"ID").replace(app_key.encode(), b"KEY")
+    assert row.fingerprint == fingerprint({"operationId": key, "value": 7})
+    assert (row.state, row.output, row.user, row.tool) == (
+        OperationState.SUCCEEDED, {"value": 7}, alice, definition.name)
+    assert [e.kind for e in row.events.all()] == ["claimed", "succeeded"]
+    # its key is the app's to replay: from the replay cache, with no statement but the token's
+    remembered = replays.get(definition.name, principal_scope(alice, None), key)
+    assert remembered is not None and remembered.fingerprint == row.fingerprint
+    replayed, again = post("/agent/mcp/", {"operationId": key, "value": 7})
+    assert json.loads(again)["result"]["_meta"] == {
+        **json.loads(floor_answer)["result"]["_meta"],
+        next(iter(json.loads(floor_answer)["result"]["_meta"])): {
+            **next(iter(json.loads(floor_answer)["result"]["_meta"].values())), "replayed": True}}
+    assert len(replayed.round_trips) == 1, replayed
+    # an input the schema refuses: the app's refusal, before any write
+    bad = {"operationId": uuid.uuid4().hex, "value": "7"}
+    refused, refusal = post("/agent/mcp/floor/features/", bad)
+    _, app_refusal = post("/agent/mcp/", bad)
+    assert json.loads(refusal)["result"]["isError"] is True
+    assert json.loads(refusal) == json.loads(app_refusal)
+    assert len(refused.round_trips) == 1 and not Operation.objects.filter(key=bad["operationId"])
 
 
 def psycopg3_postgresql() -> None:
