@@ -112,12 +112,13 @@ def floor_claimed_call(*, tool: str, scope: str, key: str, user: Any, input: Any
 
 
 def floor_claimed_operation(*, tool: str, scope: str, key: str, user: Any, input: Any,
-                            effect: Callable[[], Any]) -> tuple[Any, str]:
-    """:func:`floor_claimed_call`'s output, and the id of the operation it completed."""
+                            effect: Callable[[], Any], fp: str = "") -> tuple[Any, str]:
+    """:func:`floor_claimed_call`'s output, and the id of the operation it completed
+    (with the input's fingerprint ``fp``, where a floor computes one)."""
     store = gt_settings.STORE_CLASS()
     statements, connection = store.statements, store.connection
     assert connection.vendor == "postgresql", "the claim-first floor is PostgreSQL's"
-    values = fresh_values(tool=tool, scope=scope, key=key, fp="", input=input, user=user)
+    values = fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=input, user=user)
     params = statements.params(values, connection, claim=True, lease_seconds=300)
     assert store.send([(statements.claim, params)], rows=True, connection=connection)[0], \
         f"the key {key!r} exists"
@@ -199,28 +200,14 @@ def keyed_call(user: Any, definition: Tool,
 def claimed_echo(user: Any, tool: str, scope: str, key: str, fp: str,
                  arguments: dict[str, Any], events: Events
                  ) -> tuple[dict[str, Any], str, dict[str, Any]]:
-    """The claim, the echo of ``arguments["value"]`` and the completion with its history:
-    ``(output, its JSON text, the operation's summary)``."""
-    store = gt_settings.STORE_CLASS()
-    statements, connection = store.statements, store.connection
-    values = fresh_values(tool=tool, scope=scope, key=key, fp=fp, input=arguments, user=user)
-    params = statements.params(values, connection, claim=True, lease_seconds=300)
-    assert store.send([(statements.claim, params)], rows=True, connection=connection)[0], key
-    output = {"value": arguments["value"]}
+    """:func:`floor_claimed_operation` around the echo of ``arguments["value"]``, its event
+    and its output encoded once: ``(output, its JSON text, the operation's summary)``."""
+    output, pk = floor_claimed_operation(tool=tool, scope=scope, key=key, user=user,
+                                         input=arguments, fp=fp,
+                                         effect=lambda: {"value": arguments["value"]})
     events.emit("executed")
-    output_json = JSON_ENCODER.encode(output)
-    pk, actor = values["id"], f"agent (for user {user.get_username()})"
-    now = timezone.now()
-    history = [Event(pk, now, kind, actor, 1, {}) for kind in ("claimed", "succeeded")]
-    sql, event_params = statements.recording(statements.complete, history, connection)
-    done = store.send([(sql, [
-        "succeeded", statements.output.get_db_prep_save(output, connection), False, "",
-        statements.pk.get_db_prep_value(pk, connection), values["owner"], 1, "in_flight",
-        *event_params,
-    ])], rows=True, connection=connection)[0][0][0]
-    assert done == 1, key
-    return output, output_json, {"id": str(pk), "key": key, "status": "succeeded",
-                                 "replayed": False, "recovered": False}
+    return output, JSON_ENCODER.encode(output), {"id": pk, "key": key, "status": "succeeded",
+                                                 "replayed": False, "recovered": False}
 
 
 def tool_result(output_json: str, summary: dict[str, Any]) -> dict[str, Any]:

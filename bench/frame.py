@@ -29,22 +29,19 @@ Prints each one's median ratio to F-K, block by block, and the steps between the
 
 from __future__ import annotations
 
-import io
-import json
 import os
 import statistics
 import sys
 import time
-import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
+from itertools import pairwise
 from typing import Any
 
 sys.path[0] = os.getcwd()  # not bench/ (its profile.py would shadow the stdlib's)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
 
 
-# -- the app with one layer of its frame replaced by F-K+'s work ----------------------------
 # -- the app with one layer of its frame replaced by F-K+'s work ----------------------------
 def _serve(request: Any, body: Any) -> Any:
     from bench.floor import keyed_call, tool_result
@@ -84,7 +81,8 @@ def _claimed(pipeline: Any, call: Any) -> Any:
 
 @contextmanager
 def replaced(layer: str) -> Iterator[None]:
-    """The app with ``layer`` (``serve``, ``_call``, ``Gateway.run``) replaced, for a block."""
+    """The app with ``layer`` (``serve``, ``_call``, ``Gateway.run``,
+    ``Pipeline.claimed``) replaced by its stand-in, for a block."""
     from guarded_tools.pipeline import Pipeline
     from guarded_tools.pipeline.gateway import Gateway
     from guarded_tools.transports.mcp import server, tool_methods
@@ -103,49 +101,18 @@ def replaced(layer: str) -> Iterator[None]:
         setattr(owner, name, original)
 
 
-def caller(path: str) -> Callable[[int], None]:
-    """``call(i)``: a keyed ``tools/call`` of ``echo_keyed`` at ``path`` through Django's
-    WSGI handler, a fresh key each, its answer checked."""
-    from django.core.wsgi import get_wsgi_application
-
-    from bench.prepare import TOKEN
-    from guarded_tools.transports.mcp.protocol import OPERATION_META
-
-    handler = get_wsgi_application()
-    prefix = uuid.uuid4().hex[:8]
-
-    def call(i: int) -> None:
-        key = f"{prefix}-{i}"
-        body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {
-            "name": "echo_keyed", "arguments": {"operationId": key, "value": i}}}).encode()
-        environ = {
-            "REQUEST_METHOD": "POST", "PATH_INFO": path, "QUERY_STRING": "",
-            "SERVER_NAME": "localhost", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
-            "wsgi.input": io.BytesIO(body), "CONTENT_TYPE": "application/json",
-            "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1",
-            "HTTP_AUTHORIZATION": f"Token {TOKEN}",
-            "HTTP_ACCEPT": "application/json, text/event-stream",
-            "HTTP_MCP_PROTOCOL_VERSION": "2025-11-25",
-        }
-        status: list[str] = []
-        response = handler(environ, lambda s, h: status.append(s))
-        try:
-            answer = json.loads(b"".join(response))
-        finally:
-            response.close()
-        result = answer.get("result", {})
-        assert status[0].startswith("200") and result.get("isError") is False and \
-            result["structuredContent"] == {"value": i} and \
-            result["_meta"][OPERATION_META]["key"] == key, (path, answer)
-
-    return call
-
-
-#: What is measured: its name, its path, the layer replaced (None: the code as it is).
-SIDES = [("F-K", "/agent/mcp/floor/", None), ("F-K+", "/agent/mcp/floor/features/", None),
-         ("app, serve", "/agent/mcp/", "serve"), ("app, _call", "/agent/mcp/", "_call"),
-         ("app, Gateway.run", "/agent/mcp/", "Gateway.run"),
-         ("app, Pipeline.claimed", "/agent/mcp/", "Pipeline.claimed"), ("app", "/agent/mcp/", None)]
+#: What is measured, from the outside in: its name, its path, the layer replaced (None: the
+#: code as it is), and what it adds to the side before it (the step printed).
+SIDES = [
+    ("F-K", "/agent/mcp/floor/", None, ""),
+    ("F-K+", "/agent/mcp/floor/features/", None, "the call's features"),
+    ("app, serve", "/agent/mcp/", "serve", "DRF's view policies"),
+    ("app, _call", "/agent/mcp/", "_call", "the JSON-RPC routing"),
+    ("app, Gateway.run", "/agent/mcp/", "Gateway.run", "the Invocation"),
+    ("app, Pipeline.claimed", "/agent/mcp/", "Pipeline.claimed",
+     "the pipeline's run around the claim"),
+    ("app", "/agent/mcp/", None, "the claim's way through the pipeline and the store"),
+]
 
 
 def main(argv: list[str]) -> None:
@@ -154,19 +121,21 @@ def main(argv: list[str]) -> None:
     django.setup()
     n = int(argv[0]) if argv else 50
     rounds = int(argv[1]) if len(argv) > 1 else 20
-    calls = {name: caller(path) for name, path, _ in SIDES}
+    from bench.keyedpath import caller  # a keyed call of echo_keyed, its answer checked
+
+    calls = {name: caller(path, rest=False) for name, path, _, _ in SIDES}
     counter = 0
-    for name, _, layer in SIDES:  # warm up every side and every layer's stand-in
+    for name, _, layer, _ in SIDES:  # warm up every side and every layer's stand-in
         with replaced(layer) if layer else nullcontext():
             for _ in range(100):
                 counter += 1
                 calls[name](counter)
-    ratios: dict[str, list[float]] = {name: [] for name, _, _ in SIDES}
-    per_call: dict[str, list[float]] = {name: [] for name, _, _ in SIDES}
+    ratios: dict[str, list[float]] = {name: [] for name, _, _, _ in SIDES}
+    per_call: dict[str, list[float]] = {name: [] for name, _, _, _ in SIDES}
     for r in range(rounds):
         order = SIDES[r % len(SIDES):] + SIDES[:r % len(SIDES)]  # rotate who goes first
         cost: dict[str, float] = {}
-        for name, _, layer in order:
+        for name, _, layer, _ in order:
             with replaced(layer) if layer else nullcontext():
                 start = time.process_time()
                 for _ in range(n):
@@ -180,21 +149,12 @@ def main(argv: list[str]) -> None:
           " this process's CPU")
     print(f"  {'side':22} {'µs per call':>12} {'x F-K':>7}  (per round: min-max)")
     medians = {name: statistics.median(ratios[name]) for name in ratios}
-    for name, _, _ in SIDES:
+    for name, _, _, _ in SIDES:
         print(f"  {name:22} {statistics.median(per_call[name]):12.0f} {medians[name]:7.3f}"
               f"  ({min(ratios[name]):.3f}-{max(ratios[name]):.3f})")
-    steps = [("the features (F-K+ less F-K)", "F-K+", "F-K"),
-             ("DRF's view policies (app, serve less F-K+)", "app, serve", "F-K+"),
-             ("JSON-RPC routing (app, _call less app, serve)", "app, _call", "app, serve"),
-             ("the Invocation (app, Gateway.run less app, _call)", "app, Gateway.run",
-              "app, _call"),
-             ("the pipeline before and after the claim (app, Pipeline.claimed less app,"
-              " Gateway.run)", "app, Pipeline.claimed", "app, Gateway.run"),
-             ("the claim's way through the pipeline and the store (app less app,"
-              " Pipeline.claimed)", "app", "app, Pipeline.claimed")]
-    print("  steps, in F-K's CPU:")
-    for label, a, b in steps:
-        print(f"    {label:90} {medians[a] - medians[b]:+.3f}")
+    print("  steps, in F-K's CPU (each side less the one before it):")
+    for (before, *_), (name, _, _, adds) in pairwise(SIDES):
+        print(f"    {adds:52} ({name} less {before}) {medians[name] - medians[before]:+.3f}")
 
 
 if __name__ == "__main__":
