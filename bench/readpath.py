@@ -14,6 +14,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 
 sys.path[0] = os.getcwd()  # not bench/ (its profile.py would shadow the stdlib's)
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
@@ -22,8 +23,9 @@ HEADERS = {"HTTP_ACCEPT": "application/json, text/event-stream",
            "HTTP_MCP_PROTOCOL_VERSION": "2025-11-25"}
 
 
-def wsgi_caller() -> object:
-    """``call(i)`` through Django's WSGI handler, as gunicorn calls it (no test client)."""
+def wsgi_caller(path: str = "/agent/mcp/") -> Callable[[int], None]:
+    """``call(i)`` through Django's WSGI handler, as gunicorn calls it (no test client), to
+    the MCP endpoint at ``path`` (F-M's, ``/agent/mcp/floor/read/``, answers the same)."""
     import io
 
     from django.core.wsgi import get_wsgi_application
@@ -33,14 +35,17 @@ def wsgi_caller() -> object:
     def call(i: int) -> None:
         body = json.dumps({"jsonrpc": "2.0", "id": i, "method": "tools/call",
                            "params": {"name": "echo", "arguments": {"value": i}}}).encode()
-        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/agent/mcp/", "QUERY_STRING": "",
+        environ = {"REQUEST_METHOD": "POST", "PATH_INFO": path, "QUERY_STRING": "",
                    "SERVER_NAME": "localhost", "SERVER_PORT": "80", "wsgi.url_scheme": "http",
                    "wsgi.input": io.BytesIO(body), "CONTENT_TYPE": "application/json",
                    "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1",
                    **HEADERS}
         answer: list[str] = []
         chunks = handler(environ, lambda status, headers: answer.append(status))
-        content = b"".join(chunks)
+        try:
+            content = b"".join(chunks)
+        finally:
+            chunks.close()  # request_finished, as a server calls it
         assert answer[0].startswith("200"), content
         assert json.loads(content)["result"]["structuredContent"] == {"value": i}, content
 
