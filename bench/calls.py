@@ -31,9 +31,6 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-sys.path[0] = os.getcwd()  # not bench/ (its profile.py would shadow the stdlib's)
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
-
 #: Where a function lives, by the first part of its file's path that matches (checked in
 #: this order), as the table's columns name it.
 PLACES = [
@@ -107,21 +104,19 @@ def sides() -> dict[str, dict[str, Callable[[], None]]]:
     from bench.readpath import wsgi_caller
 
     counter = iter(range(1, 10**9))  # keyed calls: a fresh key prefix per run
-    keyed = {name: caller(path, rest=False) for name, path in (
-        ("F-K", "/agent/mcp/floor/"), ("F-K+", "/agent/mcp/floor/features/"),
-        ("app", "/agent/mcp/"))}
-    read = {name: wsgi_caller(path) for name, path in (
-        ("F-M", "/agent/mcp/floor/read/"), ("app", "/agent/mcp/"))}
-    rest = {name: caller(path, rest=True) for name, path in (
-        ("F-D", "/floor-full/"), ("app", "/agent/tools/bench_insert_full/"))}
 
     def numbered(call: Callable[[int], None]) -> Callable[[], None]:
         return lambda: call(next(counter))
 
-    def each(calls: dict[str, Callable[[int], None]]) -> dict[str, Callable[[], None]]:
-        return {name: numbered(call) for name, call in calls.items()}
-
-    return {"keyed": each(keyed), "read": each(read), "D (REST)": each(rest)}
+    return {
+        "keyed": {name: numbered(caller(path, rest=False)) for name, path in (
+            ("F-K", "/agent/mcp/floor/"), ("F-K+", "/agent/mcp/floor/features/"),
+            ("app", "/agent/mcp/"))},
+        "read": {name: numbered(wsgi_caller(path)) for name, path in (
+            ("F-M", "/agent/mcp/floor/read/"), ("app", "/agent/mcp/"))},
+        "D (REST)": {name: numbered(caller(path, rest=True)) for name, path in (
+            ("F-D", "/floor-full/"), ("app", "/agent/tools/bench_insert_full/"))},
+    }
 
 
 def main(argv: list[str]) -> None:
@@ -157,4 +152,6 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+    sys.path[0] = os.getcwd()  # not bench/ (its profile.py would shadow the stdlib's)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "bench.settings")
     main(sys.argv[1:])

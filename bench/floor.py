@@ -175,14 +175,20 @@ def keyed_mcp_floor(request: HttpRequest) -> HttpResponse:
                                    "replayed": False, "recovered": False}}})
 
 
-def keyed_call(user: Any, definition: Tool,
-               arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The keyed call's work with none of the guard's frame: ``(output's JSON text, the
-    operation's summary)``. Raises ``AssertionError`` when the key is not fresh."""
+def check_input(definition: Tool, arguments: Any) -> None:
+    """``arguments`` checked by the tool's compiled input validator, as the guard checks
+    them (its fast check first); the guard's ``invalid_input`` when they fail."""
     accepts = definition.accepts
     if accepts is None or not accepts(arguments):
         validate(definition.validator, arguments, known=definition.schema_names,
                  max_issues=gt_settings.MAX_ISSUES)
+
+
+def keyed_call(user: Any, definition: Tool,
+               arguments: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """The keyed call's work with none of the guard's frame: ``(output's JSON text, the
+    operation's summary)``. Raises ``AssertionError`` when the key is not fresh."""
+    check_input(definition, arguments)
     key, scope = str(arguments["operationId"]), principal_scope(user, None) or ""
     events = Events(definition)
     events.emit("started")
@@ -251,13 +257,6 @@ class _ReadTool:
         self.output_accepts = compile_fast_check(self.schema)
         self.output_validator = compile_schema(self.schema, name=definition.name)
 
-    def check_input(self, arguments: Any) -> None:
-        definition = self.definition
-        accepts = definition.accepts
-        if accepts is None or not accepts(arguments):
-            validate(definition.validator, arguments, known=definition.schema_names,
-                     max_issues=gt_settings.MAX_ISSUES)
-
     def output_valid(self, output: Any) -> bool:
         if self.output_accepts is not None and self.output_accepts(output):
             return True
@@ -309,7 +308,7 @@ def read_mcp_floor_of(name: str) -> Callable[[HttpRequest], HttpResponse]:
                                            f"F-M calls {read.definition.name}: arguments"
                                            " must be an object."))
         try:
-            read.check_input(arguments)
+            check_input(read.definition, arguments)
         except GuardError as error:
             return json_response({"jsonrpc": "2.0", "id": rid, "result": error_result(
                 read.definition, error, docs_url(drf))})
